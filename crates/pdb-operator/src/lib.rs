@@ -1,0 +1,1 @@
+//! pdb-operator library: CRD types, budget math, controllers.
