@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs the whole orb-rs test suite: builds what is missing (the Kubernetes v1.37.2 control plane
+# is cached outside the repo), starts the local control plane and a PostgreSQL server, runs
+# formatting, lint, unit and integration tests, and stops every service again, pass or fail.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+source scripts/lib/prereqs.sh
+source scripts/lib/postgres.sh
+t0=$(date +%s)
+state="$repo/.state"
+export ORB_CP_STATE_DIR="$state/control-plane"
+pg_dir="${TMPDIR:-/tmp}/orb-rs-postgres-$$"
+
+cleanup() {
+  local rc=$?
+  echo "--- stopping services" >&2
+  tools/control-plane/cp down || true
+  pg_stop "$pg_dir"; rm -rf "$pg_dir"
+  if (( rc != 0 )); then
+    echo "test suite FAILED (exit $rc); component logs are in $ORB_CP_STATE_DIR/logs" >&2
+  fi
+  exit $rc
+}
+trap cleanup EXIT INT TERM
+
+echo "--- prerequisites" >&2
+ensure_prereqs
+echo "--- control plane binaries" >&2
+tools/control-plane/cp build >/dev/null
+echo "--- starting PostgreSQL" >&2
+export ORB_TEST_POSTGRES_URL="$(pg_start "$pg_dir" 55432)"
+echo "--- starting the local control plane" >&2
+export KUBECONFIG="$(tools/control-plane/cp up)"
+echo "--- formatting and lint" >&2
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "--- building tests" >&2
+cargo test --workspace --locked --no-run 2>&1 | tail -n 3 >&2
+echo "time from start to first test: $(( $(date +%s) - t0 )) s" >&2
+echo "--- tests" >&2
+# Cluster tests share one small control plane: keep parallelism low (one namespace per test).
+cargo test --workspace --locked -- --test-threads="${ORB_TEST_THREADS:-4}"
