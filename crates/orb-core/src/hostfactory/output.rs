@@ -1,0 +1,309 @@
+//! HostFactory replies. Field names and shapes follow the IBM provider interface; the extras
+//! orb adds are noted on each field.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::mapping::{hf_machine_result, hf_request_status};
+use crate::machine::{Machine, MachineStatus};
+use crate::quantity::{cpus_for_hostfactory, mebibytes_for_hostfactory};
+use crate::request::{Request, RequestStatus, RequestType};
+use crate::template::Template;
+use crate::template::wire::{tags_to_string, template_to_hostfactory};
+
+/// Any failure reply: `{"message": "..."}` and nothing else (no `requestId`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorReply {
+    pub message: String,
+}
+
+/// `requestMachines` / `requestReturnMachines` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubmitReply {
+    #[serde(rename = "requestId")]
+    pub request_id: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TemplatesReply {
+    pub templates: Vec<Map<String, Value>>,
+    pub message: String,
+}
+
+/// Live machines of one template, for `availableNumber` and `requestedMachines`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TemplateUsage {
+    pub live_machine_names: Vec<String>,
+}
+
+/// Attributes HostFactory sizes hosts by: the template's explicit `attributes` win key by
+/// key over values derived from resource requests (else limits); 1 CPU / 1024 MiB / X86_64
+/// only when nothing is known.
+pub fn template_attributes(template: &Template) -> BTreeMap<String, Value> {
+    let sized = template
+        .resource_requests
+        .as_ref()
+        .filter(|r| r.cpu.is_some() || r.memory.is_some())
+        .or(template.resource_limits.as_ref());
+    let cpus = sized
+        .and_then(|r| r.cpu.as_deref())
+        .and_then(|c| cpus_for_hostfactory(c).ok())
+        .unwrap_or(1);
+    let mib = sized
+        .and_then(|r| r.memory.as_deref())
+        .and_then(|m| mebibytes_for_hostfactory(m).ok())
+        .unwrap_or(1024);
+    let arch = template
+        .node_selector
+        .as_ref()
+        .and_then(|s| s.get("kubernetes.io/arch"))
+        .map(String::as_str);
+    let ego_type = match arch {
+        None | Some("amd64") => "X86_64".to_string(),
+        Some(other) => other.to_ascii_uppercase(),
+    };
+    let mut attributes = BTreeMap::from([
+        ("type".to_string(), json!(["String", ego_type])),
+        ("ncpus".to_string(), json!(["Numeric", cpus.to_string()])),
+        ("ncores".to_string(), json!(["Numeric", cpus.to_string()])),
+        ("nram".to_string(), json!(["Numeric", mib.to_string()])),
+    ]);
+    if let Some(explicit) = &template.attributes {
+        if let Some(ncpus) = explicit.get("ncpus")
+            && !explicit.contains_key("ncores")
+        {
+            attributes.insert("ncores".into(), ncpus.clone());
+        }
+        attributes.extend(explicit.clone());
+    }
+    attributes
+}
+
+/// Keys of the template echoed to HostFactory besides the computed ones. Kubernetes
+/// details (resources, selectors, overrides) stay inside orb.
+const ECHOED_KEYS: &[&str] = &[
+    "name",
+    "imageId",
+    "providerApi",
+    "providerType",
+    "providerName",
+    "priceType",
+    "allocationStrategy",
+    "instanceTags",
+];
+
+pub fn template_entry(
+    template: &Template,
+    max_machines: i64,
+    usage: &TemplateUsage,
+) -> Map<String, Value> {
+    let hf = template_to_hostfactory(template);
+    let mut out = Map::new();
+    out.insert("templateId".into(), json!(template.template_id));
+    out.insert("maxNumber".into(), json!(max_machines));
+    if max_machines >= 0 {
+        let live = usage.live_machine_names.len() as i64;
+        out.insert(
+            "availableNumber".into(),
+            json!((max_machines - live).max(0)),
+        );
+    }
+    out.insert("requestedMachines".into(), json!(usage.live_machine_names));
+    out.insert(
+        "attributes".into(),
+        Value::Object(template_attributes(template).into_iter().collect()),
+    );
+    for key in ECHOED_KEYS {
+        if let Some(value) = hf.get(*key) {
+            out.insert((*key).to_string(), value.clone());
+        }
+    }
+    if !out.contains_key("providerApi") {
+        out.insert("providerApi".into(), json!(template.api().as_str()));
+    }
+    out
+}
+
+pub fn templates_reply(entries: Vec<Map<String, Value>>) -> TemplatesReply {
+    let message = format!("Retrieved {} templates successfully", entries.len());
+    TemplatesReply {
+        templates: entries,
+        message,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatusReply {
+    pub requests: Vec<RequestStatusEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestStatusEntry {
+    #[serde(rename = "requestId")]
+    pub request_id: String,
+    pub status: &'static str,
+    pub message: String,
+    pub machines: Vec<MachineEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MachineEntry {
+    #[serde(rename = "machineId")]
+    pub machine_id: String,
+    pub name: String,
+    pub result: &'static str,
+    pub status: &'static str,
+    #[serde(rename = "privateIpAddress")]
+    pub private_ip_address: Option<String>,
+    #[serde(rename = "publicIpAddress")]
+    pub public_ip_address: Option<String>,
+    /// Epoch seconds, UTC; 0 while unknown.
+    pub launchtime: i64,
+    /// Always present; explains a `fail`.
+    pub message: String,
+    #[serde(rename = "cloudHostId")]
+    pub cloud_host_id: Option<String>,
+    #[serde(rename = "instanceType", skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    #[serde(rename = "priceType", skip_serializing_if = "Option::is_none")]
+    pub price_type: Option<String>,
+    #[serde(rename = "instanceTags")]
+    pub instance_tags: String,
+    /// orb extra: on a return, the acquire request that created the machine.
+    #[serde(rename = "requestId", skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// orb extra: on an acquire, the return request once the machine was returned.
+    #[serde(rename = "returnRequestId", skip_serializing_if = "Option::is_none")]
+    pub return_request_id: Option<String>,
+}
+
+fn default_request_message(request: &Request) -> String {
+    use RequestStatus::*;
+    let (done, wanted) = (request.fulfilled_count, request.requested_count);
+    match (request.request_type, request.status) {
+        (_, Pending) => "Request submitted for processing".into(),
+        (RequestType::Acquire, InProgress | Acquiring | PartialPending) => {
+            format!("Provisioning: {done}/{wanted} machines ready")
+        }
+        (RequestType::Return, InProgress | Acquiring | PartialPending) => {
+            format!("Returning: {done}/{wanted} machines released")
+        }
+        (RequestType::Acquire, Complete) => format!("All {wanted} machines are ready"),
+        (RequestType::Return, Complete) => format!("All {wanted} machines were released"),
+        (_, Partial) => format!("Partially fulfilled: {done}/{wanted}"),
+        (_, Failed) => "Request failed".into(),
+        (_, Cancelled) => "Request cancelled".into(),
+        (_, Timeout) => "Request timed out".into(),
+    }
+}
+
+pub fn machine_entry(request_type: RequestType, machine: &Machine) -> MachineEntry {
+    let result = hf_machine_result(request_type, machine.status);
+    let message = match (&machine.status_reason, result) {
+        (Some(reason), _) => reason.clone(),
+        (None, "fail") => "Machine failed (no detail available)".into(),
+        (None, _) => String::new(),
+    };
+    MachineEntry {
+        machine_id: machine.machine_id.clone(),
+        name: machine.name.clone(),
+        result,
+        status: machine.status.as_str(),
+        private_ip_address: machine.private_ip.clone(),
+        public_ip_address: machine.public_ip.clone(),
+        launchtime: machine.launch_time.map(|t| t.as_second()).unwrap_or(0),
+        message,
+        cloud_host_id: None,
+        instance_type: machine.instance_type.clone(),
+        price_type: machine.price_type.clone(),
+        instance_tags: tags_to_string(&machine.tags),
+        request_id: match request_type {
+            RequestType::Return => Some(machine.request_id.to_string()),
+            RequestType::Acquire => None,
+        },
+        return_request_id: match request_type {
+            RequestType::Acquire => machine.return_request_id.as_ref().map(ToString::to_string),
+            RequestType::Return => None,
+        },
+    }
+}
+
+/// One request's status. `machines` are the acquire's machines, or the machines being
+/// returned; names the caller gave that orb never managed appear once as `fail`.
+pub fn request_status_entry(request: &Request, machines: &[Machine]) -> RequestStatusEntry {
+    let mut entries: Vec<MachineEntry> = machines
+        .iter()
+        .map(|m| machine_entry(request.request_type, m))
+        .collect();
+    for unknown in &request.unknown_machines {
+        entries.push(MachineEntry {
+            machine_id: unknown.clone(),
+            name: unknown.clone(),
+            result: "fail",
+            status: MachineStatus::Unknown.as_str(),
+            private_ip_address: None,
+            public_ip_address: None,
+            launchtime: 0,
+            message: "unknown machine: orb does not manage a host with this id or name".into(),
+            cloud_host_id: None,
+            instance_type: None,
+            price_type: None,
+            instance_tags: String::new(),
+            request_id: None,
+            return_request_id: None,
+        });
+    }
+    RequestStatusEntry {
+        request_id: request.request_id.to_string(),
+        status: hf_request_status(request.status),
+        message: request
+            .status_message
+            .clone()
+            .unwrap_or_else(|| default_request_message(request)),
+        machines: entries,
+    }
+}
+
+/// The entry for an id orb has no record of: finished with an error, so HostFactory stops
+/// polling it.
+pub fn unknown_request_entry(request_id: &str) -> RequestStatusEntry {
+    RequestStatusEntry {
+        request_id: request_id.to_string(),
+        status: "complete_with_error",
+        message: "request not found".into(),
+        machines: Vec::new(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReturnRequestsReply {
+    pub status: &'static str,
+    pub message: String,
+    pub requests: Vec<ReclaimEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReclaimEntry {
+    pub machine: String,
+    #[serde(rename = "gracePeriod")]
+    pub grace_period: u64,
+}
+
+pub fn return_requests_reply(entries: Vec<ReclaimEntry>) -> ReturnRequestsReply {
+    let message = if entries.is_empty() {
+        "No machines to return.".to_string()
+    } else {
+        format!(
+            "{} machines are being reclaimed by the cluster",
+            entries.len()
+        )
+    };
+    ReturnRequestsReply {
+        status: "complete",
+        message,
+        requests: entries,
+    }
+}

@@ -1,0 +1,224 @@
+//! The provider contract: what the broker asks of a cluster.
+//!
+//! # Design
+//! [`Provider`] is **object-safe** so the CLI can hold one `Arc<dyn Provider>` chosen at
+//! runtime by the config's provider `type`. Each method returns a boxed `Send` future
+//! ([`ProviderFuture`]) instead of using `async fn` (which would make the trait
+//! non-object-safe). Inputs and outputs are plain owned data: the broker decides request state
+//! through [`crate::lifecycle`]; the provider only acts on the cluster and reports what it
+//! sees. Providers never write to storage.
+//!
+//! An implementation looks like:
+//! ```text
+//! impl Provider for K8sProvider {
+//!     fn provider_type(&self) -> &str { "k8s" }
+//!     fn acquire(&self, input: AcquireInput) -> ProviderFuture<'_, AcquireOutcome> {
+//!         Box::pin(async move { self.acquire_inner(input).await })
+//!     }
+//!     // release, status, cancel, reclaims likewise
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use crate::ids::RequestId;
+use crate::lifecycle::Verdict;
+use crate::machine::MachineStatus;
+use crate::request::RequestType;
+use crate::template::Template;
+
+pub type ProviderFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, ProviderError>> + Send + 'a>>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The request cannot work as asked (bad template for this provider, refused release
+    /// plan, audit rejection). Nothing was created. CLI exit code 2.
+    #[error("{0}")]
+    Rejected(String),
+    /// The cluster could not be reached or refused us (network, auth, quota). CLI exit code 3.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The provider itself is misconfigured or not built in. CLI exit code 3.
+    #[error("{0}")]
+    Misconfigured(String),
+}
+
+/// Create `count` machines of `template` for `request_id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcquireInput {
+    pub request_id: RequestId,
+    pub template: Template,
+    pub count: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AcquireOutcome {
+    /// Objects created (pod names, or the one controller name).
+    pub resource_ids: Vec<String>,
+    /// Machines already known at create time (bare pods); controllers report theirs later
+    /// through [`Provider::status`].
+    pub machines: Vec<MachineObservation>,
+    /// Bookkeeping handed back on every later call for this request.
+    pub provider_data: Value,
+    pub message: Option<String>,
+}
+
+/// What the provider saw of one machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineObservation {
+    pub machine_id: String,
+    pub name: String,
+    pub status: MachineStatus,
+    pub status_reason: Option<String>,
+    pub private_ip: Option<String>,
+    pub public_ip: Option<String>,
+    pub launch_time: Option<Timestamp>,
+    pub instance_type: Option<String>,
+    pub price_type: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub resource_id: Option<String>,
+    pub uid: Option<String>,
+    pub provider_data: Value,
+}
+
+impl MachineObservation {
+    /// An observation with only identity and status set.
+    pub fn new(machine_id: &str, status: MachineStatus) -> Self {
+        Self {
+            machine_id: machine_id.to_string(),
+            name: machine_id.to_string(),
+            status,
+            status_reason: None,
+            private_ip: None,
+            public_ip: None,
+            launch_time: None,
+            instance_type: None,
+            price_type: None,
+            tags: BTreeMap::new(),
+            resource_id: None,
+            uid: None,
+            provider_data: Value::Null,
+        }
+    }
+}
+
+/// A machine as the broker knows it, for release, status and reclaim checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineRef {
+    pub machine_id: String,
+    pub name: String,
+    /// The acquire request that created it.
+    pub request_id: RequestId,
+    pub template_id: String,
+    pub provider_api: Option<String>,
+    pub resource_id: Option<String>,
+    pub uid: Option<String>,
+    pub status: MachineStatus,
+    /// The acquire request's provider bookkeeping.
+    pub request_provider_data: Value,
+}
+
+/// Release `machines` under return request `return_request_id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleaseInput {
+    pub return_request_id: RequestId,
+    pub machines: Vec<MachineRef>,
+    /// Templates of the machines' acquires, by template id, when still defined.
+    pub templates: BTreeMap<String, Template>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReleaseOutcome {
+    pub released: Vec<String>,
+    pub failed: Vec<MachineFailure>,
+    pub provider_data: Value,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineFailure {
+    pub machine_id: String,
+    pub reason: String,
+}
+
+/// Read the current state of a request's machines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusInput {
+    pub request_id: RequestId,
+    pub request_type: RequestType,
+    pub requested_count: u32,
+    pub provider_api: Option<String>,
+    pub provider_data: Value,
+    pub template: Option<Template>,
+    /// Machines stored for this request (for a return: the machines being returned).
+    pub machines: Vec<MachineRef>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusReport {
+    pub verdict: Verdict,
+    /// Machines delivered (acquire: live and ready hosts) or released (return).
+    pub fulfilled: u32,
+    pub failed: u32,
+    pub machines: Vec<MachineObservation>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CancelInput {
+    pub request_id: RequestId,
+    pub provider_api: Option<String>,
+    pub provider_data: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CancelOutcome {
+    pub deleted: Vec<String>,
+    pub already_gone: Vec<String>,
+    pub failed: Vec<MachineFailure>,
+}
+
+/// Which of these machines is the cluster taking away (eviction, preemption, drain,
+/// external delete)? Only machines not already in an orb return are asked about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReclaimQuery {
+    pub machines: Vec<MachineRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReclaimNotice {
+    pub machine_id: String,
+    pub name: String,
+    /// Seconds left before the host disappears; 0 when it is already gone.
+    pub grace_period_secs: u64,
+    pub reason: String,
+}
+
+/// A cluster back end. See the module docs for the design.
+pub trait Provider: Send + Sync {
+    /// The config `type` this provider serves (e.g. `k8s`).
+    fn provider_type(&self) -> &str;
+
+    /// Create machines. Must not return before the create calls finished; an error means
+    /// nothing usable was created.
+    fn acquire(&self, input: AcquireInput) -> ProviderFuture<'_, AcquireOutcome>;
+
+    /// Start releasing machines; completion is observed through [`Provider::status`].
+    fn release(&self, input: ReleaseInput) -> ProviderFuture<'_, ReleaseOutcome>;
+
+    /// Observe a request's machines now. Transient cluster errors should come back as
+    /// `Verdict::InProgress` with a message, not as `Err`, so polls keep going.
+    fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport>;
+
+    /// Delete everything created for a request.
+    fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome>;
+
+    /// Report machines the cluster removed or is about to remove on its own.
+    fn reclaims(&self, input: ReclaimQuery) -> ProviderFuture<'_, Vec<ReclaimNotice>>;
+}
