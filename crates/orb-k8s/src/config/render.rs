@@ -1,0 +1,167 @@
+//! `orb config show [--origin]`: the effective configuration as a table, JSON or YAML, and with
+//! `--origin` the source of every value.
+//!
+//! Secrets: only schema fields are rendered, so nothing else from the environment or the file can
+//! leak, and no field of seed 001 holds a credential (`default_image_pull_secret` is the *name*
+//! of a Secret object; kubeconfig tokens and exec credentials are never read into this config).
+//! A future credential-bearing field must be masked in `field_value` before it is added.
+
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value, json};
+
+use super::issues::Origin;
+use super::resolve::ResolvedConfig;
+use super::schema::{self, FieldKind, FieldSpec};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Json,
+    Yaml,
+}
+
+/// One printable leaf: a field, or one key of a map field.
+struct Row {
+    path: String,
+    value: Value,
+    origin: Origin,
+}
+
+fn field_value(whole: &Value, spec: &FieldSpec) -> Value {
+    spec.path
+        .split('.')
+        .try_fold(whole, |node, part| node.get(part))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Rows in seed order; with `expand_maps`, a set map field becomes one row per key.
+fn rows(resolved: &ResolvedConfig, expand_maps: bool) -> Vec<Row> {
+    let whole = serde_json::to_value(&resolved.config).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    for spec in schema::FIELDS {
+        let value = field_value(&whole, spec);
+        match (&value, spec.kind) {
+            (Value::Object(entries), FieldKind::StringMap) if expand_maps && !entries.is_empty() => {
+                for (key, entry) in entries {
+                    let path = format!("{}.{key}", spec.path);
+                    let origin = resolved.origin_of(&path).clone();
+                    out.push(Row {
+                        path,
+                        value: entry.clone(),
+                        origin,
+                    });
+                }
+            }
+            _ => out.push(Row {
+                path: spec.path.to_string(),
+                origin: resolved.origin_of(spec.path).clone(),
+                value,
+            }),
+        }
+    }
+    out
+}
+
+/// Nests rows back into the config's shape (`naming.prefix` under `naming`), wrapping each
+/// leaf as `{"value": …, "origin": …}` when `with_origin`.
+fn nested(resolved: &ResolvedConfig, with_origin: bool) -> Value {
+    let mut root = Map::new();
+    for row in rows(resolved, with_origin) {
+        let leaf = if with_origin {
+            json!({ "value": row.value, "origin": row.origin })
+        } else {
+            row.value
+        };
+        // Schema paths nest one level at most (`naming.prefix`, `default_node_selector.<key>`).
+        match row.path.split_once('.') {
+            None => {
+                root.insert(row.path, leaf);
+            }
+            Some((head, tail)) => {
+                let child = root
+                    .entry(head.to_string())
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(map) = child {
+                    map.insert(tail.to_string(), leaf);
+                }
+            }
+        }
+    }
+    Value::Object(root)
+}
+
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => "(unset)".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn table(resolved: &ResolvedConfig, with_origin: bool) -> String {
+    let rows = rows(resolved, with_origin);
+    let mut header = vec!["FIELD", "VALUE"];
+    if with_origin {
+        header.push("ORIGIN");
+    }
+    let lines: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut line = vec![r.path.clone(), cell(&r.value)];
+            if with_origin {
+                line.push(r.origin.to_string());
+            }
+            line
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let header_cells: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for line in std::iter::once(&header_cells).chain(lines.iter()) {
+        let last = line.len() - 1;
+        for (i, text) in line.iter().enumerate() {
+            if i == last {
+                out.push_str(text);
+            } else {
+                let _ = write!(out, "{text:<width$}  ", width = widths[i]);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Renders the effective config. With `with_origin`, every value says where it came from
+/// (default, file path, env var, template id). Output ends with a newline.
+pub fn render_effective(resolved: &ResolvedConfig, format: OutputFormat, with_origin: bool) -> String {
+    match format {
+        OutputFormat::Table => table(resolved, with_origin),
+        OutputFormat::Json => {
+            let value = nested(resolved, with_origin);
+            let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
+            text.push('\n');
+            text
+        }
+        OutputFormat::Yaml => {
+            let value = nested(resolved, with_origin);
+            // JSON is valid YAML, so a serialiser failure still yields a readable document.
+            serde_saphyr::to_string(&value).unwrap_or_else(|_| {
+                let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                text.push('\n');
+                text
+            })
+        }
+    }
+}
