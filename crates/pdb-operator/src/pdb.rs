@@ -1,0 +1,174 @@
+//! The shape of a managed PodDisruptionBudget (note §8) and the checks that keep us away from
+//! PDBs we do not own (note §9): "own" means label managed-by=pdb-operator AND a controller
+//! ownerReference whose uid is the workload's.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::core::{Selector, SelectorExt};
+
+use crate::budget::BudgetRule;
+use crate::enforcement::{EffectiveConfig, EventNote};
+use crate::names::{keys, reasons};
+use crate::resolve::WorkloadMeta;
+use crate::windows::{Window, WindowState, window_state};
+
+/// The workload that will own the PDB.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// `<workload>-pdb`.
+pub fn pdb_name(workload: &str) -> String {
+    format!("{workload}-pdb")
+}
+
+/// Windows that apply to a workload: the annotation window and the winning policy's windows.
+/// A malformed annotation window is ignored with an `InvalidConfiguration` warning.
+pub fn collect_windows(meta: &WorkloadMeta, config: &EffectiveConfig, events: &mut Vec<EventNote>) -> Vec<Window> {
+    let mut out = Vec::new();
+    if let Some(raw) = meta.annotation(keys::MAINTENANCE_WINDOW) {
+        match Window::from_annotation(raw) {
+            Ok(w) => out.push(w),
+            Err(e) => events.push(EventNote::warning(reasons::INVALID_CONFIGURATION, format!("Invalid configuration: {e}"))),
+        }
+    }
+    // Policy windows were validated before the policy could win; skip any that still fail.
+    out.extend(config.policy_windows.iter().filter_map(|w| Window::from_policy(w).ok()));
+    out
+}
+
+/// Builds the PDB to server-side apply. `budget` is the final (clamped or group) budget;
+/// while `window.open` it is replaced by minAvailable 0 and the maintenance annotations.
+pub fn build_pdb(
+    owner: &Owner,
+    meta: &WorkloadMeta,
+    config: &EffectiveConfig,
+    budget: BudgetRule,
+    selector: LabelSelector,
+    window: &WindowState,
+) -> PodDisruptionBudget {
+    let mut labels = BTreeMap::from([
+        (keys::MANAGED_BY.to_string(), keys::OPERATOR_NAME.to_string()),
+        (keys::AVAILABILITY_CLASS.to_string(), config.class.as_str().to_string()),
+        (keys::WORKLOAD_FUNCTION.to_string(), config.function.as_str().to_string()),
+    ]);
+    if let Some(n) = meta.annotation(keys::WORKLOAD_NAME) {
+        labels.insert(keys::WORKLOAD.to_string(), n.to_string());
+    }
+    let mut annotations = BTreeMap::from([
+        (keys::CREATED_BY.to_string(), keys::OPERATOR_NAME.to_string()),
+        (keys::AVAILABILITY_CLASS.to_string(), config.class.as_str().to_string()),
+        (keys::DESCRIPTION.to_string(), config.class.description().to_string()),
+    ]);
+    if let Some(p) = &config.policy {
+        annotations.insert(keys::POLICY_SOURCE.to_string(), p.name.clone());
+        annotations.insert(keys::ENFORCEMENT_MODE.to_string(), p.enforcement.as_str().to_string());
+    }
+    let (min_available, max_unavailable) = if window.open {
+        annotations.insert(keys::MAINTENANCE_MODE.to_string(), "true".to_string());
+        if let Some(since) = window.open_since {
+            annotations.insert(keys::MAINTENANCE_START.to_string(), rfc3339(since));
+        }
+        (Some(IntOrString::Int(0)), None)
+    } else {
+        match budget {
+            BudgetRule::MinAvailable(v) => (Some(v.to_int_or_string()), None),
+            BudgetRule::MaxUnavailable(v) => (None, Some(v.to_int_or_string())),
+        }
+    };
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(pdb_name(&meta.name)),
+            namespace: Some(meta.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: owner.api_version.clone(),
+                kind: owner.kind.clone(),
+                name: owner.name.clone(),
+                uid: owner.uid.clone(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available,
+            max_unavailable,
+            selector: Some(selector),
+            unhealthy_pod_eviction_policy: config.unhealthy_pod_eviction_policy.map(|p| p.as_str().to_string()),
+        }),
+        status: None,
+    }
+}
+
+/// Window state for a workload's windows at `now` (closed when there are none).
+pub fn evaluate_windows(windows: &[Window], now: Timestamp) -> WindowState {
+    window_state(windows, now)
+}
+
+/// RFC 3339 in UTC with second precision.
+pub fn rfc3339(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Whether `pdb` is managed by us for the workload with `owner_uid`.
+pub fn is_owned_by(pdb: &PodDisruptionBudget, owner_uid: &str) -> bool {
+    let labelled = pdb
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::MANAGED_BY))
+        .is_some_and(|v| v == keys::OPERATOR_NAME);
+    let controlled = pdb
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid);
+    labelled && controlled
+}
+
+/// Whether a PDB's selector covers a pod with `labels` (a missing selector covers nothing, an
+/// empty one covers every pod, as in policy/v1).
+pub fn pdb_selects(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>) -> bool {
+    let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.clone()) else {
+        return false;
+    };
+    Selector::try_from(sel).map(|s| s.matches(labels)).unwrap_or(false)
+}
+
+/// A reason not to write our PDB: its name is held by someone else, or another PDB already
+/// covers the workload's pods (two PDBs on one pod make every eviction of it fail).
+/// `pod_labels` are the labels of the workload's pods (template labels, or any member pod).
+pub fn find_pdb_conflict(
+    owner_uid: &str,
+    desired_name: &str,
+    pod_labels: &[BTreeMap<String, String>],
+    existing: &[PodDisruptionBudget],
+) -> Option<EventNote> {
+    for pdb in existing.iter().filter(|p| !is_owned_by(p, owner_uid)) {
+        let name = pdb.metadata.name.as_deref().unwrap_or("");
+        if name == desired_name {
+            return Some(EventNote::warning(
+                reasons::PDB_CONFLICT,
+                format!("PodDisruptionBudget {name} exists and is not owned by this workload; it is left untouched and no second PDB is written (retrying in 30s)"),
+            ));
+        }
+        if pod_labels.iter().any(|l| pdb_selects(pdb, l)) {
+            return Some(EventNote::warning(
+                reasons::PDB_CONFLICT,
+                format!("PodDisruptionBudget {name} already selects this workload's pods; a second PDB would block every eviction, so none is written (retrying in 30s)"),
+            ));
+        }
+    }
+    None
+}
