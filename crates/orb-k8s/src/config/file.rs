@@ -1,8 +1,9 @@
 //! Finding the Kubernetes provider's block inside `config.json`.
 //!
-//! Two layouts are accepted: the seed's `{"providers": {"<name>": {...}}}` map, and ORB's
-//! `{"provider": {"providers": [{"name": "<name>", "config": {...}}]}}` list. In either, an
-//! entry may hold the fields directly or under `config`; entry bookkeeping keys (`type`,
+//! Three layouts are accepted: the seed's `{"providers": {"<name>": {...}}}` map, the flat list
+//! `{"providers": [{"name": "<name>", "type": "k8s", "config": {...}}]}` (orb-core's
+//! `AppConfig`), and the reference's `{"provider": {"providers": [...]}}`. In each, an entry
+//! may hold the fields directly or under `config`; entry bookkeeping keys (`type`,
 //! `provider_type`, `name`, `enabled`, `default`, `template_defaults`) are not provider fields
 //! and are left to whoever reads provider entries.
 
@@ -74,10 +75,27 @@ fn kind_of(value: &Value) -> String {
     .to_string()
 }
 
+/// Records every entry name of a provider list and the first entry called `name`.
+fn search_list<'a>(
+    list: &'a [Value],
+    location: &str,
+    name: &str,
+    names: &mut Vec<String>,
+    entry: &mut Option<(String, &'a Value)>,
+) {
+    for (index, item) in list.iter().enumerate() {
+        let item_name = item.get("name").and_then(Value::as_str).unwrap_or_default();
+        names.push(item_name.to_string());
+        if entry.is_none() && item_name == name {
+            *entry = Some((format!("{location}[{index}]"), item));
+        }
+    }
+}
+
 /// Pure part of [`read_provider_block`]: `path` is only used to label errors and origins.
-pub fn provider_block(
+pub fn provider_block<'a>(
     path: &Path,
-    document: &Value,
+    document: &'a Value,
     name: &str,
 ) -> Result<Option<FileLayer>, ConfigFileError> {
     let not_object = |location: String, found: &Value| ConfigFileError::NotAnObject {
@@ -86,26 +104,19 @@ pub fn provider_block(
         found: kind_of(found),
     };
     let mut names: Vec<String> = Vec::new();
-    let mut entry: Option<(String, &Value)> = None;
+    let mut entry: Option<(String, &'a Value)> = None;
 
-    if let Some(map) = document.get("providers") {
-        let Value::Object(map) = map else {
-            return Err(not_object("providers".into(), map));
-        };
-        names.extend(map.keys().cloned());
-        entry = map.get(name).map(|e| (format!("providers.{name}"), e));
-    }
-    if entry.is_none()
-        && let Some(list) = document.pointer("/provider/providers").and_then(Value::as_array)
-    {
-        for (index, item) in list.iter().enumerate() {
-            let item_name = item.get("name").and_then(Value::as_str).unwrap_or_default();
-            names.push(item_name.to_string());
-            if item_name == name {
-                entry = Some((format!("provider.providers[{index}]"), item));
-                break;
-            }
+    match document.get("providers") {
+        Some(Value::Object(map)) => {
+            names.extend(map.keys().cloned());
+            entry = map.get(name).map(|e| (format!("providers.{name}"), e));
         }
+        Some(Value::Array(list)) => search_list(list, "providers", name, &mut names, &mut entry),
+        Some(other) => return Err(not_object("providers".into(), other)),
+        None => {}
+    }
+    if let Some(list) = document.pointer("/provider/providers").and_then(Value::as_array) {
+        search_list(list, "provider.providers", name, &mut names, &mut entry);
     }
 
     let Some((location, entry)) = entry else {
@@ -136,6 +147,26 @@ pub fn provider_block(
     }))
 }
 
+/// A layer from a provider entry's `config` value that the caller already parsed (e.g. orb-core's
+/// `ProviderEntry::config`); `null` means an empty block.
+pub fn layer_from_config_value(path: &Path, config: &Value) -> Result<FileLayer, ConfigFileError> {
+    match config {
+        Value::Null => Ok(FileLayer {
+            path: path.to_path_buf(),
+            block: Map::new(),
+        }),
+        Value::Object(block) => Ok(FileLayer {
+            path: path.to_path_buf(),
+            block: block.clone(),
+        }),
+        other => Err(ConfigFileError::NotAnObject {
+            path: path.to_path_buf(),
+            location: "the provider's config".into(),
+            found: kind_of(other),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +191,23 @@ mod tests {
         ]}});
         let layer = provider_block(path(), &doc, "k8s").unwrap().unwrap();
         assert_eq!(layer.block, *json!({"context": "prod"}).as_object().unwrap());
+    }
+
+    #[test]
+    fn flat_list_layout_is_found_by_name() {
+        let doc = json!({"providers": [
+            {"name": "k8s", "type": "k8s", "config": {"namespace": "orb"}}
+        ]});
+        let layer = provider_block(path(), &doc, "k8s").unwrap().unwrap();
+        assert_eq!(layer.block, *json!({"namespace": "orb"}).as_object().unwrap());
+    }
+
+    #[test]
+    fn an_already_parsed_config_value_becomes_a_layer() {
+        let layer = layer_from_config_value(path(), &json!({"context": "dev"})).unwrap();
+        assert_eq!(layer.block["context"], "dev");
+        assert!(layer_from_config_value(path(), &Value::Null).unwrap().block.is_empty());
+        assert!(layer_from_config_value(path(), &json!("x")).is_err());
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub use auth::{
     AuthEnvironment, AuthError, AuthPlan, KubeconfigSource, build_kube_client,
     build_kube_client_with, kube_config_for, plan_auth, resolve_default_namespace,
 };
-pub use file::{ConfigFileError, provider_block, read_provider_block};
+pub use file::{ConfigFileError, layer_from_config_value, provider_block, read_provider_block};
 pub use issues::{ConfigErrors, ConfigIssue, ConfigWarning, FieldOrigin, Origin};
 pub use layers::{FileLayer, TemplateOverrides};
 pub use model::{ALL_NAMESPACES, K8sProviderConfig, NamespaceScope, NamingConfig};

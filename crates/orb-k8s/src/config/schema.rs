@@ -179,11 +179,15 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     previous[b_chars.len()]
 }
 
-/// The candidate nearest to `key` by edit distance (first one on ties).
+/// The candidate nearest to `key`: candidates that extend or contain the key (a truncated
+/// name such as `pod_timeout`) come first, then the smallest edit distance, first on ties.
 pub fn closest<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    candidates
-        .into_iter()
-        .min_by_key(|c| edit_distance(&key.to_ascii_lowercase(), &c.to_ascii_lowercase()))
+    let key = key.to_ascii_lowercase();
+    candidates.into_iter().min_by_key(|candidate| {
+        let c = candidate.to_ascii_lowercase();
+        let related = key.len() >= 3 && (c.contains(&key) || key.starts_with(&c));
+        (!related, edit_distance(&key, &c))
+    })
 }
 
 #[cfg(test)]
@@ -233,5 +237,7 @@ mod tests {
         assert!(!keys_under(None).contains(&"prefix"));
         assert!(keys_under(Some("naming")).contains(&"uuid_chars"));
         assert_eq!(closest("namespase", keys_under(None)), Some("namespace"));
+        assert_eq!(closest("pod_timeout", keys_under(None)), Some("pod_timeout_seconds"));
+        assert_eq!(closest("watch", keys_under(None)), Some("watch_enabled"));
     }
 }
