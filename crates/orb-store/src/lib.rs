@@ -1,1 +1,136 @@
-//! orb-store
+//! orb-store: durable requests and machines in SQLite (default) or PostgreSQL.
+//!
+//! # Why sqlx's `Any` driver
+//! One code path serves both databases: the same portable SQL (`$n` placeholders, BIGINT
+//! epoch-microsecond timestamps, JSON as TEXT) runs on a SQLite file for a single broker and on
+//! PostgreSQL for several replicas, and one test suite exercises both. The price is giving up
+//! database-specific types (JSONB, TIMESTAMPTZ), which orb does not query into.
+//!
+//! # Guarantees
+//! - Migrations are embedded in the binary and run on open.
+//! - Every state change (a request plus the machines it touches) is one transaction: a crash
+//!   leaves either the old state or the new one.
+//! - Every row has a `version`. A write names the version it read; if another process wrote
+//!   in between, the write fails with [`StoreError::Conflict`] and nothing is changed.
+#![forbid(unsafe_code)]
+
+mod codec;
+mod error;
+mod machines;
+mod migrate;
+mod requests;
+
+use std::path::Path;
+
+use sqlx::AnyPool;
+use sqlx::any::AnyPoolOptions;
+
+pub use error::StoreError;
+pub use machines::MachineFilter;
+pub use requests::RequestFilter;
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A handle on the database; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// The default database file inside the work directory.
+pub const DEFAULT_SQLITE_FILE: &str = "orb.db";
+
+impl Store {
+    /// Opens `sqlite://…` or `postgres://…` (also `postgresql://…`) and applies migrations.
+    pub async fn open(url: &str) -> Result<Self> {
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else {
+            return Err(StoreError::UnsupportedUrl { url: redact(url) });
+        };
+        sqlx::any::install_default_drivers();
+        let max = match backend {
+            Backend::Sqlite => 1,
+            Backend::Postgres => 4,
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .connect(url)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: redact(url),
+                source,
+            })?;
+        if backend == Backend::Sqlite {
+            // WAL lets HostFactory's concurrent script processes read while one writes.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await
+                .map_err(StoreError::db("enable SQLite WAL journal"))?;
+        }
+        migrate::run(&pool).await?;
+        Ok(Self { pool, backend })
+    }
+
+    /// Opens (creating if needed) a SQLite database file, creating its directory too.
+    pub async fn open_sqlite_file(path: &Path) -> Result<Self> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+                path: parent.display().to_string(),
+                source,
+            })?;
+        }
+        Self::open(&sqlite_url(path)).await
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// `sqlite://<path>?mode=rwc` for a file path.
+pub fn sqlite_url(path: &Path) -> String {
+    format!("sqlite://{}?mode=rwc", path.display())
+}
+
+/// The URL with any password replaced, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let creds = &url[scheme_end + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://orb:s3cret@db:5432/orb"),
+            "postgres://orb:***@db:5432/orb"
+        );
+        assert_eq!(redact("sqlite:///tmp/orb.db"), "sqlite:///tmp/orb.db");
+        assert_eq!(redact("postgres://orb@db/orb"), "postgres://orb@db/orb");
+    }
+}

@@ -1,0 +1,228 @@
+//! Request rows, written together with the machines they touch.
+
+use orb_core::ids::RequestId;
+use orb_core::machine::Machine;
+use orb_core::request::{Request, RequestStatus, RequestType};
+use sqlx::any::{Any, AnyRow};
+use sqlx::{AssertSqlSafe, Transaction};
+
+use crate::codec::{RowReader, micros, opt_micros, to_json};
+use crate::machines::write_machines;
+use crate::{Result, Store, StoreError};
+
+const REQUEST_COLUMNS: &str = "request_id, request_type, template_id, provider_name, provider_type, \
+    provider_api, status, status_message, requested_count, fulfilled_count, failed_count, \
+    machine_ids, unknown_machines, resource_ids, provider_data, created_at, started_at, \
+    deadline_at, completed_at, last_transition_at, version";
+
+/// Which requests to list; empty/`None` fields match everything. Newest first.
+#[derive(Debug, Clone, Default)]
+pub struct RequestFilter {
+    pub request_type: Option<RequestType>,
+    pub statuses: Vec<RequestStatus>,
+    pub template_id: Option<String>,
+    pub limit: Option<u32>,
+}
+
+fn decode(row: &AnyRow) -> Result<Request> {
+    let r = RowReader::new(row, "request", "request_id");
+    let id = r.text("request_id")?;
+    Ok(Request {
+        request_id: RequestId::parse(&id).map_err(|e| StoreError::Corrupt {
+            entity: "request",
+            id: id.clone(),
+            message: e.to_string(),
+        })?,
+        request_type: r.parsed("request_type")?,
+        template_id: r.opt_text("template_id")?,
+        provider_name: r.text("provider_name")?,
+        provider_type: r.text("provider_type")?,
+        provider_api: r.opt_text("provider_api")?,
+        status: r.parsed("status")?,
+        status_message: r.opt_text("status_message")?,
+        requested_count: r.count("requested_count")?,
+        fulfilled_count: r.count("fulfilled_count")?,
+        failed_count: r.count("failed_count")?,
+        machine_ids: r.json("machine_ids")?,
+        unknown_machines: r.json("unknown_machines")?,
+        resource_ids: r.json("resource_ids")?,
+        provider_data: r.json("provider_data")?,
+        created_at: r.time("created_at")?,
+        started_at: r.opt_time("started_at")?,
+        deadline_at: r.opt_time("deadline_at")?,
+        completed_at: r.opt_time("completed_at")?,
+        last_transition_at: r.time("last_transition_at")?,
+        version: r.int("version")?,
+    })
+}
+
+async fn insert_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<()> {
+    let sql = format!(
+        "INSERT INTO requests ({REQUEST_COLUMNS}) VALUES \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
+    );
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(request.request_id.to_string())
+        .bind(request.request_type.as_str())
+        .bind(request.template_id.clone())
+        .bind(request.provider_name.clone())
+        .bind(request.provider_type.clone())
+        .bind(request.provider_api.clone())
+        .bind(request.status.as_str())
+        .bind(request.status_message.clone())
+        .bind(i64::from(request.requested_count))
+        .bind(i64::from(request.fulfilled_count))
+        .bind(i64::from(request.failed_count))
+        .bind(to_json(&request.machine_ids))
+        .bind(to_json(&request.unknown_machines))
+        .bind(to_json(&request.resource_ids))
+        .bind(to_json(&request.provider_data))
+        .bind(micros(request.created_at))
+        .bind(opt_micros(request.started_at))
+        .bind(opt_micros(request.deadline_at))
+        .bind(opt_micros(request.completed_at))
+        .bind(micros(request.last_transition_at))
+        .bind(request.version + 1)
+        .execute(&mut **tx)
+        .await
+        .map_err(|source| match &source {
+            sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::AlreadyExists {
+                entity: "request",
+                id: request.request_id.to_string(),
+            },
+            _ => StoreError::Database {
+                context: "insert a request",
+                source,
+            },
+        })?;
+    Ok(())
+}
+
+async fn update_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<()> {
+    let result = sqlx::query(
+        "UPDATE requests SET template_id = $1, provider_api = $2, status = $3, status_message = $4, \
+         requested_count = $5, fulfilled_count = $6, failed_count = $7, machine_ids = $8, \
+         unknown_machines = $9, resource_ids = $10, provider_data = $11, started_at = $12, \
+         deadline_at = $13, completed_at = $14, last_transition_at = $15, version = version + 1 \
+         WHERE request_id = $16 AND version = $17",
+    )
+    .bind(request.template_id.clone())
+    .bind(request.provider_api.clone())
+    .bind(request.status.as_str())
+    .bind(request.status_message.clone())
+    .bind(i64::from(request.requested_count))
+    .bind(i64::from(request.fulfilled_count))
+    .bind(i64::from(request.failed_count))
+    .bind(to_json(&request.machine_ids))
+    .bind(to_json(&request.unknown_machines))
+    .bind(to_json(&request.resource_ids))
+    .bind(to_json(&request.provider_data))
+    .bind(opt_micros(request.started_at))
+    .bind(opt_micros(request.deadline_at))
+    .bind(opt_micros(request.completed_at))
+    .bind(micros(request.last_transition_at))
+    .bind(request.request_id.to_string())
+    .bind(request.version)
+    .execute(&mut **tx)
+    .await
+    .map_err(StoreError::db("update a request"))?;
+    if result.rows_affected() == 0 {
+        return Err(StoreError::Conflict {
+            entity: "request",
+            id: request.request_id.to_string(),
+            expected_version: request.version,
+        });
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Stores a new request (its `version` must be 0) and writes `machines` in the same
+    /// transaction: new machines (version 0) are inserted, known ones updated if unchanged
+    /// since read. On success the versions in the arguments are bumped.
+    pub async fn insert_request(
+        &self,
+        request: &mut Request,
+        machines: &mut [Machine],
+    ) -> Result<()> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::db("begin a transaction"))?;
+        insert_row(&mut tx, request).await?;
+        write_machines(&mut tx, machines).await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("commit a new request"))?;
+        request.version += 1;
+        machines.iter_mut().for_each(|m| m.version += 1);
+        Ok(())
+    }
+
+    /// Writes a changed request and the machines it touched, atomically, failing with
+    /// [`StoreError::Conflict`] (and writing nothing) if any of them changed since read.
+    pub async fn update_request(
+        &self,
+        request: &mut Request,
+        machines: &mut [Machine],
+    ) -> Result<()> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::db("begin a transaction"))?;
+        update_row(&mut tx, request).await?;
+        write_machines(&mut tx, machines).await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("commit a request update"))?;
+        request.version += 1;
+        machines.iter_mut().for_each(|m| m.version += 1);
+        Ok(())
+    }
+
+    pub async fn get_request(&self, request_id: &RequestId) -> Result<Option<Request>> {
+        let sql = format!("SELECT {REQUEST_COLUMNS} FROM requests WHERE request_id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(request_id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::db("read a request"))?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    pub async fn list_requests(&self, filter: &RequestFilter) -> Result<Vec<Request>> {
+        let mut sql = format!("SELECT {REQUEST_COLUMNS} FROM requests WHERE 1 = 1");
+        let mut binds: Vec<String> = Vec::new();
+        if let Some(kind) = filter.request_type {
+            binds.push(kind.as_str().to_string());
+            sql.push_str(&format!(" AND request_type = ${}", binds.len()));
+        }
+        if let Some(template) = &filter.template_id {
+            binds.push(template.clone());
+            sql.push_str(&format!(" AND template_id = ${}", binds.len()));
+        }
+        if !filter.statuses.is_empty() {
+            let mut marks = Vec::new();
+            for status in &filter.statuses {
+                binds.push(status.as_str().to_string());
+                marks.push(format!("${}", binds.len()));
+            }
+            sql.push_str(&format!(" AND status IN ({})", marks.join(", ")));
+        }
+        sql.push_str(" ORDER BY created_at DESC, request_id");
+        if let Some(limit) = filter.limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+        }
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for value in binds {
+            query = query.bind(value);
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("list requests"))?;
+        rows.iter().map(decode).collect()
+    }
+}

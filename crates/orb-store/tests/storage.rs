@@ -1,0 +1,382 @@
+//! One storage suite, run on SQLite always and on PostgreSQL when `ORB_TEST_POSTGRES_URL`
+//! names a server (the CI script starts one). Every scenario uses fresh ids, so a shared
+//! PostgreSQL database can be reused between runs.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use orb_core::ids::RequestId;
+use orb_core::machine::{Machine, MachineStatus};
+use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_store::{MachineFilter, RequestFilter, Store, StoreError};
+use serde_json::json;
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_767_225_600 + secs).unwrap()
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+fn acquire(template: &str, created: i64) -> Request {
+    let mut r = Request::new(
+        RequestId::new_acquire(),
+        RequestType::Acquire,
+        Some(template.into()),
+        "kubernetes",
+        "k8s",
+        2,
+        at(created),
+    );
+    r.provider_api = Some("Pod".into());
+    r.provider_data = json!({"namespace": "batch", "pod_names": ["a", "b"]});
+    r
+}
+
+fn machine(request: &Request, name: &str, status: MachineStatus) -> Machine {
+    Machine {
+        machine_id: name.into(),
+        name: name.into(),
+        request_id: request.request_id.clone(),
+        return_request_id: None,
+        template_id: request.template_id.clone().unwrap(),
+        provider_name: "kubernetes".into(),
+        provider_api: Some("Pod".into()),
+        resource_id: Some(name.into()),
+        uid: Some(unique("uid")),
+        status,
+        status_reason: None,
+        private_ip: Some("10.1.2.3".into()),
+        public_ip: None,
+        launch_time: Some(at(5)),
+        instance_type: Some("k8s/Pod".into()),
+        price_type: None,
+        tags: BTreeMap::from([("team".into(), "hpc".into())]),
+        provider_data: json!({"node": "n1"}),
+        created_at: at(1),
+        updated_at: at(2),
+        version: 0,
+    }
+}
+
+async fn round_trip(store: &Store) {
+    let template = unique("tpl");
+    let mut request = acquire(&template, 0);
+    request.started_at = Some(at(1));
+    request.deadline_at = Some(at(301));
+    let mut machines = vec![
+        machine(&request, &unique("m"), MachineStatus::Running),
+        machine(&request, &unique("m"), MachineStatus::Pending),
+    ];
+    store
+        .insert_request(&mut request, &mut machines)
+        .await
+        .unwrap();
+    assert_eq!(request.version, 1);
+    let loaded = store
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded, request, "request round trip");
+    let stored = store
+        .list_machines(&MachineFilter {
+            request_id: Some(request.request_id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    machines.sort_by(|a, b| a.machine_id.cmp(&b.machine_id));
+    assert_eq!(
+        stored, machines,
+        "machines round trip, ordered by creation then id"
+    );
+    assert_eq!(
+        store.get_request(&RequestId::new_acquire()).await.unwrap(),
+        None,
+        "unknown ids read as None"
+    );
+}
+
+async fn stale_writes_conflict_and_change_nothing(store: &Store) {
+    let mut request = acquire(&unique("tpl"), 0);
+    store.insert_request(&mut request, &mut []).await.unwrap();
+    let mut first = store
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut second = first.clone();
+    first.status = RequestStatus::InProgress;
+    store.update_request(&mut first, &mut []).await.unwrap();
+    assert_eq!(first.version, 2);
+    second.status = RequestStatus::Cancelled;
+    let err = store
+        .update_request(&mut second, &mut [])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            StoreError::Conflict {
+                entity: "request",
+                expected_version: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("try again"));
+    let now = store
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now.status, RequestStatus::InProgress);
+    assert_eq!(now.version, 2);
+}
+
+async fn a_state_change_is_one_transaction(store: &Store) {
+    let mut request = acquire(&unique("tpl"), 0);
+    let name = unique("m");
+    let mut machines = vec![machine(&request, &name, MachineStatus::Pending)];
+    store
+        .insert_request(&mut request, &mut machines)
+        .await
+        .unwrap();
+    // Another process moves the machine on.
+    let mut other = machines.clone();
+    other[0].status = MachineStatus::Running;
+    store
+        .update_request(&mut request.clone(), &mut [])
+        .await
+        .unwrap();
+    let mut fresh = store
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut theirs = other.clone();
+    store.update_request(&mut fresh, &mut theirs).await.unwrap();
+    // Our stale copy of the machine must sink the whole change, request included.
+    let mut ours = store
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    ours.status = RequestStatus::Complete;
+    machines[0].status = MachineStatus::Failed;
+    let err = store
+        .update_request(&mut ours, &mut machines)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                entity: "machine",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let after = store
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.status, RequestStatus::Pending, "request rolled back");
+    assert_eq!(after.version, 3);
+    let stored = store
+        .find_machines(std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    assert_eq!(stored[0].status, MachineStatus::Running);
+}
+
+async fn duplicates_are_refused_whole(store: &Store) {
+    let mut request = acquire(&unique("tpl"), 0);
+    store.insert_request(&mut request, &mut []).await.unwrap();
+    let mut again = request.clone();
+    again.version = 0;
+    let orphan = unique("m");
+    let mut machines = vec![machine(&again, &orphan, MachineStatus::Pending)];
+    let err = store
+        .insert_request(&mut again, &mut machines)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::AlreadyExists {
+                entity: "request",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(store.find_machines(&[orphan]).await.unwrap().is_empty());
+}
+
+async fn lookups_and_filters(store: &Store) {
+    let template = unique("tpl");
+    let mut older = acquire(&template, 10);
+    older.status = RequestStatus::Complete;
+    let mut newer = acquire(&template, 20);
+    let live = unique("live");
+    let gone = unique("gone");
+    let mut machines = vec![
+        machine(&older, &live, MachineStatus::Running),
+        machine(&older, &gone, MachineStatus::Terminated),
+    ];
+    machines[0].name = format!("{live}.host");
+    store
+        .insert_request(&mut older, &mut machines)
+        .await
+        .unwrap();
+    store.insert_request(&mut newer, &mut []).await.unwrap();
+    let mut ret = Request::new(
+        RequestId::new_return(),
+        RequestType::Return,
+        None,
+        "kubernetes",
+        "k8s",
+        1,
+        at(30),
+    );
+    ret.machine_ids = vec![live.clone()];
+    machines[0].return_request_id = Some(ret.request_id.clone());
+    let mut touched = vec![machines[0].clone()];
+    store.insert_request(&mut ret, &mut touched).await.unwrap();
+
+    let listed = store
+        .list_requests(&RequestFilter {
+            template_id: Some(template.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<_> = listed.iter().map(|r| r.request_id.clone()).collect();
+    assert_eq!(
+        ids,
+        vec![newer.request_id.clone(), older.request_id.clone()],
+        "newest first"
+    );
+    let complete = store
+        .list_requests(&RequestFilter {
+            template_id: Some(template.clone()),
+            statuses: vec![RequestStatus::Complete, RequestStatus::Failed],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(complete.len(), 1);
+    let returns = store
+        .list_requests(&RequestFilter {
+            request_type: Some(RequestType::Return),
+            limit: Some(500),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(returns.iter().any(|r| r.request_id == ret.request_id));
+    assert!(
+        returns
+            .iter()
+            .all(|r| r.request_type == RequestType::Return)
+    );
+
+    let by_name = store
+        .find_machines(&[format!("{live}.host")])
+        .await
+        .unwrap();
+    assert_eq!(by_name.len(), 1, "found by name");
+    let by_id = store
+        .find_machines(&[live.clone(), unique("nobody")])
+        .await
+        .unwrap();
+    assert_eq!(by_id[0].machine_id, live, "found by id, unknown ignored");
+    assert_eq!(by_id[0].return_request_id.as_ref(), Some(&ret.request_id));
+
+    let live_of_template = store
+        .list_machines(&MachineFilter {
+            live_only: true,
+            template_id: Some(template.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(live_of_template.len(), 1);
+    let not_returning = store
+        .list_machines(&MachineFilter {
+            live_only: true,
+            not_returning: true,
+            template_id: Some(template.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(not_returning.is_empty());
+    let in_return = store
+        .list_machines(&MachineFilter {
+            return_request_id: Some(ret.request_id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(in_return.len(), 1);
+}
+
+async fn whole_suite(store: &Store) {
+    round_trip(store).await;
+    stale_writes_conflict_and_change_nothing(store).await;
+    a_state_change_is_one_transaction(store).await;
+    duplicates_are_refused_whole(store).await;
+    lookups_and_filters(store).await;
+}
+
+#[tokio::test]
+async fn storage_suite_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/orb.db");
+    let store = Store::open_sqlite_file(&path).await.unwrap();
+    whole_suite(&store).await;
+    store.close().await;
+    // Reopening runs migrations again (a no-op) and finds the data.
+    let store = Store::open_sqlite_file(&path).await.unwrap();
+    let all = store
+        .list_requests(&RequestFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        all.len(),
+        7,
+        "every request written by the suite survived a reopen"
+    );
+}
+
+#[tokio::test]
+async fn storage_suite_on_postgres() {
+    let Ok(url) = std::env::var("ORB_TEST_POSTGRES_URL") else {
+        eprintln!(
+            "skipped: ORB_TEST_POSTGRES_URL unset (set it to a postgres:// URL to run this suite)"
+        );
+        return;
+    };
+    let store = Store::open(&url).await.unwrap();
+    assert_eq!(store.backend(), orb_store::Backend::Postgres);
+    whole_suite(&store).await;
+}
+
+#[tokio::test]
+async fn unsupported_urls_are_explained() {
+    let err = Store::open("mysql://db/orb").await.unwrap_err().to_string();
+    assert!(
+        err.contains("sqlite://") && err.contains("postgres://"),
+        "{err}"
+    );
+}
