@@ -15,3 +15,4 @@ pub mod pdb;
 pub mod resolve;
 pub mod validation;
 pub mod windows;
+pub mod workload_api;
