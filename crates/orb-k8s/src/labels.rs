@@ -59,11 +59,19 @@ impl LabelKeys {
 
     /// Selector string for one request's objects.
     pub fn request_selector(&self, request_id: &str) -> String {
-        format!("{},{}={request_id}", self.managed_selector(), self.request_id())
+        format!(
+            "{},{}={request_id}",
+            self.managed_selector(),
+            self.request_id()
+        )
     }
 
     /// `matchLabels` of a Deployment/StatefulSet/Job created for a request.
-    pub fn controller_selector(&self, request_id: &str, kind: ResourceKind) -> BTreeMap<String, String> {
+    pub fn controller_selector(
+        &self,
+        request_id: &str,
+        kind: ResourceKind,
+    ) -> BTreeMap<String, String> {
         BTreeMap::from([
             (self.request_id(), request_id.to_string()),
             (self.provider_api(), kind.as_str().to_string()),
@@ -113,13 +121,24 @@ pub fn orb_labels(
     let keys = LabelKeys::new(label_prefix);
     let mut labels = BTreeMap::new();
     labels.insert(keys.managed(), "true".to_string());
-    check_value(&keys.request_id(), values.request_id, "request ids must be label-safe")?;
+    check_value(
+        &keys.request_id(),
+        values.request_id,
+        "request ids must be label-safe",
+    )?;
     labels.insert(keys.request_id(), values.request_id.to_string());
     if let Some(machine_id) = values.machine_id {
-        check_value(&keys.machine_id(), machine_id, "machine ids are pod names and must be label-safe")?;
+        check_value(
+            &keys.machine_id(),
+            machine_id,
+            "machine ids are pod names and must be label-safe",
+        )?;
         labels.insert(keys.machine_id(), machine_id.to_string());
     }
-    labels.insert(keys.provider_api(), values.provider_api.as_str().to_string());
+    labels.insert(
+        keys.provider_api(),
+        values.provider_api.as_str().to_string(),
+    );
     if let Some(template_id) = values.template_id {
         check_value(
             &keys.template_id(),
@@ -129,7 +148,10 @@ pub fn orb_labels(
         labels.insert(keys.template_id(), template_id.to_string());
     }
     if emit_legacy_labels {
-        labels.insert(LEGACY_REQUEST_ID_LABEL.to_string(), values.request_id.to_string());
+        labels.insert(
+            LEGACY_REQUEST_ID_LABEL.to_string(),
+            values.request_id.to_string(),
+        );
     }
     Ok(labels)
 }
@@ -180,7 +202,11 @@ pub fn validate_template_labels(template: &BTreeMap<String, String>) -> Vec<Labe
                 fix: "use a key like \"team\" or \"example.com/team\"".into(),
             });
         }
-        if let Err(err) = check_value(key, value, "use at most 63 letters, digits, '-', '_' or '.'") {
+        if let Err(err) = check_value(
+            key,
+            value,
+            "use at most 63 letters, digits, '-', '_' or '.'",
+        ) {
             errors.push(err);
         }
     }
@@ -203,7 +229,10 @@ mod tests {
     }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -225,7 +254,10 @@ mod tests {
     #[test]
     fn custom_prefix_applies_to_every_key_and_legacy_can_be_switched_off() {
         let labels = orb_labels("orb.example.com", false, &values(None)).unwrap();
-        assert!(labels.keys().all(|k| k.starts_with("orb.example.com/")), "{labels:?}");
+        assert!(
+            labels.keys().all(|k| k.starts_with("orb.example.com/")),
+            "{labels:?}"
+        );
         assert!(!labels.contains_key(LEGACY_REQUEST_ID_LABEL));
         assert_eq!(labels["orb.example.com/provider-api"], "Pod");
     }

@@ -144,7 +144,11 @@ pub fn uuid_segment(request_id: &str, uuid_chars: u32) -> Result<String, NamingE
     Ok(hex[..needed].to_string())
 }
 
-fn within_budget(naming: &NamingConfig, kind: ResourceKind, name: String) -> Result<String, NamingError> {
+fn within_budget(
+    naming: &NamingConfig,
+    kind: ResourceKind,
+    name: String,
+) -> Result<String, NamingError> {
     let budget = naming.budget(kind);
     if name.len() > budget as usize {
         return Err(NamingError::TooLong { kind, name, budget });
@@ -173,8 +177,14 @@ pub fn pod_name(naming: &NamingConfig, request_id: &str, seq: u32) -> Result<Str
 }
 
 /// Names for pods `0..count` of a request.
-pub fn pod_names(naming: &NamingConfig, request_id: &str, count: u32) -> Result<Vec<String>, NamingError> {
-    (0..count).map(|seq| pod_name(naming, request_id, seq)).collect()
+pub fn pod_names(
+    naming: &NamingConfig,
+    request_id: &str,
+    count: u32,
+) -> Result<Vec<String>, NamingError> {
+    (0..count)
+        .map(|seq| pod_name(naming, request_id, seq))
+        .collect()
 }
 
 /// A kind whose longest generated name would not fit its budget.
@@ -216,7 +226,10 @@ pub fn budget_overflows(naming: &NamingConfig) -> Vec<BudgetOverflow> {
                     1 + POD_SEQUENCE_SUFFIX_LEN,
                     format!("prefix {prefix_len} + '-' + {uuid_chars} uuid chars + '-0000'"),
                 ),
-                _ => (1, format!("prefix {prefix_len} + '-' + {uuid_chars} uuid chars")),
+                _ => (
+                    1,
+                    format!("prefix {prefix_len} + '-' + {uuid_chars} uuid chars"),
+                ),
             };
             let name_len = prefix_len + fixed_len + uuid_chars;
             let budget = naming.budget(kind);
@@ -272,7 +285,11 @@ mod tests {
         let names = pod_names(&naming("orb", 8), REQ, 3).unwrap();
         assert_eq!(
             names,
-            vec!["orb-fe4cda5c-0000", "orb-fe4cda5c-0001", "orb-fe4cda5c-0002"]
+            vec![
+                "orb-fe4cda5c-0000",
+                "orb-fe4cda5c-0001",
+                "orb-fe4cda5c-0002"
+            ]
         );
     }
 

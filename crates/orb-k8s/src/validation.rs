@@ -232,6 +232,9 @@ mod tests {
     #[test]
     fn problems_name_the_length_that_was_found() {
         let problems = dns1123_label_problems(&"a".repeat(70));
-        assert_eq!(problems, vec!["must be no more than 63 characters (has 70)"]);
+        assert_eq!(
+            problems,
+            vec!["must be no more than 63 characters (has 70)"]
+        );
     }
 }

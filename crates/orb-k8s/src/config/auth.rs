@@ -112,7 +112,9 @@ pub enum AuthError {
         source_setting: KubeconfigSource,
         error: KubeconfigError,
     },
-    #[error("context {context:?} cannot be used: {error}; pick one listed by `kubectl config get-contexts` and set it in context (ORB_K8S_CONTEXT)")]
+    #[error(
+        "context {context:?} cannot be used: {error}; pick one listed by `kubectl config get-contexts` and set it in context (ORB_K8S_CONTEXT)"
+    )]
     Context {
         context: String,
         error: KubeconfigError,
@@ -122,7 +124,9 @@ pub enum AuthError {
         paths: Vec<PathBuf>,
         error: KubeconfigError,
     },
-    #[error("in-cluster auth failed: {0}; check KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT and the service-account mount, or set in_cluster=false")]
+    #[error(
+        "in-cluster auth failed: {0}; check KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT and the service-account mount, or set in_cluster=false"
+    )]
     InCluster(#[source] InClusterError),
     #[error("cannot build the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
@@ -159,7 +163,10 @@ pub fn plan_auth(cfg: &K8sProviderConfig, env: &AuthEnvironment) -> Result<AuthP
     {
         (paths, KubeconfigSource::KubeconfigEnv)
     } else if let Some(home) = &env.home_dir {
-        (vec![home.join(".kube").join("config")], KubeconfigSource::HomeDefault)
+        (
+            vec![home.join(".kube").join("config")],
+            KubeconfigSource::HomeDefault,
+        )
     } else {
         return Err(AuthError::NoKubeconfig);
     };
@@ -209,10 +216,12 @@ pub async fn kube_config_for(plan: &AuthPlan, namespace: &str) -> Result<Config,
             Config::from_custom_kubeconfig(merged, &options)
                 .await
                 .map_err(|error| match (context, error) {
-                    (Some(context), error @ KubeconfigError::LoadContext(_)) => AuthError::Context {
-                        context: context.clone(),
-                        error,
-                    },
+                    (Some(context), error @ KubeconfigError::LoadContext(_)) => {
+                        AuthError::Context {
+                            context: context.clone(),
+                            error,
+                        }
+                    }
                     (_, error) => AuthError::Kubeconfig {
                         paths: paths.clone(),
                         error,
@@ -256,7 +265,11 @@ mod tests {
         }
     }
 
-    fn cfg(in_cluster: Option<bool>, path: Option<&str>, context: Option<&str>) -> K8sProviderConfig {
+    fn cfg(
+        in_cluster: Option<bool>,
+        path: Option<&str>,
+        context: Option<&str>,
+    ) -> K8sProviderConfig {
         K8sProviderConfig {
             in_cluster,
             kubeconfig_path: path.map(PathBuf::from),
@@ -290,7 +303,11 @@ mod tests {
         kubeconfig(&["/k/a", "/k/b"], KubeconfigSource::KubeconfigEnv, None))]
     #[case::empty_kubeconfig_env_falls_back_to_home(cfg(None, None, None), env(Some(""), Some("/home/u"), false),
         kubeconfig(&["/home/u/.kube/config"], KubeconfigSource::HomeDefault, None))]
-    fn decision_matrix(#[case] cfg: K8sProviderConfig, #[case] env: AuthEnvironment, #[case] expected: AuthPlan) {
+    fn decision_matrix(
+        #[case] cfg: K8sProviderConfig,
+        #[case] env: AuthEnvironment,
+        #[case] expected: AuthPlan,
+    ) {
         assert_eq!(plan_auth(&cfg, &env).unwrap(), expected);
     }
 
@@ -298,7 +315,10 @@ mod tests {
     fn forcing_in_cluster_outside_a_pod_is_an_error_with_the_fix() {
         let err = plan_auth(&cfg(Some(true), None, None), &env(None, None, false)).unwrap_err();
         let text = err.to_string();
-        assert!(text.starts_with("in_cluster=true but /var/run/secrets/kubernetes.io does not exist"), "{text}");
+        assert!(
+            text.starts_with("in_cluster=true but /var/run/secrets/kubernetes.io does not exist"),
+            "{text}"
+        );
         assert!(text.contains("ORB_K8S_IN_CLUSTER=false"), "{text}");
     }
 
@@ -312,7 +332,11 @@ mod tests {
     #[case::in_cluster_uses_service_account(AuthPlan::InCluster { forced: false }, true, "orb-system")]
     #[case::in_cluster_without_namespace_file(AuthPlan::InCluster { forced: false }, false, "default")]
     #[case::kubeconfig_uses_default(kubeconfig(&["/k"], KubeconfigSource::ConfigField, None), true, "default")]
-    fn default_namespace_when_unset(#[case] plan: AuthPlan, #[case] sa_file: bool, #[case] expected: &str) {
+    fn default_namespace_when_unset(
+        #[case] plan: AuthPlan,
+        #[case] sa_file: bool,
+        #[case] expected: &str,
+    ) {
         let mut env = env(None, None, true);
         if !sa_file {
             env.service_account_namespace = None;
@@ -327,7 +351,10 @@ mod tests {
         std::fs::write(dir.path().join("serviceaccount/namespace"), "team-a\n").unwrap();
         let detected = AuthEnvironment::detect_at(dir.path());
         assert!(detected.sentinel_present);
-        assert_eq!(detected.service_account_namespace.as_deref(), Some("team-a"));
+        assert_eq!(
+            detected.service_account_namespace.as_deref(),
+            Some("team-a")
+        );
         let absent = AuthEnvironment::detect_at(&dir.path().join("missing"));
         assert!(!absent.sentinel_present);
         assert_eq!(absent.service_account_namespace, None);
@@ -379,7 +406,10 @@ contexts:
         };
         let err = kube_config_for(&plan, "orb").await.unwrap_err();
         let text = err.to_string();
-        assert!(text.starts_with("context \"staging\" cannot be used"), "{text}");
+        assert!(
+            text.starts_with("context \"staging\" cannot be used"),
+            "{text}"
+        );
         assert!(text.contains("ORB_K8S_CONTEXT"), "{text}");
     }
 
@@ -391,6 +421,11 @@ contexts:
             context: None,
         };
         let text = kube_config_for(&plan, "orb").await.unwrap_err().to_string();
-        assert!(text.starts_with("cannot load kubeconfig /nonexistent/kubeconfig (chosen by KUBECONFIG)"), "{text}");
+        assert!(
+            text.starts_with(
+                "cannot load kubeconfig /nonexistent/kubeconfig (chosen by KUBECONFIG)"
+            ),
+            "{text}"
+        );
     }
 }

@@ -122,16 +122,10 @@ fn coerce_uint(raw: &Raw, min: u64, max: u64) -> Result<Value, Refusal> {
         ));
     };
     if number < 0.0 {
-        return Err(refuse(
-            format!("{} is negative", show(raw)),
-            range_fix,
-        ));
+        return Err(refuse(format!("{} is negative", show(raw)), range_fix));
     }
     if number < min as f64 || number > max as f64 {
-        return Err(refuse(
-            format!("{} is out of range", show(raw)),
-            range_fix,
-        ));
+        return Err(refuse(format!("{} is out of range", show(raw)), range_fix));
     }
     Ok(Value::from(number as u64))
 }
@@ -212,7 +206,10 @@ fn coerce_tolerations(raw: &Raw) -> Result<Value, Refusal> {
             )
         })?;
         normalised.push(serde_json::to_value(toleration).map_err(|e| {
-            refuse(format!("entry {index} cannot be stored: {e}"), "report this bug")
+            refuse(
+                format!("entry {index} cannot be stored: {e}"),
+                "report this bug",
+            )
         })?);
     }
     Ok(Value::Array(normalised))

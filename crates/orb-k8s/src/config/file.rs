@@ -115,7 +115,10 @@ pub fn provider_block<'a>(
         Some(other) => return Err(not_object("providers".into(), other)),
         None => {}
     }
-    if let Some(list) = document.pointer("/provider/providers").and_then(Value::as_array) {
+    if let Some(list) = document
+        .pointer("/provider/providers")
+        .and_then(Value::as_array)
+    {
         search_list(list, "provider.providers", name, &mut names, &mut entry);
     }
 
@@ -180,7 +183,10 @@ mod tests {
     fn seed_layout_drops_entry_keys() {
         let doc = json!({"providers": {"k8s": {"provider_type": "k8s", "namespace": "orb"}}});
         let layer = provider_block(path(), &doc, "k8s").unwrap().unwrap();
-        assert_eq!(layer.block, *json!({"namespace": "orb"}).as_object().unwrap());
+        assert_eq!(
+            layer.block,
+            *json!({"namespace": "orb"}).as_object().unwrap()
+        );
     }
 
     #[test]
@@ -190,7 +196,10 @@ mod tests {
             {"name": "k8s", "type": "k8s", "enabled": true, "config": {"context": "prod"}}
         ]}});
         let layer = provider_block(path(), &doc, "k8s").unwrap().unwrap();
-        assert_eq!(layer.block, *json!({"context": "prod"}).as_object().unwrap());
+        assert_eq!(
+            layer.block,
+            *json!({"context": "prod"}).as_object().unwrap()
+        );
     }
 
     #[test]
@@ -199,14 +208,22 @@ mod tests {
             {"name": "k8s", "type": "k8s", "config": {"namespace": "orb"}}
         ]});
         let layer = provider_block(path(), &doc, "k8s").unwrap().unwrap();
-        assert_eq!(layer.block, *json!({"namespace": "orb"}).as_object().unwrap());
+        assert_eq!(
+            layer.block,
+            *json!({"namespace": "orb"}).as_object().unwrap()
+        );
     }
 
     #[test]
     fn an_already_parsed_config_value_becomes_a_layer() {
         let layer = layer_from_config_value(path(), &json!({"context": "dev"})).unwrap();
         assert_eq!(layer.block["context"], "dev");
-        assert!(layer_from_config_value(path(), &Value::Null).unwrap().block.is_empty());
+        assert!(
+            layer_from_config_value(path(), &Value::Null)
+                .unwrap()
+                .block
+                .is_empty()
+        );
         assert!(layer_from_config_value(path(), &json!("x")).is_err());
     }
 
@@ -223,13 +240,19 @@ mod tests {
 
     #[test]
     fn a_file_without_providers_contributes_nothing() {
-        assert_eq!(provider_block(path(), &json!({"version": 2}), "k8s").unwrap(), None);
+        assert_eq!(
+            provider_block(path(), &json!({"version": 2}), "k8s").unwrap(),
+            None
+        );
     }
 
     #[test]
     fn a_non_object_entry_is_refused() {
         let err = provider_block(path(), &json!({"providers": {"k8s": []}}), "k8s").unwrap_err();
-        assert!(err.to_string().contains("providers.k8s must be a JSON object, found a list"));
+        assert!(
+            err.to_string()
+                .contains("providers.k8s must be a JSON object, found a list")
+        );
     }
 
     #[test]
@@ -237,7 +260,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("config.json");
         let err = read_provider_block(&missing, "k8s").unwrap_err();
-        assert!(err.to_string().starts_with(&format!("cannot read {}", missing.display())));
+        assert!(
+            err.to_string()
+                .starts_with(&format!("cannot read {}", missing.display()))
+        );
     }
 
     #[test]

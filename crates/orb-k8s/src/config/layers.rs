@@ -215,7 +215,9 @@ pub(crate) fn flatten_env(env: &BTreeMap<String, String>) -> Flattened {
                         raw: Raw::Text(text.clone()),
                         origin,
                     }),
-                    (None, Some(spec)) if spec.kind == FieldKind::StringMap && !second.is_empty() => {
+                    (None, Some(spec))
+                        if spec.kind == FieldKind::StringMap && !second.is_empty() =>
+                    {
                         out.assignments.push(Assignment {
                             target: Target::MapEntry(spec, second.clone()),
                             raw: Raw::Text(text.clone()),
@@ -280,7 +282,11 @@ mod tests {
         assert!(flat.issues.is_empty(), "{:?}", flat.issues);
         assert_eq!(
             paths(&flat),
-            vec!["default_node_selector.node_type", "naming.prefix", "namespace"]
+            vec![
+                "default_node_selector.node_type",
+                "naming.prefix",
+                "namespace"
+            ]
         );
     }
 
@@ -288,7 +294,10 @@ mod tests {
     fn json_env_values_for_objects_expand_per_key() {
         let flat = flatten_env(&env(&[
             ("ORB_K8S_NAMING", r#"{"prefix":"x","uuid_chars":12}"#),
-            ("ORB_K8S_DEFAULT_NODE_SELECTOR", r#"{"kubernetes.io/arch":"amd64"}"#),
+            (
+                "ORB_K8S_DEFAULT_NODE_SELECTOR",
+                r#"{"kubernetes.io/arch":"amd64"}"#,
+            ),
         ]));
         assert!(flat.issues.is_empty(), "{:?}", flat.issues);
         assert_eq!(
@@ -305,8 +314,14 @@ mod tests {
     fn unknown_env_var_names_the_closest_variable_and_hides_the_value() {
         let flat = flatten_env(&env(&[("ORB_K8S_NAMESAPCE", "s3cr3t-value")]));
         let text = flat.issues[0].to_string();
-        assert!(text.contains("unknown environment variable ORB_K8S_NAMESAPCE"), "{text}");
-        assert!(text.contains("closest valid variable is ORB_K8S_NAMESPACE"), "{text}");
+        assert!(
+            text.contains("unknown environment variable ORB_K8S_NAMESAPCE"),
+            "{text}"
+        );
+        assert!(
+            text.contains("closest valid variable is ORB_K8S_NAMESPACE"),
+            "{text}"
+        );
         assert!(!text.contains("s3cr3t-value"), "{text}");
     }
 
@@ -335,7 +350,11 @@ mod tests {
         );
         assert_eq!(out.issues.len(), 1);
         assert_eq!(out.issues[0].problem, "unknown key 'naming.prefx'");
-        assert!(out.issues[0].fix.starts_with("the closest valid key is 'naming.prefix'"));
+        assert!(
+            out.issues[0]
+                .fix
+                .starts_with("the closest valid key is 'naming.prefix'")
+        );
         assert_eq!(paths(&out), vec!["namespace"]);
     }
 }

@@ -3,13 +3,22 @@
 //! every value, validation that reports every problem with its source and fix, auth decisions
 //! and the `orb config show` renderer.
 //!
-//! Typical use:
-//! ```ignore
-//! let file = config::read_provider_block(&config_json, "k8s")?;
-//! let layers = config::ConfigLayers::new(file, std::env::vars());
-//! let resolved = layers.resolve(None)?;            // provider-wide
+//! Typical use (compiled, not run):
+//! ```no_run
+//! # async fn demo(overrides: orb_k8s::config::TemplateOverrides) -> Result<(), Box<dyn std::error::Error>> {
+//! use orb_k8s::config::{self, ConfigLayers, OutputFormat};
+//! let file = config::read_provider_block("/etc/orb/config.json".as_ref(), "k8s")?;
+//! let layers = ConfigLayers::new(file, std::env::vars());
+//! let resolved = layers.resolve(None)?; // provider-wide; every problem at once
+//! for warning in &resolved.warnings {
+//!     eprintln!("WARNING: {warning}");
+//! }
 //! let per_template = resolved.for_template(&overrides)?;
+//! print!("{}", config::render_effective(&per_template, OutputFormat::Table, true));
 //! let client = config::build_kube_client(&resolved.config).await?;
+//! # let _ = client;
+//! # Ok(())
+//! # }
 //! ```
 
 pub mod auth;

@@ -103,7 +103,10 @@ mod tests {
     use rstest::rstest;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn tol(key: &str, effect: &str, value: Option<&str>) -> Toleration {
@@ -129,7 +132,10 @@ mod tests {
         #[case] template: Option<BTreeMap<String, String>>,
         #[case] expected: Option<BTreeMap<String, String>>,
     ) {
-        assert_eq!(merge_node_selector(defaults.as_ref(), template.as_ref()), expected);
+        assert_eq!(
+            merge_node_selector(defaults.as_ref(), template.as_ref()),
+            expected
+        );
     }
 
     #[test]
@@ -139,19 +145,31 @@ mod tests {
             Some(&[tol("gpu", "NoSchedule", None)]),
         )
         .unwrap();
-        assert_eq!(merged, vec![tol("gpu", "NoSchedule", None), tol("orb", "NoSchedule", None)]);
+        assert_eq!(
+            merged,
+            vec![
+                tol("gpu", "NoSchedule", None),
+                tol("orb", "NoSchedule", None)
+            ]
+        );
     }
 
     #[test]
     fn a_template_toleration_for_the_same_taint_replaces_the_default() {
         let merged = merge_tolerations(
-            Some(&[tol("orb", "NoSchedule", None), tol("spot", "NoExecute", None)]),
+            Some(&[
+                tol("orb", "NoSchedule", None),
+                tol("spot", "NoExecute", None),
+            ]),
             Some(&[tol("orb", "NoSchedule", Some("batch"))]),
         )
         .unwrap();
         assert_eq!(
             merged,
-            vec![tol("orb", "NoSchedule", Some("batch")), tol("spot", "NoExecute", None)]
+            vec![
+                tol("orb", "NoSchedule", Some("batch")),
+                tol("spot", "NoExecute", None)
+            ]
         );
     }
 
@@ -169,7 +187,10 @@ mod tests {
             template.map(|v| v.into_iter().map(str::to_string).collect());
         let expected: Option<Vec<String>> =
             expected.map(|v| v.into_iter().map(str::to_string).collect());
-        assert_eq!(merge_image_pull_secrets(default, template.as_deref()), expected);
+        assert_eq!(
+            merge_image_pull_secrets(default, template.as_deref()),
+            expected
+        );
     }
 
     #[test]
@@ -182,10 +203,15 @@ mod tests {
         };
         let placed = apply_pod_defaults(&cfg, &PodPlacement::default());
         assert_eq!(placed.node_selector, Some(map(&[("workload", "orb")])));
-        assert_eq!(placed.tolerations, Some(vec![tol("orb", "NoSchedule", None)]));
+        assert_eq!(
+            placed.tolerations,
+            Some(vec![tol("orb", "NoSchedule", None)])
+        );
         assert_eq!(
             placed.image_pull_secret_refs(),
-            Some(vec![LocalObjectReference { name: "orb-registry".into() }])
+            Some(vec![LocalObjectReference {
+                name: "orb-registry".into()
+            }])
         );
     }
 }

@@ -8,7 +8,8 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{Map, Value, json};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
 
 use super::issues::Origin;
 use super::resolve::ResolvedConfig;
@@ -44,7 +45,9 @@ fn rows(resolved: &ResolvedConfig, expand_maps: bool) -> Vec<Row> {
     for spec in schema::FIELDS {
         let value = field_value(&whole, spec);
         match (&value, spec.kind) {
-            (Value::Object(entries), FieldKind::StringMap) if expand_maps && !entries.is_empty() => {
+            (Value::Object(entries), FieldKind::StringMap)
+                if expand_maps && !entries.is_empty() =>
+            {
                 for (key, entry) in entries {
                     let path = format!("{}.{key}", spec.path);
                     let origin = resolved.origin_of(&path).clone();
@@ -65,32 +68,59 @@ fn rows(resolved: &ResolvedConfig, expand_maps: bool) -> Vec<Row> {
     out
 }
 
-/// Nests rows back into the config's shape (`naming.prefix` under `naming`), wrapping each
-/// leaf as `{"value": …, "origin": …}` when `with_origin`.
-fn nested(resolved: &ResolvedConfig, with_origin: bool) -> Value {
-    let mut root = Map::new();
-    for row in rows(resolved, with_origin) {
-        let leaf = if with_origin {
-            json!({ "value": row.value, "origin": row.origin })
-        } else {
-            row.value
-        };
-        // Schema paths nest one level at most (`naming.prefix`, `default_node_selector.<key>`).
-        match row.path.split_once('.') {
-            None => {
-                root.insert(row.path, leaf);
-            }
-            Some((head, tail)) => {
-                let child = root
-                    .entry(head.to_string())
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if let Value::Object(map) = child {
-                    map.insert(tail.to_string(), leaf);
+/// A JSON/YAML document whose keys keep seed order whatever serde_json's map ordering is.
+enum Node {
+    Leaf(Value),
+    Origin(Origin),
+    Group(Vec<(String, Node)>),
+}
+
+impl Serialize for Node {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Leaf(value) => value.serialize(serializer),
+            Self::Origin(origin) => origin.serialize(serializer),
+            Self::Group(entries) => {
+                let mut map = serializer.serialize_map(Some(entries.len()))?;
+                for (key, node) in entries {
+                    map.serialize_entry(key, node)?;
                 }
+                map.end()
             }
         }
     }
-    Value::Object(root)
+}
+
+/// Nests rows back into the config's shape (`naming.prefix` under `naming`), wrapping each
+/// leaf as `{"value": …, "origin": …}` when `with_origin`.
+fn nested(resolved: &ResolvedConfig, with_origin: bool) -> Node {
+    let mut root: Vec<(String, Node)> = Vec::new();
+    for row in rows(resolved, with_origin) {
+        let leaf = if with_origin {
+            Node::Group(vec![
+                ("value".to_string(), Node::Leaf(row.value)),
+                ("origin".to_string(), Node::Origin(row.origin)),
+            ])
+        } else {
+            Node::Leaf(row.value)
+        };
+        // Schema paths nest one level at most (`naming.prefix`, `default_node_selector.<key>`).
+        let Some((head, tail)) = row.path.split_once('.') else {
+            root.push((row.path, leaf));
+            continue;
+        };
+        let index = match root.iter().position(|(k, _)| k == head) {
+            Some(index) => index,
+            None => {
+                root.push((head.to_string(), Node::Group(Vec::new())));
+                root.len() - 1
+            }
+        };
+        if let Node::Group(entries) = &mut root[index].1 {
+            entries.push((tail.to_string(), leaf));
+        }
+    }
+    Node::Group(root)
 }
 
 fn cell(value: &Value) -> String {
@@ -145,7 +175,11 @@ fn table(resolved: &ResolvedConfig, with_origin: bool) -> String {
 
 /// Renders the effective config. With `with_origin`, every value says where it came from
 /// (default, file path, env var, template id). Output ends with a newline.
-pub fn render_effective(resolved: &ResolvedConfig, format: OutputFormat, with_origin: bool) -> String {
+pub fn render_effective(
+    resolved: &ResolvedConfig,
+    format: OutputFormat,
+    with_origin: bool,
+) -> String {
     match format {
         OutputFormat::Table => table(resolved, with_origin),
         OutputFormat::Json => {

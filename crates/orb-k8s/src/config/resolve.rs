@@ -126,7 +126,14 @@ impl Effective {
         }
     }
 
-    fn apply(&mut self, Assignment { target, raw, origin }: Assignment) {
+    fn apply(
+        &mut self,
+        Assignment {
+            target,
+            raw,
+            origin,
+        }: Assignment,
+    ) {
         let path = target.path();
         let kind = match &target {
             Target::Field(spec) => spec.kind,

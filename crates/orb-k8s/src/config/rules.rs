@@ -31,7 +31,13 @@ pub(crate) struct Findings {
 }
 
 impl Findings {
-    fn issue(&mut self, origins: &Origins<'_>, path: &str, problem: String, fix: impl Into<String>) {
+    fn issue(
+        &mut self,
+        origins: &Origins<'_>,
+        path: &str,
+        problem: String,
+        fix: impl Into<String>,
+    ) {
         self.issues
             .push(ConfigIssue::new(path, origins.of(path), problem, fix));
     }
@@ -101,7 +107,10 @@ fn check_namespaces(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut 
             found.issue(
                 origins,
                 "namespace",
-                format!("{ns:?} is not a valid namespace name: it {}", problems.join(" and ")),
+                format!(
+                    "{ns:?} is not a valid namespace name: it {}",
+                    problems.join(" and ")
+                ),
                 namespace_fix(ns),
             );
         }
@@ -134,7 +143,10 @@ fn check_namespaces(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut 
             found.issue(
                 origins,
                 "namespaces",
-                format!("entry {ns:?} is not a valid namespace name: it {}", problems.join(" and ")),
+                format!(
+                    "entry {ns:?} is not a valid namespace name: it {}",
+                    problems.join(" and ")
+                ),
                 namespace_fix(ns),
             );
         }
@@ -183,7 +195,10 @@ fn check_labels_and_pod_defaults(
             found.issue(
                 origins,
                 &path,
-                format!("{key:?} is not a valid label key: {}", key_problems.join(" and ")),
+                format!(
+                    "{key:?} is not a valid label key: {}",
+                    key_problems.join(" and ")
+                ),
                 "use a node label key such as \"workload\" or \"kubernetes.io/arch\"",
             );
         }
@@ -192,7 +207,10 @@ fn check_labels_and_pod_defaults(
             found.issue(
                 origins,
                 &path,
-                format!("{value:?} is not a valid label value: it {}", value_problems.join(" and ")),
+                format!(
+                    "{value:?} is not a valid label value: it {}",
+                    value_problems.join(" and ")
+                ),
                 "use at most 63 letters, digits, '-', '_' or '.'",
             );
         }
@@ -204,7 +222,9 @@ fn check_labels_and_pod_defaults(
         let value_set = !toleration.value.as_deref().unwrap_or("").is_empty();
         let mut problems = Vec::new();
         if !matches!(operator, "Equal" | "Exists") {
-            problems.push(format!("operator {operator:?} must be \"Equal\" or \"Exists\""));
+            problems.push(format!(
+                "operator {operator:?} must be \"Equal\" or \"Exists\""
+            ));
         }
         if !matches!(effect, "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
             problems.push(format!(
@@ -242,11 +262,7 @@ fn check_labels_and_pod_defaults(
     }
 }
 
-fn check_timing_and_versions(
-    cfg: &K8sProviderConfig,
-    origins: &Origins<'_>,
-    found: &mut Findings,
-) {
+fn check_timing_and_versions(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut Findings) {
     if let Err(err) = KubernetesVersion::parse(&cfg.min_kubernetes_version) {
         found.issue(
             origins,
@@ -281,7 +297,10 @@ fn check_naming(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut Find
                 prefix.len(),
                 naming::MAX_PREFIX_LEN
             ),
-            format!("shorten it to at most {} characters", naming::MAX_PREFIX_LEN),
+            format!(
+                "shorten it to at most {} characters",
+                naming::MAX_PREFIX_LEN
+            ),
         );
     }
     if !validation::is_dns1123_label(prefix) {
@@ -311,11 +330,7 @@ fn check_naming(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut Find
             ],
             problem: format!(
                 "{} names would be {} characters ({}), over the {} budget of {}",
-                overflow.kind,
-                overflow.name_len,
-                overflow.shape,
-                overflow.kind,
-                overflow.budget
+                overflow.kind, overflow.name_len, overflow.shape, overflow.kind, overflow.budget
             ),
             fix,
         });

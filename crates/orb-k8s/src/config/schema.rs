@@ -89,7 +89,11 @@ pub const FIELDS: &[FieldSpec] = &[
     field("emit_legacy_labels", FieldKind::Bool, LABELS),
     field("default_node_selector", FieldKind::StringMap, POD_DEFAULTS),
     field("default_tolerations", FieldKind::Tolerations, POD_DEFAULTS),
-    field("default_image_pull_secret", FieldKind::OptionalString, POD_DEFAULTS),
+    field(
+        "default_image_pull_secret",
+        FieldKind::OptionalString,
+        POD_DEFAULTS,
+    ),
     field("pod_timeout_seconds", POSITIVE_SECONDS, TIMING),
     field("delete_timed_out_pods", FieldKind::Bool, TIMING),
     field("stale_cache_timeout_seconds", SECONDS, TIMING),
@@ -118,7 +122,11 @@ pub const FIELDS: &[FieldSpec] = &[
         },
         RESILIENCE,
     ),
-    field("circuit_breaker_reset_timeout", POSITIVE_SECONDS, RESILIENCE),
+    field(
+        "circuit_breaker_reset_timeout",
+        POSITIVE_SECONDS,
+        RESILIENCE,
+    ),
     field(
         "max_retries",
         FieldKind::UInt {
@@ -127,12 +135,20 @@ pub const FIELDS: &[FieldSpec] = &[
         },
         RESILIENCE,
     ),
-    field("retry_base_delay", FieldKind::Float { min: 0.0 }, RESILIENCE),
+    field(
+        "retry_base_delay",
+        FieldKind::Float { min: 0.0 },
+        RESILIENCE,
+    ),
     field("retry_max_delay", FieldKind::Float { min: 0.0 }, RESILIENCE),
     field("metrics_enabled", FieldKind::Bool, OBSERVABILITY),
     field("native_spec_enabled", FieldKind::Bool, NATIVE_SPEC),
     field("naming.prefix", FieldKind::String, NAMING),
-    field("naming.uuid_chars", FieldKind::UInt { min: 8, max: 32 }, NAMING),
+    field(
+        "naming.uuid_chars",
+        FieldKind::UInt { min: 8, max: 32 },
+        NAMING,
+    ),
     field("naming.max_pod_name_len", NAME_BUDGET, NAMING),
     field("naming.max_deployment_name_len", NAME_BUDGET, NAMING),
     field("naming.max_statefulset_name_len", NAME_BUDGET, NAMING),
@@ -237,7 +253,10 @@ mod tests {
         assert!(!keys_under(None).contains(&"prefix"));
         assert!(keys_under(Some("naming")).contains(&"uuid_chars"));
         assert_eq!(closest("namespase", keys_under(None)), Some("namespace"));
-        assert_eq!(closest("pod_timeout", keys_under(None)), Some("pod_timeout_seconds"));
+        assert_eq!(
+            closest("pod_timeout", keys_under(None)),
+            Some("pod_timeout_seconds")
+        );
         assert_eq!(closest("watch", keys_under(None)), Some("watch_enabled"));
     }
 }

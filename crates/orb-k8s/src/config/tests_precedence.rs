@@ -42,11 +42,41 @@ pub(super) fn resolve(
 #[rstest]
 #[case::default_only(None, None, None, None, Origin::Default)]
 #[case::file_only(Some("file-ns"), None, None, Some("file-ns"), Origin::file(FILE))]
-#[case::env_only(None, Some("env-ns"), None, Some("env-ns"), Origin::env("ORB_K8S_NAMESPACE"))]
-#[case::env_beats_file(Some("file-ns"), Some("env-ns"), None, Some("env-ns"), Origin::env("ORB_K8S_NAMESPACE"))]
-#[case::template_beats_env(Some("file-ns"), Some("env-ns"), Some("tpl-ns"), Some("tpl-ns"), Origin::template("tpl-1"))]
-#[case::template_beats_file(Some("file-ns"), None, Some("tpl-ns"), Some("tpl-ns"), Origin::template("tpl-1"))]
-#[case::empty_env_unsets_the_file_value(Some("file-ns"), Some(""), None, None, Origin::env("ORB_K8S_NAMESPACE"))]
+#[case::env_only(
+    None,
+    Some("env-ns"),
+    None,
+    Some("env-ns"),
+    Origin::env("ORB_K8S_NAMESPACE")
+)]
+#[case::env_beats_file(
+    Some("file-ns"),
+    Some("env-ns"),
+    None,
+    Some("env-ns"),
+    Origin::env("ORB_K8S_NAMESPACE")
+)]
+#[case::template_beats_env(
+    Some("file-ns"),
+    Some("env-ns"),
+    Some("tpl-ns"),
+    Some("tpl-ns"),
+    Origin::template("tpl-1")
+)]
+#[case::template_beats_file(
+    Some("file-ns"),
+    None,
+    Some("tpl-ns"),
+    Some("tpl-ns"),
+    Origin::template("tpl-1")
+)]
+#[case::empty_env_unsets_the_file_value(
+    Some("file-ns"),
+    Some(""),
+    None,
+    None,
+    Origin::env("ORB_K8S_NAMESPACE")
+)]
 fn namespace_precedence(
     #[case] file_ns: Option<&str>,
     #[case] env_ns: Option<&str>,
@@ -55,7 +85,10 @@ fn namespace_precedence(
     #[case] expected_origin: Origin,
 ) {
     let file = file_ns.map(|ns| json!({ "namespace": ns }));
-    let env_pairs: Vec<(&str, &str)> = env_ns.map(|ns| ("ORB_K8S_NAMESPACE", ns)).into_iter().collect();
+    let env_pairs: Vec<(&str, &str)> = env_ns
+        .map(|ns| ("ORB_K8S_NAMESPACE", ns))
+        .into_iter()
+        .collect();
     let overrides = template_ns.map(|ns| template("tpl-1", json!({ "namespace": ns })));
     let resolved = resolve(file, &env_pairs, overrides).unwrap();
     assert_eq!(resolved.config.namespace.as_deref(), expected);
@@ -80,7 +113,10 @@ fn node_selector_merges_key_by_key_across_all_three_sources() {
     let resolved = resolve(
         Some(json!({"default_node_selector": {"workload": "orb", "zone": "a"}})),
         &[("ORB_K8S_DEFAULT_NODE_SELECTOR__NODE_TYPE", "compute")],
-        Some(template("gpu", json!({"default_node_selector": {"workload": "gpu"}}))),
+        Some(template(
+            "gpu",
+            json!({"default_node_selector": {"workload": "gpu"}}),
+        )),
     )
     .unwrap();
     let selector = resolved.config.default_node_selector.clone().unwrap();
@@ -96,8 +132,14 @@ fn node_selector_merges_key_by_key_across_all_three_sources() {
         resolved.origin_of("default_node_selector.node_type"),
         &Origin::env("ORB_K8S_DEFAULT_NODE_SELECTOR__NODE_TYPE")
     );
-    assert_eq!(resolved.origin_of("default_node_selector.workload"), &Origin::template("gpu"));
-    assert_eq!(resolved.origin_of("default_node_selector.zone"), &Origin::file(FILE));
+    assert_eq!(
+        resolved.origin_of("default_node_selector.workload"),
+        &Origin::template("gpu")
+    );
+    assert_eq!(
+        resolved.origin_of("default_node_selector.zone"),
+        &Origin::file(FILE)
+    );
 }
 
 #[test]
@@ -109,8 +151,15 @@ fn a_null_map_in_a_later_source_clears_the_earlier_entries() {
     )
     .unwrap();
     assert_eq!(resolved.config.default_node_selector, None);
-    assert!(!resolved.origins.contains_key("default_node_selector.workload"));
-    assert_eq!(resolved.origin_of("default_node_selector"), &Origin::template("t"));
+    assert!(
+        !resolved
+            .origins
+            .contains_key("default_node_selector.workload")
+    );
+    assert_eq!(
+        resolved.origin_of("default_node_selector"),
+        &Origin::template("t")
+    );
 }
 
 #[test]
@@ -134,9 +183,15 @@ fn nested_naming_fields_keep_separate_origins() {
     .unwrap();
     assert_eq!(resolved.config.naming.prefix, "my-orb");
     assert_eq!(resolved.config.naming.uuid_chars, 12);
-    assert_eq!(resolved.origin_of("naming.prefix"), &Origin::env("ORB_K8S_NAMING__PREFIX"));
+    assert_eq!(
+        resolved.origin_of("naming.prefix"),
+        &Origin::env("ORB_K8S_NAMING__PREFIX")
+    );
     assert_eq!(resolved.origin_of("naming.uuid_chars"), &Origin::file(FILE));
-    assert_eq!(resolved.origin_of("naming.max_job_name_len"), &Origin::Default);
+    assert_eq!(
+        resolved.origin_of("naming.max_job_name_len"),
+        &Origin::Default
+    );
 }
 
 #[test]
@@ -152,7 +207,10 @@ fn for_template_reuses_file_and_env_and_leaves_the_base_untouched() {
         .unwrap();
     assert_eq!(per_template.config.namespace.as_deref(), Some("orb"));
     assert_eq!(per_template.config.pod_timeout_seconds, 900);
-    assert_eq!(per_template.origin_of("pod_timeout_seconds"), &Origin::template("batch"));
+    assert_eq!(
+        per_template.origin_of("pod_timeout_seconds"),
+        &Origin::template("batch")
+    );
     assert_eq!(base.config.pod_timeout_seconds, 240);
 }
 
@@ -160,7 +218,12 @@ fn for_template_reuses_file_and_env_and_leaves_the_base_untouched() {
 fn every_leaf_has_an_origin() {
     let resolved = resolve(None, &[], None).unwrap();
     for spec in schema::FIELDS {
-        assert_eq!(resolved.origin_of(spec.path), &Origin::Default, "{}", spec.path);
+        assert_eq!(
+            resolved.origin_of(spec.path),
+            &Origin::Default,
+            "{}",
+            spec.path
+        );
         assert!(resolved.origins.contains_key(spec.path), "{}", spec.path);
     }
     assert_eq!(resolved.config, K8sProviderConfig::default());
@@ -168,7 +231,12 @@ fn every_leaf_has_an_origin() {
 
 #[test]
 fn unrelated_env_vars_are_ignored() {
-    let resolved = resolve(None, &[("HOME", "/root"), ("ORB_CONFIG_DIR", "/etc/orb")], None).unwrap();
+    let resolved = resolve(
+        None,
+        &[("HOME", "/root"), ("ORB_CONFIG_DIR", "/etc/orb")],
+        None,
+    )
+    .unwrap();
     assert_eq!(resolved.config, K8sProviderConfig::default());
     assert!(resolved.layers().env.is_empty());
 }

@@ -13,11 +13,17 @@ fn only_issue(result: Result<ResolvedConfig, ConfigErrors>) -> String {
 }
 
 fn assert_message(message: &str, starts_with: &str, problem: &str, fix: &str) {
-    assert!(message.starts_with(starts_with), "{message:?}\nshould start with {starts_with:?}");
+    assert!(
+        message.starts_with(starts_with),
+        "{message:?}\nshould start with {starts_with:?}"
+    );
     let (got_problem, got_fix) = message
         .split_once("; fix: ")
         .expect("every message carries a fix");
-    assert!(got_problem.contains(problem), "{message:?}\nshould say {problem:?}");
+    assert!(
+        got_problem.contains(problem),
+        "{message:?}\nshould say {problem:?}"
+    );
     assert!(got_fix.contains(fix), "{message:?}\nfix should say {fix:?}");
 }
 
@@ -125,30 +131,85 @@ fn each_rule_names_field_source_and_fix(
     #[case] problem: &str,
     #[case] fix: &str,
 ) {
-    assert_message(&only_issue(resolve(Some(block), &[], None)), starts_with, problem, fix);
+    assert_message(
+        &only_issue(resolve(Some(block), &[], None)),
+        starts_with,
+        problem,
+        fix,
+    );
 }
 
 #[rstest]
-#[case::env_bool("ORB_K8S_EMIT_LEGACY_LABELS", "nope",
-    "emit_legacy_labels (from env ORB_K8S_EMIT_LEGACY_LABELS)", "\"nope\" is not a boolean", "write true or false")]
-#[case::env_number("ORB_K8S_MAX_RETRIES", "three",
-    "max_retries (from env ORB_K8S_MAX_RETRIES)", "\"three\" is not a whole number", "at least 0")]
-#[case::env_negative("ORB_K8S_POD_TIMEOUT_SECONDS", "-30",
-    "pod_timeout_seconds (from env ORB_K8S_POD_TIMEOUT_SECONDS)", "\"-30\" is negative", "at least 1")]
-#[case::env_list_not_json("ORB_K8S_NAMESPACES", "team-a,team-b",
-    "namespaces (from env ORB_K8S_NAMESPACES)", "\"team-a,team-b\" is not valid JSON", "'[\"team-a\",\"team-b\"]'")]
-#[case::env_label_prefix("ORB_K8S_LABEL_PREFIX", "orb.io/",
-    "label_prefix (from env ORB_K8S_LABEL_PREFIX)", "\"orb.io/\" is not a valid RFC 1123 subdomain", "orb.example.com")]
-#[case::env_naming_prefix("ORB_K8S_NAMING__PREFIX", "ORB",
-    "naming.prefix (from env ORB_K8S_NAMING__PREFIX)", "\"ORB\" is not a valid DNS-1123 label segment", "\"my-orb\"")]
-#[case::env_unknown("ORB_K8S_POD_TIMEOUT", "30",
-    "ORB_K8S_POD_TIMEOUT (from env ORB_K8S_POD_TIMEOUT)", "unknown environment variable ORB_K8S_POD_TIMEOUT", "the closest valid variable is ORB_K8S_POD_TIMEOUT_SECONDS")]
-#[case::env_unknown_nested("ORB_K8S_NAMING__PREFIXX", "x",
-    "ORB_K8S_NAMING__PREFIXX (from env", "unknown environment variable", "ORB_K8S_NAMING__PREFIX")]
-#[case::env_naming_not_json("ORB_K8S_NAMING", "my-orb",
-    "naming (from env ORB_K8S_NAMING)", "\"my-orb\" is not a JSON object", "ORB_K8S_NAMING__<FIELD>")]
-#[case::env_version("ORB_K8S_MIN_KUBERNETES_VERSION", "1",
-    "min_kubernetes_version (from env ORB_K8S_MIN_KUBERNETES_VERSION)", "\"1\" cannot be parsed", "MAJOR.MINOR")]
+#[case::env_bool(
+    "ORB_K8S_EMIT_LEGACY_LABELS",
+    "nope",
+    "emit_legacy_labels (from env ORB_K8S_EMIT_LEGACY_LABELS)",
+    "\"nope\" is not a boolean",
+    "write true or false"
+)]
+#[case::env_number(
+    "ORB_K8S_MAX_RETRIES",
+    "three",
+    "max_retries (from env ORB_K8S_MAX_RETRIES)",
+    "\"three\" is not a whole number",
+    "at least 0"
+)]
+#[case::env_negative(
+    "ORB_K8S_POD_TIMEOUT_SECONDS",
+    "-30",
+    "pod_timeout_seconds (from env ORB_K8S_POD_TIMEOUT_SECONDS)",
+    "\"-30\" is negative",
+    "at least 1"
+)]
+#[case::env_list_not_json(
+    "ORB_K8S_NAMESPACES",
+    "team-a,team-b",
+    "namespaces (from env ORB_K8S_NAMESPACES)",
+    "\"team-a,team-b\" is not valid JSON",
+    "'[\"team-a\",\"team-b\"]'"
+)]
+#[case::env_label_prefix(
+    "ORB_K8S_LABEL_PREFIX",
+    "orb.io/",
+    "label_prefix (from env ORB_K8S_LABEL_PREFIX)",
+    "\"orb.io/\" is not a valid RFC 1123 subdomain",
+    "orb.example.com"
+)]
+#[case::env_naming_prefix(
+    "ORB_K8S_NAMING__PREFIX",
+    "ORB",
+    "naming.prefix (from env ORB_K8S_NAMING__PREFIX)",
+    "\"ORB\" is not a valid DNS-1123 label segment",
+    "\"my-orb\""
+)]
+#[case::env_unknown(
+    "ORB_K8S_POD_TIMEOUT",
+    "30",
+    "ORB_K8S_POD_TIMEOUT (from env ORB_K8S_POD_TIMEOUT)",
+    "unknown environment variable ORB_K8S_POD_TIMEOUT",
+    "the closest valid variable is ORB_K8S_POD_TIMEOUT_SECONDS"
+)]
+#[case::env_unknown_nested(
+    "ORB_K8S_NAMING__PREFIXX",
+    "x",
+    "ORB_K8S_NAMING__PREFIXX (from env",
+    "unknown environment variable",
+    "ORB_K8S_NAMING__PREFIX"
+)]
+#[case::env_naming_not_json(
+    "ORB_K8S_NAMING",
+    "my-orb",
+    "naming (from env ORB_K8S_NAMING)",
+    "\"my-orb\" is not a JSON object",
+    "ORB_K8S_NAMING__<FIELD>"
+)]
+#[case::env_version(
+    "ORB_K8S_MIN_KUBERNETES_VERSION",
+    "1",
+    "min_kubernetes_version (from env ORB_K8S_MIN_KUBERNETES_VERSION)",
+    "\"1\" cannot be parsed",
+    "MAJOR.MINOR"
+)]
 fn env_errors_name_the_variable(
     #[case] var: &str,
     #[case] value: &str,
@@ -156,7 +217,12 @@ fn env_errors_name_the_variable(
     #[case] problem: &str,
     #[case] fix: &str,
 ) {
-    assert_message(&only_issue(resolve(None, &[(var, value)], None)), starts_with, problem, fix);
+    assert_message(
+        &only_issue(resolve(None, &[(var, value)], None)),
+        starts_with,
+        problem,
+        fix,
+    );
 }
 
 #[rstest]
@@ -178,7 +244,10 @@ fn template_errors_name_the_template(
 fn every_problem_is_reported_not_just_the_first() {
     let errors = resolve(
         Some(json!({"label_prefix": "Bad Prefix", "namespaces": []})),
-        &[("ORB_K8S_MAX_RETRIES", "-1"), ("ORB_K8S_NAMING__UUID_CHARS", "4")],
+        &[
+            ("ORB_K8S_MAX_RETRIES", "-1"),
+            ("ORB_K8S_NAMING__UUID_CHARS", "4"),
+        ],
         Some(template("t1", json!({"watch_enabld": true}))),
     )
     .unwrap_err();
@@ -189,10 +258,20 @@ fn every_problem_is_reported_not_just_the_first() {
         .collect();
     assert_eq!(
         fields,
-        vec!["max_retries", "naming.uuid_chars", "watch_enabld", "namespaces", "label_prefix"],
+        vec![
+            "max_retries",
+            "naming.uuid_chars",
+            "watch_enabld",
+            "namespaces",
+            "label_prefix"
+        ],
         "{errors}"
     );
-    assert!(errors.to_string().starts_with("invalid Kubernetes provider configuration (5 problems):"));
+    assert!(
+        errors
+            .to_string()
+            .starts_with("invalid Kubernetes provider configuration (5 problems):")
+    );
 }
 
 #[test]
@@ -219,7 +298,8 @@ fn warnings_for(block: Value) -> Vec<String> {
 
 #[test]
 fn native_spec_without_reject_mode_loads_with_a_loud_warning() {
-    let warnings = warnings_for(json!({"native_spec_enabled": true, "reject_high_risk_pod_fields": false}));
+    let warnings =
+        warnings_for(json!({"native_spec_enabled": true, "reject_high_risk_pod_fields": false}));
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].starts_with(
         "native_spec_enabled (from file /etc/orb/config.json) and reject_high_risk_pod_fields (from file /etc/orb/config.json): SECURITY:"

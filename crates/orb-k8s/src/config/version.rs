@@ -10,7 +10,9 @@ pub struct KubernetesVersion {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{value:?} is not a Kubernetes version; write MAJOR.MINOR such as \"1.28\" (a leading 'v' and a patch number are accepted)")]
+#[error(
+    "{value:?} is not a Kubernetes version; write MAJOR.MINOR such as \"1.28\" (a leading 'v' and a patch number are accepted)"
+)]
 pub struct VersionError {
     pub value: String,
 }
@@ -79,7 +81,9 @@ mod tests {
     #[case::four_parts("1.2.3.4", None)]
     #[case::bad_patch("1.28.x", None)]
     fn parse(#[case] value: &str, #[case] expected: Option<(u32, u32)>) {
-        let got = KubernetesVersion::parse(value).ok().map(|v| (v.major, v.minor));
+        let got = KubernetesVersion::parse(value)
+            .ok()
+            .map(|v| (v.major, v.minor));
         assert_eq!(got, expected);
     }
 
@@ -88,6 +92,8 @@ mod tests {
         let server = KubernetesVersion::from_server_info("1", "28+").unwrap();
         let min = KubernetesVersion::parse("1.28").unwrap();
         assert!(server >= min);
-        assert!(KubernetesVersion::parse("1.9").unwrap() < KubernetesVersion::parse("1.10").unwrap());
+        assert!(
+            KubernetesVersion::parse("1.9").unwrap() < KubernetesVersion::parse("1.10").unwrap()
+        );
     }
 }
