@@ -248,6 +248,26 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_page_documents_every_field_and_variable() {
+        let page = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/configuration.md"
+        ));
+        for spec in FIELDS {
+            assert!(
+                page.contains(&format!("`{}`", spec.path)),
+                "{} undocumented",
+                spec.path
+            );
+            assert!(
+                page.contains(&spec.env_var()),
+                "{} undocumented",
+                spec.env_var()
+            );
+        }
+    }
+
+    #[test]
     fn keys_under_lists_top_level_and_nested_keys() {
         assert!(keys_under(None).contains(&"naming"));
         assert!(!keys_under(None).contains(&"prefix"));
