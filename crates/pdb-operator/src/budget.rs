@@ -59,9 +59,13 @@ impl BudgetValue {
             IntOrString::String(s) => {
                 let digits = s
                     .strip_suffix('%')
-                    .filter(|d| !d.is_empty() && d.len() <= 3 && d.bytes().all(|b| b.is_ascii_digit()))
+                    .filter(|d| {
+                        !d.is_empty() && d.len() <= 3 && d.bytes().all(|b| b.is_ascii_digit())
+                    })
                     .ok_or_else(|| BudgetValueError::NotAPercentage(s.clone()))?;
-                let p: u32 = digits.parse().map_err(|_| BudgetValueError::NotAPercentage(s.clone()))?;
+                let p: u32 = digits
+                    .parse()
+                    .map_err(|_| BudgetValueError::NotAPercentage(s.clone()))?;
                 if p > 100 {
                     return Err(BudgetValueError::PercentAbove100(s.clone()));
                 }
@@ -140,7 +144,10 @@ pub fn clamp_pod_budget(rule: BudgetRule, n: u32) -> PodBudget {
                 let why = format!(
                     "{rule} over {n} pods would block every voluntary eviction; wrote minAvailable {safe} so one pod can be drained"
                 );
-                (BudgetRule::MinAvailable(BudgetValue::Count(safe)), Some(why))
+                (
+                    BudgetRule::MinAvailable(BudgetValue::Count(safe)),
+                    Some(why),
+                )
             } else {
                 (rule, None)
             }
@@ -149,7 +156,8 @@ pub fn clamp_pod_budget(rule: BudgetRule, n: u32) -> PodBudget {
             let allowed = v.pods_of(n);
             if allowed == 0 {
                 steps.push(step("raised to", 1));
-                let why = format!("{rule} would block every voluntary eviction; wrote maxUnavailable 1");
+                let why =
+                    format!("{rule} would block every voluntary eviction; wrote maxUnavailable 1");
                 (BudgetRule::MaxUnavailable(BudgetValue::Count(1)), Some(why))
             } else {
                 (rule, None)
@@ -175,8 +183,8 @@ pub fn min_available_pods(rule: BudgetRule, n: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rstest::rstest;
     use BudgetValue::{Count, Percent};
+    use rstest::rstest;
 
     fn min(v: BudgetValue) -> BudgetRule {
         BudgetRule::MinAvailable(v)
@@ -228,7 +236,10 @@ mod tests {
     #[case::over(IntOrString::String("120%".into()), Err(BudgetValueError::PercentAbove100("120%".into())))]
     #[case::junk(IntOrString::String("garbage".into()), Err(BudgetValueError::NotAPercentage("garbage".into())))]
     #[case::empty_percent(IntOrString::String("%".into()), Err(BudgetValueError::NotAPercentage("%".into())))]
-    fn parsing_custom_values(#[case] input: IntOrString, #[case] want: Result<BudgetValue, BudgetValueError>) {
+    fn parsing_custom_values(
+        #[case] input: IntOrString,
+        #[case] want: Result<BudgetValue, BudgetValueError>,
+    ) {
         assert_eq!(BudgetValue::from_int_or_string(&input), want);
     }
 

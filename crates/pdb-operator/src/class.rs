@@ -8,7 +8,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// How much of a workload must stay up during voluntary disruptions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum AvailabilityClass {
     NonCritical,
@@ -100,7 +102,9 @@ impl FromStr for AvailabilityClass {
 }
 
 /// What a workload does; `security` raises non-critical to 50% and standard to 75%.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum WorkloadFunction {
     Core,
@@ -141,7 +145,9 @@ impl FromStr for WorkloadFunction {
     }
 }
 
-const SECURITY_HINTS: [&str; 7] = ["auth", "security", "identity", "keycloak", "oauth", "jwt", "rbac"];
+const SECURITY_HINTS: [&str; 7] = [
+    "auth", "security", "identity", "keycloak", "oauth", "jwt", "rbac",
+];
 const MANAGEMENT_HINTS: [&str; 5] = ["operator", "controller", "manager", "webhook", "admission"];
 
 /// Function guessed from the object name; used only on the policy path when the
@@ -171,9 +177,17 @@ mod tests {
     #[case::ha_management(AvailabilityClass::HighAvailability, WorkloadFunction::Management, 75)]
     #[case::ha_security(AvailabilityClass::HighAvailability, WorkloadFunction::Security, 75)]
     #[case::mission_critical(AvailabilityClass::MissionCritical, WorkloadFunction::Core, 90)]
-    #[case::mission_critical_security(AvailabilityClass::MissionCritical, WorkloadFunction::Security, 90)]
+    #[case::mission_critical_security(
+        AvailabilityClass::MissionCritical,
+        WorkloadFunction::Security,
+        90
+    )]
     #[case::custom_without_config(AvailabilityClass::Custom, WorkloadFunction::Core, 50)]
-    fn class_percentages(#[case] class: AvailabilityClass, #[case] f: WorkloadFunction, #[case] pct: u32) {
+    fn class_percentages(
+        #[case] class: AvailabilityClass,
+        #[case] f: WorkloadFunction,
+        #[case] pct: u32,
+    ) {
         assert_eq!(class.min_available_percent(f), pct);
     }
 
@@ -189,7 +203,9 @@ mod tests {
 
     #[test]
     fn parse_rejects_unknown_class_with_the_allowed_list() {
-        let err = "super-duper-critical".parse::<AvailabilityClass>().unwrap_err();
+        let err = "super-duper-critical"
+            .parse::<AvailabilityClass>()
+            .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("invalid availability class"), "{msg}");
         assert!(msg.contains("must be one of: non-critical"), "{msg}");

@@ -60,7 +60,11 @@ pub struct PDBPolicySpec {
     pub maintenance_windows: Vec<MaintenanceWindow>,
 
     /// Budget for the custom class; unhealthyPodEvictionPolicy applies to every class.
-    #[serde(rename = "customPDBConfig", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "customPDBConfig",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub custom_pdb_config: Option<CustomPdbConfig>,
 
     /// Accepted for compatibility and ignored: a PDB is never written for fewer than 2 replicas.

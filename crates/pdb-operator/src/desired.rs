@@ -104,11 +104,20 @@ pub struct WorkloadView {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ViewError {
     #[error("{kind} has no metadata.{field}; only objects read from the API server can be managed")]
-    MissingMetadata { kind: &'static str, field: &'static str },
+    MissingMetadata {
+        kind: &'static str,
+        field: &'static str,
+    },
 }
 
-fn meta_of(kind: WorkloadKind, m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Result<(WorkloadMeta, String), ViewError> {
-    let missing = |field| ViewError::MissingMetadata { kind: kind.kind(), field };
+fn meta_of(
+    kind: WorkloadKind,
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<(WorkloadMeta, String), ViewError> {
+    let missing = |field| ViewError::MissingMetadata {
+        kind: kind.kind(),
+        field,
+    };
     Ok((
         WorkloadMeta {
             namespace: m.namespace.clone().ok_or_else(|| missing("namespace"))?,
@@ -129,7 +138,12 @@ impl WorkloadView {
             uid,
             replicas: spec.replicas,
             selector: spec.selector.clone(),
-            pod_labels: spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default(),
+            pod_labels: spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.clone())
+                .unwrap_or_default(),
             terminating: d.metadata.deletion_timestamp.is_some(),
             meta,
         })
@@ -143,7 +157,12 @@ impl WorkloadView {
             uid,
             replicas: spec.replicas,
             selector: spec.selector.clone(),
-            pod_labels: spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default(),
+            pod_labels: spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.clone())
+                .unwrap_or_default(),
             terminating: s.metadata.deletion_timestamp.is_some(),
             meta,
         })
@@ -194,7 +213,10 @@ impl DesiredPdb {
             )),
             (true, true, false) => Some(EventNote::normal(
                 reasons::MAINTENANCE_WINDOW_ENDED,
-                format!("Maintenance window ended: budget restored ({})", self.budget),
+                format!(
+                    "Maintenance window ended: budget restored ({})",
+                    self.budget
+                ),
             )),
             _ => None,
         }
@@ -220,13 +242,17 @@ pub struct NoPdb {
 
 /// What the reconcile loop should do.
 #[derive(Clone, Debug, PartialEq)]
-#[allow(clippy::large_enum_variant)]
 pub enum Decision {
-    Apply(DesiredPdb),
+    Apply(Box<DesiredPdb>),
     NoPdb(NoPdb),
 }
 
-pub(crate) fn no_pdb(event: Option<EventNote>, resolved_events: Vec<EventNote>, cause: &'static str, steps: Vec<Step>) -> Decision {
+pub(crate) fn no_pdb(
+    event: Option<EventNote>,
+    resolved_events: Vec<EventNote>,
+    cause: &'static str,
+    steps: Vec<Step>,
+) -> Decision {
     Decision::NoPdb(NoPdb {
         event,
         events: resolved_events,
@@ -238,20 +264,32 @@ pub(crate) fn no_pdb(event: Option<EventNote>, resolved_events: Vec<EventNote>, 
 }
 
 /// Resolution shared by every kind: `Err` carries the `<Kind>Unmanaged` decision.
-pub(crate) fn resolve_or_unmanaged(kind: WorkloadKind, meta: &WorkloadMeta, policies: &Policies<'_>) -> Result<(EffectiveConfig, Vec<EventNote>, Vec<Step>), Decision> {
+pub(crate) fn resolve_or_unmanaged(
+    kind: WorkloadKind,
+    meta: &WorkloadMeta,
+    policies: &Policies<'_>,
+) -> Result<(EffectiveConfig, Vec<EventNote>, Vec<Step>), Box<Decision>> {
     let candidates = policy_refs(policies.namespaced, policies.cluster);
-    let Resolved { config, events, steps } = resolve_configuration(meta, &candidates, policies.legacy_cross_namespace);
+    let Resolved {
+        config,
+        events,
+        steps,
+    } = resolve_configuration(meta, &candidates, policies.legacy_cross_namespace);
     match config {
         Some(c) => Ok((c, events, steps)),
-        None => Err(no_pdb(
+        None => Err(Box::new(no_pdb(
             Some(EventNote::normal(
                 kind.unmanaged_reason(),
-                format!("{} {} has no availability configuration", kind.kind(), meta.name),
+                format!(
+                    "{} {} has no availability configuration",
+                    kind.kind(),
+                    meta.name
+                ),
             )),
             events,
             "unmanaged",
             steps,
-        )),
+        ))),
     }
 }
 
@@ -263,17 +301,19 @@ pub(crate) fn finish(
     budget: BudgetRule,
     selector: LabelSelector,
     now: Timestamp,
-    mut events: Vec<EventNote>,
-    mut steps: Vec<Step>,
+    (mut events, mut steps): (Vec<EventNote>, Vec<Step>),
 ) -> Decision {
     let windows = collect_windows(meta, &config, &mut events);
     let window = evaluate_windows(&windows, now);
     if window.open {
-        steps.push(step("maintenance window", "open: minAvailable 0 while it lasts"));
+        steps.push(step(
+            "maintenance window",
+            "open: minAvailable 0 while it lasts",
+        ));
     }
     let pdb = build_pdb(owner, meta, &config, budget, selector, &window);
     let requeue_after = window.requeue_after(now);
-    Decision::Apply(DesiredPdb {
+    Decision::Apply(Box::new(DesiredPdb {
         pdb,
         config,
         budget,
@@ -282,13 +322,17 @@ pub(crate) fn finish(
         events,
         steps,
         requeue_after,
-    })
+    }))
 }
 
 /// Desired PDB for a Deployment or StatefulSet (order of note §9 "Ours"): terminating → nothing;
 /// LWS-owned StatefulSet → remove ours; no configuration → `<Kind>Unmanaged`; replicas < 2 →
 /// `<Kind>Skipped`; otherwise class/custom budget, drain clamp, window, PDB.
-pub fn desired_pdb_for_workload(view: &WorkloadView, policies: &Policies<'_>, now: Timestamp) -> Decision {
+pub fn desired_pdb_for_workload(
+    view: &WorkloadView,
+    policies: &Policies<'_>,
+    now: Timestamp,
+) -> Decision {
     if view.terminating {
         return Decision::NoPdb(NoPdb {
             event: None,
@@ -296,15 +340,26 @@ pub fn desired_pdb_for_workload(view: &WorkloadView, policies: &Policies<'_>, no
             delete_owned_pdb: false,
             cause: "workload_deleted",
             retry_after: None,
-            steps: vec![step("workload", "terminating; the garbage collector removes the PDB")],
+            steps: vec![step(
+                "workload",
+                "terminating; the garbage collector removes the PDB",
+            )],
         });
     }
     if view.kind == WorkloadKind::StatefulSet && view.meta.labels.contains_key(keys::LWS_NAME) {
-        return no_pdb(None, vec![], "leaderworkerset_owned", vec![step("workload", "StatefulSet belongs to a LeaderWorkerSet; its PDB comes from there")]);
+        return no_pdb(
+            None,
+            vec![],
+            "leaderworkerset_owned",
+            vec![step(
+                "workload",
+                "StatefulSet belongs to a LeaderWorkerSet; its PDB comes from there",
+            )],
+        );
     }
     let (config, events, mut steps) = match resolve_or_unmanaged(view.kind, &view.meta, policies) {
         Ok(r) => r,
-        Err(d) => return d,
+        Err(d) => return *d,
     };
     let replicas = view.replicas.unwrap_or(1);
     if replicas < 2 {
@@ -314,7 +369,12 @@ pub fn desired_pdb_for_workload(view: &WorkloadView, policies: &Policies<'_>, no
             view.kind.kind(),
             view.meta.name
         );
-        return no_pdb(Some(EventNote::normal(view.kind.skipped_reason(), msg)), events, "insufficient_replicas", steps);
+        return no_pdb(
+            Some(EventNote::normal(view.kind.skipped_reason(), msg)),
+            events,
+            "insufficient_replicas",
+            steps,
+        );
     }
     let budget = clamp_pod_budget(config.rule, replicas as u32);
     steps.extend(budget.steps.iter().cloned());
@@ -322,7 +382,15 @@ pub fn desired_pdb_for_workload(view: &WorkloadView, policies: &Policies<'_>, no
     if let Some(why) = &budget.clamped {
         events.push(EventNote::normal(reasons::BUDGET_CLAMPED, why.clone()));
     }
-    finish(&view.owner(), &view.meta, config, budget.rule, view.selector.clone(), now, events, steps)
+    finish(
+        &view.owner(),
+        &view.meta,
+        config,
+        budget.rule,
+        view.selector.clone(),
+        now,
+        (events, steps),
+    )
 }
 
 /// A LeaderWorkerSet as the budget logic sees it.
@@ -339,7 +407,11 @@ pub struct LeaderWorkerSetView {
 
 /// Desired PDB for a LeaderWorkerSet: whole groups (note §10), selector
 /// `leaderworkerset.sigs.k8s.io/name=<lws>`.
-pub fn desired_pdb_for_leader_worker_set(view: &LeaderWorkerSetView, policies: &Policies<'_>, now: Timestamp) -> Decision {
+pub fn desired_pdb_for_leader_worker_set(
+    view: &LeaderWorkerSetView,
+    policies: &Policies<'_>,
+    now: Timestamp,
+) -> Decision {
     let kind = WorkloadKind::LeaderWorkerSet;
     if view.terminating {
         return Decision::NoPdb(NoPdb {
@@ -353,12 +425,15 @@ pub fn desired_pdb_for_leader_worker_set(view: &LeaderWorkerSetView, policies: &
     }
     let (config, mut events, mut steps) = match resolve_or_unmanaged(kind, &view.meta, policies) {
         Ok(r) => r,
-        Err(d) => return d,
+        Err(d) => return *d,
     };
     let groups = view.replicas.unwrap_or(1).max(0) as u32;
     let size = view.size.unwrap_or(1).max(1) as u32;
     let budget = match budget_for_leader_worker_set(config.rule, groups, size) {
-        GroupBudget::Groups { min_available, steps: s } => {
+        GroupBudget::Groups {
+            min_available,
+            steps: s,
+        } => {
             steps.extend(s);
             BudgetRule::MinAvailable(BudgetValue::Count(min_available))
         }
@@ -371,7 +446,12 @@ pub fn desired_pdb_for_leader_worker_set(view: &LeaderWorkerSetView, policies: &
         }
         GroupBudget::Impossible { why, steps: s } => {
             steps.extend(s);
-            return no_pdb(Some(EventNote::warning(reasons::LEADERWORKERSET_SKIPPED, why)), events, "single_group", steps);
+            return no_pdb(
+                Some(EventNote::warning(reasons::LEADERWORKERSET_SKIPPED, why)),
+                events,
+                "single_group",
+                steps,
+            );
         }
     };
     let owner = Owner {
@@ -381,10 +461,21 @@ pub fn desired_pdb_for_leader_worker_set(view: &LeaderWorkerSetView, policies: &
         uid: view.uid.clone(),
     };
     let selector = LabelSelector {
-        match_labels: Some(BTreeMap::from([(keys::LWS_NAME.to_string(), view.meta.name.clone())])),
+        match_labels: Some(BTreeMap::from([(
+            keys::LWS_NAME.to_string(),
+            view.meta.name.clone(),
+        )])),
         match_expressions: None,
     };
-    finish(&owner, &view.meta, config, budget, selector, now, events, steps)
+    finish(
+        &owner,
+        &view.meta,
+        config,
+        budget,
+        selector,
+        now,
+        (events, steps),
+    )
 }
 
 #[cfg(test)]

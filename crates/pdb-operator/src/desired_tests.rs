@@ -18,11 +18,17 @@ fn deployment(name: &str, replicas: Option<i32>, annotations: &[(&str, &str)]) -
             namespace: "default".into(),
             name: name.into(),
             labels: app.clone(),
-            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         },
         uid: format!("uid-{name}"),
         replicas,
-        selector: LabelSelector { match_labels: Some(app.clone()), match_expressions: None },
+        selector: LabelSelector {
+            match_labels: Some(app.clone()),
+            match_expressions: None,
+        },
         pod_labels: app,
         terminating: false,
     }
@@ -31,7 +37,11 @@ fn deployment(name: &str, replicas: Option<i32>, annotations: &[(&str, &str)]) -
 fn policy(name: &str, spec: serde_json::Value) -> PDBPolicy {
     let spec: PDBPolicySpec = serde_json::from_value(spec).unwrap();
     PDBPolicy {
-        metadata: ObjectMeta { name: Some(name.into()), namespace: Some("default".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
         spec,
         status: None,
     }
@@ -39,7 +49,7 @@ fn policy(name: &str, spec: serde_json::Value) -> PDBPolicy {
 
 fn apply(d: Decision) -> DesiredPdb {
     match d {
-        Decision::Apply(p) => p,
+        Decision::Apply(p) => *p,
         Decision::NoPdb(n) => panic!("expected a PDB, got {n:?}"),
     }
 }
@@ -59,7 +69,11 @@ const CLASS: &str = keys::AVAILABILITY_CLASS;
 
 #[test]
 fn scenario_1_annotation_standard_pdb_shape() {
-    let d = apply(desired_pdb_for_workload(&deployment("a", Some(3), &[(CLASS, "standard")]), &Policies::default(), now()));
+    let d = apply(desired_pdb_for_workload(
+        &deployment("a", Some(3), &[(CLASS, "standard")]),
+        &Policies::default(),
+        now(),
+    ));
     assert!(d.events.is_empty());
     insta::assert_json_snapshot!("scenario_1_deployment_standard", d.pdb);
 }
@@ -74,10 +88,22 @@ fn scenario_1_annotation_standard_pdb_shape() {
 #[case::mc_2("mission-critical", 2, IntOrString::Int(1), true)]
 #[case::mc_9("mission-critical", 9, IntOrString::Int(8), true)]
 #[case::standard_2("standard", 2, IntOrString::String("50%".into()), false)]
-fn class_budgets(#[case] class: &str, #[case] replicas: i32, #[case] want: IntOrString, #[case] clamped: bool) {
-    let d = apply(desired_pdb_for_workload(&deployment("a", Some(replicas), &[(CLASS, class)]), &Policies::default(), now()));
+fn class_budgets(
+    #[case] class: &str,
+    #[case] replicas: i32,
+    #[case] want: IntOrString,
+    #[case] clamped: bool,
+) {
+    let d = apply(desired_pdb_for_workload(
+        &deployment("a", Some(replicas), &[(CLASS, class)]),
+        &Policies::default(),
+        now(),
+    ));
     assert_eq!(min_available(&d), Some(want));
-    assert_eq!(d.events.iter().any(|e| e.reason == reasons::BUDGET_CLAMPED), clamped);
+    assert_eq!(
+        d.events.iter().any(|e| e.reason == reasons::BUDGET_CLAMPED),
+        clamped
+    );
 }
 
 // Scenario 7: replicas 1, 0 or unset → Skipped; unconfigured → only Unmanaged (scenario 10).
@@ -86,18 +112,30 @@ fn class_budgets(#[case] class: &str, #[case] replicas: i32, #[case] want: IntOr
 #[case::zero(Some(0))]
 #[case::unset(None)]
 fn too_few_replicas(#[case] replicas: Option<i32>) {
-    let n = none(desired_pdb_for_workload(&deployment("a", replicas, &[(CLASS, "standard")]), &Policies::default(), now()));
+    let n = none(desired_pdb_for_workload(
+        &deployment("a", replicas, &[(CLASS, "standard")]),
+        &Policies::default(),
+        now(),
+    ));
     let e = n.event.unwrap();
     assert_eq!(e.reason, reasons::DEPLOYMENT_SKIPPED);
     assert!(e.message.contains("insufficient replicas"), "{}", e.message);
     assert!(n.delete_owned_pdb);
-    let n = none(desired_pdb_for_workload(&deployment("a", replicas, &[]), &Policies::default(), now()));
+    let n = none(desired_pdb_for_workload(
+        &deployment("a", replicas, &[]),
+        &Policies::default(),
+        now(),
+    ));
     assert_eq!(n.event.unwrap().reason, reasons::DEPLOYMENT_UNMANAGED);
 }
 
 #[test]
 fn unconfigured_workload_is_unmanaged_and_its_pdb_removed() {
-    let n = none(desired_pdb_for_workload(&deployment("a", Some(3), &[]), &Policies::default(), now()));
+    let n = none(desired_pdb_for_workload(
+        &deployment("a", Some(3), &[]),
+        &Policies::default(),
+        now(),
+    ));
     assert_eq!(n.event.unwrap().reason, reasons::DEPLOYMENT_UNMANAGED);
     assert!(n.delete_owned_pdb);
     assert_eq!(n.cause, "unmanaged");
@@ -105,10 +143,16 @@ fn unconfigured_workload_is_unmanaged_and_its_pdb_removed() {
 
 #[test]
 fn scenario_13_policy_driven_pdb_records_the_policy() {
-    let policies = [policy("frontend", json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"tier": "frontend"}}}))];
+    let policies = [policy(
+        "frontend",
+        json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"tier": "frontend"}}}),
+    )];
     let mut w = deployment("web", Some(2), &[]);
     w.meta.labels.insert("tier".into(), "frontend".into());
-    let p = Policies { namespaced: &policies, ..Default::default() };
+    let p = Policies {
+        namespaced: &policies,
+        ..Default::default()
+    };
     let d = apply(desired_pdb_for_workload(&w, &p, now()));
     assert_eq!(min_available(&d), Some(IntOrString::String("50%".into())));
     insta::assert_json_snapshot!("scenario_13_policy_standard", d.pdb);
@@ -136,12 +180,22 @@ fn custom_max_unavailable_and_eviction_policy_reach_the_pdb() {
         "custom",
         json!({"availabilityClass": "custom", "customPDBConfig": {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}, "workloadSelector": {"matchLabels": {"app": "a"}}}),
     )];
-    let p = Policies { namespaced: &policies, ..Default::default() };
-    let d = apply(desired_pdb_for_workload(&deployment("a", Some(5), &[]), &p, now()));
+    let p = Policies {
+        namespaced: &policies,
+        ..Default::default()
+    };
+    let d = apply(desired_pdb_for_workload(
+        &deployment("a", Some(5), &[]),
+        &p,
+        now(),
+    ));
     let spec = d.pdb.spec.unwrap();
     assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
     assert_eq!(spec.min_available, None);
-    assert_eq!(spec.unhealthy_pod_eviction_policy.as_deref(), Some("AlwaysAllow"));
+    assert_eq!(
+        spec.unhealthy_pod_eviction_policy.as_deref(),
+        Some("AlwaysAllow")
+    );
 }
 
 #[test]
@@ -151,32 +205,72 @@ fn maintenance_window_relaxes_and_names_its_start() {
         "mw",
         json!({"availabilityClass": "standard", "maintenanceWindows": [{"start": "02:00", "end": "04:00"}], "workloadSelector": {"matchLabels": {"app": "a"}}}),
     )];
-    let p = Policies { namespaced: &policies, ..Default::default() };
+    let p = Policies {
+        namespaced: &policies,
+        ..Default::default()
+    };
     let at_three: Timestamp = "2026-06-24T03:00:00Z".parse().unwrap();
-    let d = apply(desired_pdb_for_workload(&deployment("a", Some(4), &[]), &p, at_three));
+    let d = apply(desired_pdb_for_workload(
+        &deployment("a", Some(4), &[]),
+        &p,
+        at_three,
+    ));
     assert!(d.only_if_exists, "no PDB is created during a window");
     assert_eq!(min_available(&d), Some(IntOrString::Int(0)));
     let ann = d.pdb.metadata.annotations.clone().unwrap();
-    assert_eq!(ann.get(keys::MAINTENANCE_MODE).map(String::as_str), Some("true"));
-    assert_eq!(ann.get(keys::MAINTENANCE_START).map(String::as_str), Some("2026-06-24T02:00:00Z"));
+    assert_eq!(
+        ann.get(keys::MAINTENANCE_MODE).map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        ann.get(keys::MAINTENANCE_START).map(String::as_str),
+        Some("2026-06-24T02:00:00Z")
+    );
     assert_eq!(d.requeue_after, Duration::from_secs(3600));
     assert_eq!(d.budget, BudgetRule::MinAvailable(Percent(50)));
 
     // At 04:00 the budget is back and both annotations are gone.
     let at_four: Timestamp = "2026-06-24T04:00:00Z".parse().unwrap();
-    let restored = apply(desired_pdb_for_workload(&deployment("a", Some(4), &[]), &p, at_four));
+    let restored = apply(desired_pdb_for_workload(
+        &deployment("a", Some(4), &[]),
+        &p,
+        at_four,
+    ));
     assert!(!restored.only_if_exists);
-    assert_eq!(min_available(&restored), Some(IntOrString::String("50%".into())));
+    assert_eq!(
+        min_available(&restored),
+        Some(IntOrString::String("50%".into()))
+    );
     let ann = restored.pdb.metadata.annotations.clone().unwrap();
-    assert!(!ann.contains_key(keys::MAINTENANCE_MODE) && !ann.contains_key(keys::MAINTENANCE_START));
-    assert_eq!(restored.window_transition_event(Some(&d.pdb)).unwrap().reason, reasons::MAINTENANCE_WINDOW_ENDED);
-    assert_eq!(d.window_transition_event(Some(&restored.pdb)).unwrap().reason, reasons::MAINTENANCE_WINDOW_ACTIVE);
+    assert!(
+        !ann.contains_key(keys::MAINTENANCE_MODE) && !ann.contains_key(keys::MAINTENANCE_START)
+    );
+    assert_eq!(
+        restored
+            .window_transition_event(Some(&d.pdb))
+            .unwrap()
+            .reason,
+        reasons::MAINTENANCE_WINDOW_ENDED
+    );
+    assert_eq!(
+        d.window_transition_event(Some(&restored.pdb))
+            .unwrap()
+            .reason,
+        reasons::MAINTENANCE_WINDOW_ACTIVE
+    );
 }
 
 #[test]
 fn bad_annotation_window_warns_and_is_ignored() {
     let d = apply(desired_pdb_for_workload(
-        &deployment("a", Some(4), &[(CLASS, "standard"), (keys::MAINTENANCE_WINDOW, "25:00-04:00")]),
+        &deployment(
+            "a",
+            Some(4),
+            &[
+                (CLASS, "standard"),
+                (keys::MAINTENANCE_WINDOW, "25:00-04:00"),
+            ],
+        ),
         &Policies::default(),
         now(),
     ));
@@ -203,11 +297,26 @@ fn terminating_workload_is_left_to_garbage_collection() {
 #[test]
 fn workload_name_annotation_becomes_a_label() {
     let d = apply(desired_pdb_for_workload(
-        &deployment("web-7", Some(4), &[(CLASS, "standard"), (keys::WORKLOAD_NAME, "webapp-component")]),
+        &deployment(
+            "web-7",
+            Some(4),
+            &[
+                (CLASS, "standard"),
+                (keys::WORKLOAD_NAME, "webapp-component"),
+            ],
+        ),
         &Policies::default(),
         now(),
     ));
-    assert_eq!(d.pdb.metadata.labels.unwrap().get(keys::WORKLOAD).map(String::as_str), Some("webapp-component"));
+    assert_eq!(
+        d.pdb
+            .metadata
+            .labels
+            .unwrap()
+            .get(keys::WORKLOAD)
+            .map(String::as_str),
+        Some("webapp-component")
+    );
 }
 
 fn lws(replicas: i32, size: i32) -> LeaderWorkerSetView {
@@ -227,8 +336,14 @@ fn lws(replicas: i32, size: i32) -> LeaderWorkerSetView {
 
 #[test]
 fn scenario_42_leader_worker_set() {
-    let policies = [policy("mc", json!({"availabilityClass": "mission-critical", "workloadSelector": {"matchLabels": {"app": "vllm"}}}))];
-    let p = Policies { namespaced: &policies, ..Default::default() };
+    let policies = [policy(
+        "mc",
+        json!({"availabilityClass": "mission-critical", "workloadSelector": {"matchLabels": {"app": "vllm"}}}),
+    )];
+    let p = Policies {
+        namespaced: &policies,
+        ..Default::default()
+    };
     let d = apply(desired_pdb_for_leader_worker_set(&lws(4, 8), &p, now()));
     assert_eq!(d.budget, BudgetRule::MinAvailable(Count(24)));
     insta::assert_json_snapshot!("scenario_42_leader_worker_set", d.pdb);
@@ -238,12 +353,27 @@ fn scenario_42_leader_worker_set() {
 #[case::single_group(1, 8, None)]
 #[case::size_one_ha_4(4, 1, Some(IntOrString::String("75%".into())))]
 #[case::size_one_ha_3(3, 1, Some(IntOrString::Int(2)))]
-fn scenario_43_leader_worker_set_edges(#[case] replicas: i32, #[case] size: i32, #[case] want: Option<IntOrString>) {
-    let policies = [policy("ha", json!({"availabilityClass": "high-availability", "workloadSelector": {"matchLabels": {"app": "vllm"}}}))];
-    let p = Policies { namespaced: &policies, ..Default::default() };
-    match (desired_pdb_for_leader_worker_set(&lws(replicas, size), &p, now()), want) {
+fn scenario_43_leader_worker_set_edges(
+    #[case] replicas: i32,
+    #[case] size: i32,
+    #[case] want: Option<IntOrString>,
+) {
+    let policies = [policy(
+        "ha",
+        json!({"availabilityClass": "high-availability", "workloadSelector": {"matchLabels": {"app": "vllm"}}}),
+    )];
+    let p = Policies {
+        namespaced: &policies,
+        ..Default::default()
+    };
+    match (
+        desired_pdb_for_leader_worker_set(&lws(replicas, size), &p, now()),
+        want,
+    ) {
         (Decision::Apply(d), Some(v)) => assert_eq!(min_available(&d), Some(v)),
-        (Decision::NoPdb(n), None) => assert_eq!(n.event.unwrap().reason, reasons::LEADERWORKERSET_SKIPPED),
+        (Decision::NoPdb(n), None) => {
+            assert_eq!(n.event.unwrap().reason, reasons::LEADERWORKERSET_SKIPPED)
+        }
         (other, want) => panic!("got {other:?}, wanted {want:?}"),
     }
 }

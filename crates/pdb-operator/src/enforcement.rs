@@ -3,7 +3,9 @@
 
 use crate::budget::{BudgetRule, BudgetValue, Step, step};
 use crate::class::{AvailabilityClass, WorkloadFunction, infer_function_from_name};
-use crate::crd::{CustomPdbConfig, EnforcementMode, MaintenanceWindow, PDBPolicySpec, UnhealthyPodEvictionPolicy};
+use crate::crd::{
+    CustomPdbConfig, EnforcementMode, MaintenanceWindow, PDBPolicySpec, UnhealthyPodEvictionPolicy,
+};
 use crate::names::{keys, reasons};
 use crate::resolve::{PolicyChoice, PolicyRef, WorkloadMeta, choose_policy};
 
@@ -33,10 +35,18 @@ pub struct EventNote {
 
 impl EventNote {
     pub fn normal(reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_: EventType::Normal, reason, message: message.into() }
+        Self {
+            type_: EventType::Normal,
+            reason,
+            message: message.into(),
+        }
     }
     pub fn warning(reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_: EventType::Warning, reason, message: message.into() }
+        Self {
+            type_: EventType::Warning,
+            reason,
+            message: message.into(),
+        }
     }
 }
 
@@ -119,14 +129,26 @@ pub struct Resolved {
     pub steps: Vec<Step>,
 }
 
-fn budget_rule(class: AvailabilityClass, function: WorkloadFunction, custom: Option<&CustomPdbConfig>) -> BudgetRule {
+fn budget_rule(
+    class: AvailabilityClass,
+    function: WorkloadFunction,
+    custom: Option<&CustomPdbConfig>,
+) -> BudgetRule {
     if class == AvailabilityClass::Custom
         && let Some(c) = custom
     {
-        if let Some(v) = c.min_available.as_ref().and_then(|v| BudgetValue::from_int_or_string(v).ok()) {
+        if let Some(v) = c
+            .min_available
+            .as_ref()
+            .and_then(|v| BudgetValue::from_int_or_string(v).ok())
+        {
             return BudgetRule::MinAvailable(v);
         }
-        if let Some(v) = c.max_unavailable.as_ref().and_then(|v| BudgetValue::from_int_or_string(v).ok()) {
+        if let Some(v) = c
+            .max_unavailable
+            .as_ref()
+            .and_then(|v| BudgetValue::from_int_or_string(v).ok())
+        {
             return BudgetRule::MaxUnavailable(v);
         }
     }
@@ -134,7 +156,11 @@ fn budget_rule(class: AvailabilityClass, function: WorkloadFunction, custom: Opt
 }
 
 /// Runs policy choice and the decision table for one workload.
-pub fn resolve_configuration(w: &WorkloadMeta, candidates: &[PolicyRef<'_>], legacy_cross_namespace: bool) -> Resolved {
+pub fn resolve_configuration(
+    w: &WorkloadMeta,
+    candidates: &[PolicyRef<'_>],
+    legacy_cross_namespace: bool,
+) -> Resolved {
     let mut events = Vec::new();
     let mut steps = Vec::new();
 
@@ -143,8 +169,14 @@ pub fn resolve_configuration(w: &WorkloadMeta, candidates: &[PolicyRef<'_>], leg
         Some(raw) => match raw.parse::<AvailabilityClass>() {
             Ok(c) => Some(c),
             Err(e) => {
-                events.push(EventNote::warning(reasons::INVALID_CONFIGURATION, format!("Invalid configuration: {e}")));
-                steps.push(step("annotation availability-class", format!("{raw:?} is invalid, ignored")));
+                events.push(EventNote::warning(
+                    reasons::INVALID_CONFIGURATION,
+                    format!("Invalid configuration: {e}"),
+                ));
+                steps.push(step(
+                    "annotation availability-class",
+                    format!("{raw:?} is invalid, ignored"),
+                ));
                 None
             }
         },
@@ -166,9 +198,23 @@ pub fn resolve_configuration(w: &WorkloadMeta, candidates: &[PolicyRef<'_>], leg
         },
     };
 
-    let PolicyChoice { winner, matched, tie_break } = choose_policy(candidates, w, legacy_cross_namespace);
-    let listed: Vec<String> = matched.iter().map(|p| format!("{} {} (priority {})", p.kind(), p.key(), p.spec.priority)).collect();
-    steps.push(step("matching policies", if listed.is_empty() { "none".to_string() } else { listed.join(", ") }));
+    let PolicyChoice {
+        winner,
+        matched,
+        tie_break,
+    } = choose_policy(candidates, w, legacy_cross_namespace);
+    let listed: Vec<String> = matched
+        .iter()
+        .map(|p| format!("{} {} (priority {})", p.kind(), p.key(), p.spec.priority))
+        .collect();
+    steps.push(step(
+        "matching policies",
+        if listed.is_empty() {
+            "none".to_string()
+        } else {
+            listed.join(", ")
+        },
+    ));
     if let Some(msg) = &tie_break {
         events.push(EventNote::warning(reasons::POLICY_CONFLICT, msg.clone()));
         steps.push(step("tie-break", msg));
@@ -177,10 +223,17 @@ pub fn resolve_configuration(w: &WorkloadMeta, candidates: &[PolicyRef<'_>], leg
     let Some(policy) = winner else {
         // Rows 1 and 2.
         let Some(class) = annotated_class else {
-            return Resolved { config: None, events, steps };
+            return Resolved {
+                config: None,
+                events,
+                steps,
+            };
         };
         let function = annotated_function.unwrap_or(WorkloadFunction::Core);
-        steps.push(step("decision", "row 1: annotation, no policy (annotation-no-policy)"));
+        steps.push(step(
+            "decision",
+            "row 1: annotation, no policy (annotation-no-policy)",
+        ));
         let config = EffectiveConfig {
             class,
             function,
@@ -193,58 +246,136 @@ pub fn resolve_configuration(w: &WorkloadMeta, candidates: &[PolicyRef<'_>], leg
             matched_policies: 0,
             tie_broken: false,
         };
-        return Resolved { config: Some(config), events, steps };
+        return Resolved {
+            config: Some(config),
+            events,
+            steps,
+        };
     };
 
     let spec: &PDBPolicySpec = policy.spec;
     let function = annotated_function.unwrap_or_else(|| infer_function_from_name(&w.name));
     let policy_class = spec.availability_class;
-    steps.push(step("winning policy", format!("{} {} ({}, {})", policy.kind(), policy.key(), policy_class, spec.enforcement.as_str())));
+    steps.push(step(
+        "winning policy",
+        format!(
+            "{} {} ({}, {})",
+            policy.kind(),
+            policy.key(),
+            policy_class,
+            spec.enforcement.as_str()
+        ),
+    ));
     let name = policy.name;
     let (class, source, override_outcome, row) = match (spec.enforcement, annotated_class) {
-        (EnforcementMode::Strict, None) => (policy_class, ConfigSource::PolicyStrict, None, "row 3: strict, no annotation"),
+        (EnforcementMode::Strict, None) => (
+            policy_class,
+            ConfigSource::PolicyStrict,
+            None,
+            "row 3: strict, no annotation",
+        ),
         (EnforcementMode::Strict, Some(_)) => {
-            events.push(EventNote::warning(reasons::POLICY_ENFORCED, format!("Annotation override blocked by strict policy {name}")));
-            (policy_class, ConfigSource::PolicyStrict, outcome("blocked", "strict-enforcement"), "row 4: strict policy blocks the annotation")
+            events.push(EventNote::warning(
+                reasons::POLICY_ENFORCED,
+                format!("Annotation override blocked by strict policy {name}"),
+            ));
+            (
+                policy_class,
+                ConfigSource::PolicyStrict,
+                outcome("blocked", "strict-enforcement"),
+                "row 4: strict policy blocks the annotation",
+            )
         }
-        (EnforcementMode::Flexible, None) => (policy_class, ConfigSource::PolicyFlexible, None, "row 5: flexible, no annotation"),
+        (EnforcementMode::Flexible, None) => (
+            policy_class,
+            ConfigSource::PolicyFlexible,
+            None,
+            "row 5: flexible, no annotation",
+        ),
         (EnforcementMode::Flexible, Some(a)) => {
             let minimum = spec.minimum_class.unwrap_or(policy_class);
             if a != AvailabilityClass::Custom && a.rank() >= minimum.rank() {
                 events.push(EventNote::normal(
                     reasons::ANNOTATION_ACCEPTED,
-                    format!("Annotation {a} accepted by flexible policy {name} (minimum {minimum})"),
+                    format!(
+                        "Annotation {a} accepted by flexible policy {name} (minimum {minimum})"
+                    ),
                 ));
-                (a, ConfigSource::AnnotationFlexible, outcome("accepted", "meets-minimum"), "row 6: annotation meets the minimum")
+                (
+                    a,
+                    ConfigSource::AnnotationFlexible,
+                    outcome("accepted", "meets-minimum"),
+                    "row 6: annotation meets the minimum",
+                )
             } else {
-                events.push(EventNote::warning(reasons::BELOW_MINIMUM, format!("Annotation {a} below minimum {minimum}, using {minimum}")));
-                (minimum, ConfigSource::PolicyFlexibleMinimum, outcome("rejected", "below-minimum"), "row 7: annotation below the minimum")
+                events.push(EventNote::warning(
+                    reasons::BELOW_MINIMUM,
+                    format!("Annotation {a} below minimum {minimum}, using {minimum}"),
+                ));
+                (
+                    minimum,
+                    ConfigSource::PolicyFlexibleMinimum,
+                    outcome("rejected", "below-minimum"),
+                    "row 7: annotation below the minimum",
+                )
             }
         }
-        (EnforcementMode::Advisory, None) => (policy_class, ConfigSource::PolicyAdvisory, None, "row 8: advisory, no annotation"),
+        (EnforcementMode::Advisory, None) => (
+            policy_class,
+            ConfigSource::PolicyAdvisory,
+            None,
+            "row 8: advisory, no annotation",
+        ),
         (EnforcementMode::Advisory, Some(a)) => {
-            let required = spec.override_requires_annotation.as_deref().filter(|k| !k.is_empty());
+            let required = spec
+                .override_requires_annotation
+                .as_deref()
+                .filter(|k| !k.is_empty());
             if !spec.allow_override {
-                (policy_class, ConfigSource::PolicyAdvisoryNoOverride, outcome("blocked", "override-not-allowed"), "row 9: allowOverride is false")
+                (
+                    policy_class,
+                    ConfigSource::PolicyAdvisoryNoOverride,
+                    outcome("blocked", "override-not-allowed"),
+                    "row 9: allowOverride is false",
+                )
             } else if let Some(key) = required.filter(|k| w.annotation(k).is_none()) {
                 events.push(EventNote::warning(
                     reasons::OVERRIDE_REQUIRES_ANNOTATION,
                     format!("Override to {a} requires a non-empty annotation {key} (policy {name}); using {policy_class}"),
                 ));
-                (policy_class, ConfigSource::PolicyAdvisoryMissingAnnotation, outcome("blocked", "missing-required-annotation"), "row 10: required annotation missing")
-            } else if spec.override_requires_reason && w.annotation(keys::OVERRIDE_REASON).is_none() {
+                (
+                    policy_class,
+                    ConfigSource::PolicyAdvisoryMissingAnnotation,
+                    outcome("blocked", "missing-required-annotation"),
+                    "row 10: required annotation missing",
+                )
+            } else if spec.override_requires_reason && w.annotation(keys::OVERRIDE_REASON).is_none()
+            {
                 events.push(EventNote::warning(
                     reasons::OVERRIDE_REQUIRES_REASON,
                     format!("Override to {a} requires annotation {} (policy {name}); using {policy_class}", keys::OVERRIDE_REASON),
                 ));
-                (policy_class, ConfigSource::PolicyAdvisoryMissingReason, outcome("blocked", "missing-reason"), "row 11: override reason missing")
+                (
+                    policy_class,
+                    ConfigSource::PolicyAdvisoryMissingReason,
+                    outcome("blocked", "missing-reason"),
+                    "row 11: override reason missing",
+                )
             } else {
-                (a, ConfigSource::AnnotationAdvisory, outcome("accepted", "advisory-mode"), "row 12: advisory override accepted")
+                (
+                    a,
+                    ConfigSource::AnnotationAdvisory,
+                    outcome("accepted", "advisory-mode"),
+                    "row 12: advisory override accepted",
+                )
             }
         }
     };
     steps.push(step("decision", format!("{row} ({})", source.as_str())));
-    steps.push(step("effective class", format!("{class} (function {function})")));
+    steps.push(step(
+        "effective class",
+        format!("{class} (function {function})"),
+    ));
     let custom = spec.custom_pdb_config.as_ref();
     let config = EffectiveConfig {
         class,
@@ -263,7 +394,11 @@ pub fn resolve_configuration(w: &WorkloadMeta, candidates: &[PolicyRef<'_>], leg
         matched_policies: matched.len(),
         tie_broken: tie_break.is_some(),
     };
-    Resolved { config: Some(config), events, steps }
+    Resolved {
+        config: Some(config),
+        events,
+        steps,
+    }
 }
 
 #[cfg(test)]

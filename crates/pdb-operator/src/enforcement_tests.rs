@@ -17,7 +17,10 @@ fn workload(name: &str, annotations: &[(&str, &str)]) -> WorkloadMeta {
         namespace: "default".into(),
         name: name.into(),
         labels: [("app".to_string(), "a".to_string())].into(),
-        annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
     }
 }
 
@@ -25,11 +28,19 @@ fn resolve(policy: Option<serde_json::Value>, annotations: &[(&str, &str)]) -> R
     resolve_named("web", policy, annotations)
 }
 
-fn resolve_named(name: &str, policy: Option<serde_json::Value>, annotations: &[(&str, &str)]) -> Resolved {
+fn resolve_named(
+    name: &str,
+    policy: Option<serde_json::Value>,
+    annotations: &[(&str, &str)],
+) -> Resolved {
     let s = policy.map(spec);
     let refs: Vec<PolicyRef<'_>> = s
         .iter()
-        .map(|s| PolicyRef { namespace: Some("default"), name: "p", spec: s })
+        .map(|s| PolicyRef {
+            namespace: Some("default"),
+            name: "p",
+            spec: s,
+        })
         .collect();
     resolve_configuration(&workload(name, annotations), &refs, false)
 }
@@ -93,7 +104,10 @@ fn invalid_annotation_alone_gives_no_config_and_a_warning() {
 #[test]
 fn invalid_annotation_does_not_block_a_valid_policy() {
     // Scenario 6.
-    let r = resolve(Some(json!({"availabilityClass": "standard"})), &[(CLASS, "super-duper-critical")]);
+    let r = resolve(
+        Some(json!({"availabilityClass": "standard"})),
+        &[(CLASS, "super-duper-critical")],
+    );
     assert_eq!(r.config.unwrap().rule, min_pct(50));
     assert_eq!(r.events[0].reason, reasons::INVALID_CONFIGURATION);
 }
@@ -106,7 +120,12 @@ fn invalid_annotation_does_not_block_a_valid_policy() {
 #[case::non_critical_security(None, "web", &[(CLASS, "non-critical"), (keys::WORKLOAD_FUNCTION, "security")], 50)]
 #[case::management_changes_nothing(None, "web", &[(CLASS, "high-availability"), (keys::WORKLOAD_FUNCTION, "management")], 75)]
 #[case::invalid_function_is_core(Some(json!({"availabilityClass": "standard"})), "auth", &[(keys::WORKLOAD_FUNCTION, "wizard")], 50)]
-fn function_boost(#[case] policy: Option<serde_json::Value>, #[case] name: &str, #[case] annotations: &[(&str, &str)], #[case] pct: u32) {
+fn function_boost(
+    #[case] policy: Option<serde_json::Value>,
+    #[case] name: &str,
+    #[case] annotations: &[(&str, &str)],
+    #[case] pct: u32,
+) {
     let r = resolve_named(name, policy, annotations);
     assert_eq!(r.config.unwrap().rule, min_pct(pct));
 }
@@ -115,13 +134,21 @@ fn function_boost(#[case] policy: Option<serde_json::Value>, #[case] name: &str,
 fn custom_policy_values_and_eviction_policy_are_carried() {
     // Scenario 29.
     let r = resolve(
-        Some(json!({"availabilityClass": "custom", "customPDBConfig": {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}})),
+        Some(
+            json!({"availabilityClass": "custom", "customPDBConfig": {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}}),
+        ),
         &[],
     );
     let c = r.config.unwrap();
     assert_eq!(c.rule, BudgetRule::MaxUnavailable(Count(1)));
-    assert_eq!(c.unhealthy_pod_eviction_policy, Some(UnhealthyPodEvictionPolicy::AlwaysAllow));
-    let r = resolve(Some(json!({"availabilityClass": "custom", "customPDBConfig": {"minAvailable": 3}})), &[]);
+    assert_eq!(
+        c.unhealthy_pod_eviction_policy,
+        Some(UnhealthyPodEvictionPolicy::AlwaysAllow)
+    );
+    let r = resolve(
+        Some(json!({"availabilityClass": "custom", "customPDBConfig": {"minAvailable": 3}})),
+        &[],
+    );
     assert_eq!(r.config.unwrap().rule, BudgetRule::MinAvailable(Count(3)));
 }
 

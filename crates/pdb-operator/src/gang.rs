@@ -1,13 +1,19 @@
 //! Budgets for pods that restart in groups: LeaderWorkerSet groups (note §10) and Kubernetes
 //! 1.37 Workload API gangs (seed 003, note §11.4). All results are integer minAvailable values.
 
-use crate::budget::{BudgetRule, BudgetValue, PodBudget, Step, ceil_percent, clamp_pod_budget, min_available_pods, step};
+use crate::budget::{
+    BudgetRule, BudgetValue, PodBudget, Step, ceil_percent, clamp_pod_budget, min_available_pods,
+    step,
+};
 
 /// Outcome of group math: a budget, or a reason no PDB can be written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GroupBudget {
     /// Integer minAvailable over all pods.
-    Groups { min_available: u32, steps: Vec<Step> },
+    Groups {
+        min_available: u32,
+        steps: Vec<Step>,
+    },
     /// Group size 1: the pod-level budget with the drain clamp applied.
     PodLevel(PodBudget),
     /// No budget is possible; the text explains why (becomes a Warning event).
@@ -17,7 +23,13 @@ pub enum GroupBudget {
 /// Whole groups that must stay up: `ceil(p × G)` for a percentage, `ceil(m / S)` for a pod count,
 /// clamped to `G - 1` so one group can always be drained. A maxUnavailable value is first turned
 /// into the pod-level minAvailable `total - ceil(value over total)`.
-fn groups_to_keep(rule: BudgetRule, groups: u32, size: u32, total: u32, steps: &mut Vec<Step>) -> u32 {
+fn groups_to_keep(
+    rule: BudgetRule,
+    groups: u32,
+    size: u32,
+    total: u32,
+    steps: &mut Vec<Step>,
+) -> u32 {
     let wanted = match rule {
         BudgetRule::MinAvailable(BudgetValue::Percent(p)) => {
             let g = ceil_percent(p, groups);
@@ -48,7 +60,10 @@ fn groups_to_keep(rule: BudgetRule, groups: u32, size: u32, total: u32, steps: &
 /// Fewer than 2 groups → impossible; size 1 → pod-level budget with the drain clamp.
 pub fn budget_for_leader_worker_set(rule: BudgetRule, groups: u32, size: u32) -> GroupBudget {
     let total = groups * size.max(1);
-    let mut steps = vec![step("groups (spec.replicas)", groups), step("group size", size)];
+    let mut steps = vec![
+        step("groups (spec.replicas)", groups),
+        step("group size", size),
+    ];
     if groups < 2 {
         return GroupBudget::Impossible {
             why: format!(
@@ -63,8 +78,14 @@ pub fn budget_for_leader_worker_set(rule: BudgetRule, groups: u32, size: u32) ->
     steps.push(step("requested", rule));
     let kept = groups_to_keep(rule, groups, size, total, &mut steps);
     let min_available = kept * size;
-    steps.push(step(format!("minAvailable = {kept} × {size}"), min_available));
-    GroupBudget::Groups { min_available, steps }
+    steps.push(step(
+        format!("minAvailable = {kept} × {size}"),
+        min_available,
+    ));
+    GroupBudget::Groups {
+        min_available,
+        steps,
+    }
 }
 
 /// How a gang's pods may be disrupted (`podGroupTemplates[].disruptionMode`).
@@ -91,7 +112,11 @@ pub struct ObservedGroup {
 /// * single mode: `slack = min over groups (pods - minCount)`; no slack → impossible;
 ///   otherwise `minAvailable = max(min(ceil(p × N), N - 1), N - slack)`, so one eviction can
 ///   never push any gang below its minCount and at least one pod stays evictable.
-pub fn budget_for_gang(rule: BudgetRule, mode: DisruptionMode, groups: &[ObservedGroup]) -> GroupBudget {
+pub fn budget_for_gang(
+    rule: BudgetRule,
+    mode: DisruptionMode,
+    groups: &[ObservedGroup],
+) -> GroupBudget {
     let g = groups.len() as u32;
     let total: u32 = groups.iter().map(|x| x.pods).sum();
     let sizes: Vec<String> = groups.iter().map(|x| x.pods.to_string()).collect();
@@ -119,17 +144,27 @@ pub fn budget_for_gang(rule: BudgetRule, mode: DisruptionMode, groups: &[Observe
             let evictable: u32 = by_size.iter().take(may_go as usize).sum();
             let min_available = total - evictable;
             if by_size.iter().all(|s| *s == largest) {
-                steps.push(step(format!("minAvailable = {kept} × {largest}"), min_available));
+                steps.push(step(
+                    format!("minAvailable = {kept} × {largest}"),
+                    min_available,
+                ));
             } else {
                 steps.push(step(
                     format!("minAvailable = {total} - {evictable} ({may_go} largest group(s))"),
                     min_available,
                 ));
             }
-            GroupBudget::Groups { min_available, steps }
+            GroupBudget::Groups {
+                min_available,
+                steps,
+            }
         }
         DisruptionMode::Single => {
-            let slack = groups.iter().map(|x| i64::from(x.pods) - i64::from(x.min_count)).min().unwrap_or(0);
+            let slack = groups
+                .iter()
+                .map(|x| i64::from(x.pods) - i64::from(x.min_count))
+                .min()
+                .unwrap_or(0);
             let tightest = groups.iter().map(|x| x.min_count).max().unwrap_or(0);
             steps.push(step("slack = min(pods - minCount)", slack));
             if slack <= 0 || total < 2 {
@@ -150,8 +185,14 @@ pub fn budget_for_gang(rule: BudgetRule, mode: DisruptionMode, groups: &[Observe
             }
             let floor = total - slack as u32;
             let min_available = clamped.max(floor);
-            steps.push(step(format!("floored at pods - slack ({floor})"), min_available));
-            GroupBudget::Groups { min_available, steps }
+            steps.push(step(
+                format!("floored at pods - slack ({floor})"),
+                min_available,
+            ));
+            GroupBudget::Groups {
+                min_available,
+                steps,
+            }
         }
     }
 }
@@ -196,7 +237,12 @@ mod tests {
     #[case::l8(min(Percent(90)), 4, 2, Some(6))]
     #[case::l12_single_group(min(Percent(90)), 1, 8, None)]
     #[case::l14_max_unavailable(BudgetRule::MaxUnavailable(Count(8)), 4, 8, Some(24))]
-    fn leader_worker_set_groups(#[case] rule: BudgetRule, #[case] g: u32, #[case] s: u32, #[case] want: Option<u32>) {
+    fn leader_worker_set_groups(
+        #[case] rule: BudgetRule,
+        #[case] g: u32,
+        #[case] s: u32,
+        #[case] want: Option<u32>,
+    ) {
         let got = budget_for_leader_worker_set(rule, g, s);
         assert_eq!(min_available(&got), want, "{got:?}");
         if let Some(m) = want {
@@ -208,7 +254,11 @@ mod tests {
     #[case::l9(min(Percent(90)), 4, min(Count(3)))]
     #[case::l10(min(Percent(75)), 3, min(Count(2)))]
     #[case::l11(min(Percent(75)), 4, min(Percent(75)))]
-    fn leader_worker_set_size_one_is_pod_level(#[case] rule: BudgetRule, #[case] g: u32, #[case] want: BudgetRule) {
+    fn leader_worker_set_size_one_is_pod_level(
+        #[case] rule: BudgetRule,
+        #[case] g: u32,
+        #[case] want: BudgetRule,
+    ) {
         match budget_for_leader_worker_set(rule, g, 1) {
             GroupBudget::PodLevel(b) => assert_eq!(b.rule, want),
             other => panic!("expected pod level, got {other:?}"),
@@ -218,7 +268,9 @@ mod tests {
     #[test]
     fn single_group_lws_explains_why() {
         match budget_for_leader_worker_set(min(Percent(90)), 1, 8) {
-            GroupBudget::Impossible { why, .. } => assert!(why.contains("restarts as a unit"), "{why}"),
+            GroupBudget::Impossible { why, .. } => {
+                assert!(why.contains("restarts as a unit"), "{why}")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -256,21 +308,40 @@ mod tests {
 
     #[test]
     fn seed_worked_example_steps() {
-        let got = budget_for_gang(min(Percent(90)), DisruptionMode::All, &groups(&[2, 2, 2, 2], 2));
-        let GroupBudget::Groups { steps, min_available } = got else {
+        let got = budget_for_gang(
+            min(Percent(90)),
+            DisruptionMode::All,
+            &groups(&[2, 2, 2, 2], 2),
+        );
+        let GroupBudget::Groups {
+            steps,
+            min_available,
+        } = got
+        else {
             panic!("expected a budget")
         };
         assert_eq!(min_available, 6);
         let pairs: Vec<(String, String)> = steps.into_iter().map(|s| (s.label, s.value)).collect();
-        assert!(pairs.contains(&("ceil(90% × 4 groups)".into(), "4".into())), "{pairs:?}");
-        assert!(pairs.contains(&("clamped to groups - 1".into(), "3".into())), "{pairs:?}");
-        assert!(pairs.contains(&("minAvailable = 3 × 2".into(), "6".into())), "{pairs:?}");
+        assert!(
+            pairs.contains(&("ceil(90% × 4 groups)".into(), "4".into())),
+            "{pairs:?}"
+        );
+        assert!(
+            pairs.contains(&("clamped to groups - 1".into(), "3".into())),
+            "{pairs:?}"
+        );
+        assert!(
+            pairs.contains(&("minAvailable = 3 × 2".into(), "6".into())),
+            "{pairs:?}"
+        );
     }
 
     #[test]
     fn single_mode_skip_names_min_count() {
         let got = budget_for_gang(min(Percent(20)), DisruptionMode::Single, &groups(&[4], 4));
-        let GroupBudget::Impossible { why, .. } = got else { panic!() };
+        let GroupBudget::Impossible { why, .. } = got else {
+            panic!()
+        };
         assert!(why.contains("minCount 4"), "{why}");
     }
 
@@ -278,7 +349,11 @@ mod tests {
     fn single_mode_never_lets_one_eviction_break_a_gang() {
         // 3 × 4 pods, minCount 3: any one eviction leaves every gang at >= 3 pods only when
         // minAvailable >= total - slack.
-        let got = budget_for_gang(min(Percent(50)), DisruptionMode::Single, &groups(&[4, 4, 4], 3));
+        let got = budget_for_gang(
+            min(Percent(50)),
+            DisruptionMode::Single,
+            &groups(&[4, 4, 4], 3),
+        );
         assert_eq!(min_available(&got), Some(11));
     }
 }

@@ -12,6 +12,7 @@ pub mod enforcement;
 pub mod gang;
 pub mod names;
 pub mod pdb;
+pub mod plan;
 pub mod resolve;
 pub mod validation;
 pub mod windows;

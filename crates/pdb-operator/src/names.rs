@@ -74,7 +74,8 @@ pub mod metrics {
     /// counter {namespace, reason}; reasons include `unmanaged`, `insufficient_replicas`, `single_group`.
     pub const PDBS_DELETED_TOTAL: &str = "pdb_operator_pdbs_deleted_total";
     /// histogram {controller, result}; buckets [`RECONCILE_BUCKETS`].
-    pub const RECONCILIATION_DURATION_SECONDS: &str = "pdb_operator_reconciliation_duration_seconds";
+    pub const RECONCILIATION_DURATION_SECONDS: &str =
+        "pdb_operator_reconciliation_duration_seconds";
     /// counter {controller, error_type}; error_type is the API status reason, not `unknown`.
     pub const RECONCILIATION_ERRORS_TOTAL: &str = "pdb_operator_reconciliation_errors_total";
     /// gauges {namespace, availability_class}: workloads that currently HAVE a managed PDB,

@@ -32,16 +32,28 @@ pub fn pdb_name(workload: &str) -> String {
 
 /// Windows that apply to a workload: the annotation window and the winning policy's windows.
 /// A malformed annotation window is ignored with an `InvalidConfiguration` warning.
-pub fn collect_windows(meta: &WorkloadMeta, config: &EffectiveConfig, events: &mut Vec<EventNote>) -> Vec<Window> {
+pub fn collect_windows(
+    meta: &WorkloadMeta,
+    config: &EffectiveConfig,
+    events: &mut Vec<EventNote>,
+) -> Vec<Window> {
     let mut out = Vec::new();
     if let Some(raw) = meta.annotation(keys::MAINTENANCE_WINDOW) {
         match Window::from_annotation(raw) {
             Ok(w) => out.push(w),
-            Err(e) => events.push(EventNote::warning(reasons::INVALID_CONFIGURATION, format!("Invalid configuration: {e}"))),
+            Err(e) => events.push(EventNote::warning(
+                reasons::INVALID_CONFIGURATION,
+                format!("Invalid configuration: {e}"),
+            )),
         }
     }
     // Policy windows were validated before the policy could win; skip any that still fail.
-    out.extend(config.policy_windows.iter().filter_map(|w| Window::from_policy(w).ok()));
+    out.extend(
+        config
+            .policy_windows
+            .iter()
+            .filter_map(|w| Window::from_policy(w).ok()),
+    );
     out
 }
 
@@ -56,21 +68,42 @@ pub fn build_pdb(
     window: &WindowState,
 ) -> PodDisruptionBudget {
     let mut labels = BTreeMap::from([
-        (keys::MANAGED_BY.to_string(), keys::OPERATOR_NAME.to_string()),
-        (keys::AVAILABILITY_CLASS.to_string(), config.class.as_str().to_string()),
-        (keys::WORKLOAD_FUNCTION.to_string(), config.function.as_str().to_string()),
+        (
+            keys::MANAGED_BY.to_string(),
+            keys::OPERATOR_NAME.to_string(),
+        ),
+        (
+            keys::AVAILABILITY_CLASS.to_string(),
+            config.class.as_str().to_string(),
+        ),
+        (
+            keys::WORKLOAD_FUNCTION.to_string(),
+            config.function.as_str().to_string(),
+        ),
     ]);
     if let Some(n) = meta.annotation(keys::WORKLOAD_NAME) {
         labels.insert(keys::WORKLOAD.to_string(), n.to_string());
     }
     let mut annotations = BTreeMap::from([
-        (keys::CREATED_BY.to_string(), keys::OPERATOR_NAME.to_string()),
-        (keys::AVAILABILITY_CLASS.to_string(), config.class.as_str().to_string()),
-        (keys::DESCRIPTION.to_string(), config.class.description().to_string()),
+        (
+            keys::CREATED_BY.to_string(),
+            keys::OPERATOR_NAME.to_string(),
+        ),
+        (
+            keys::AVAILABILITY_CLASS.to_string(),
+            config.class.as_str().to_string(),
+        ),
+        (
+            keys::DESCRIPTION.to_string(),
+            config.class.description().to_string(),
+        ),
     ]);
     if let Some(p) = &config.policy {
         annotations.insert(keys::POLICY_SOURCE.to_string(), p.name.clone());
-        annotations.insert(keys::ENFORCEMENT_MODE.to_string(), p.enforcement.as_str().to_string());
+        annotations.insert(
+            keys::ENFORCEMENT_MODE.to_string(),
+            p.enforcement.as_str().to_string(),
+        );
     }
     let (min_available, max_unavailable) = if window.open {
         annotations.insert(keys::MAINTENANCE_MODE.to_string(), "true".to_string());
@@ -104,7 +137,9 @@ pub fn build_pdb(
             min_available,
             max_unavailable,
             selector: Some(selector),
-            unhealthy_pod_eviction_policy: config.unhealthy_pod_eviction_policy.map(|p| p.as_str().to_string()),
+            unhealthy_pod_eviction_policy: config
+                .unhealthy_pod_eviction_policy
+                .map(|p| p.as_str().to_string()),
         }),
         status: None,
     }
@@ -143,7 +178,9 @@ pub fn pdb_selects(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>)
     let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.clone()) else {
         return false;
     };
-    Selector::try_from(sel).map(|s| s.matches(labels)).unwrap_or(false)
+    Selector::try_from(sel)
+        .map(|s| s.matches(labels))
+        .unwrap_or(false)
 }
 
 /// A reason not to write our PDB: its name is held by someone else, or another PDB already
@@ -160,13 +197,17 @@ pub fn find_pdb_conflict(
         if name == desired_name {
             return Some(EventNote::warning(
                 reasons::PDB_CONFLICT,
-                format!("PodDisruptionBudget {name} exists and is not owned by this workload; it is left untouched and no second PDB is written (retrying in 30s)"),
+                format!(
+                    "PodDisruptionBudget {name} exists and is not owned by this workload; it is left untouched and no second PDB is written (retrying in 30s)"
+                ),
             ));
         }
         if pod_labels.iter().any(|l| pdb_selects(pdb, l)) {
             return Some(EventNote::warning(
                 reasons::PDB_CONFLICT,
-                format!("PodDisruptionBudget {name} already selects this workload's pods; a second PDB would block every eviction, so none is written (retrying in 30s)"),
+                format!(
+                    "PodDisruptionBudget {name} already selects this workload's pods; a second PDB would block every eviction, so none is written (retrying in 30s)"
+                ),
             ));
         }
     }

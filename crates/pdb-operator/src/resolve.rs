@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::class::WorkloadFunction;
-use crate::crd::{ClusterPDBPolicy, PDBPolicy, PDBPolicySpec, SelectorOperator, WorkloadSelectorRequirement};
+use crate::crd::{
+    ClusterPDBPolicy, PDBPolicy, PDBPolicySpec, SelectorOperator, WorkloadSelectorRequirement,
+};
 use crate::names::keys;
 use crate::validation::{PolicyScope, validate_policy_spec};
 
@@ -20,7 +22,10 @@ pub struct WorkloadMeta {
 impl WorkloadMeta {
     /// Non-empty annotation value.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.get(key).map(String::as_str).filter(|v| !v.trim().is_empty())
+        self.annotations
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.trim().is_empty())
     }
 
     /// `pdboperator.io/workload-name` if set, else the object name.
@@ -63,12 +68,19 @@ impl<'a> PolicyRef<'a> {
     }
 
     pub fn kind(&self) -> &'static str {
-        if self.namespace.is_some() { "PDBPolicy" } else { "ClusterPDBPolicy" }
+        if self.namespace.is_some() {
+            "PDBPolicy"
+        } else {
+            "ClusterPDBPolicy"
+        }
     }
 }
 
 /// Borrows both kinds into one candidate list.
-pub fn policy_refs<'a>(namespaced: &'a [PDBPolicy], cluster: &'a [ClusterPDBPolicy]) -> Vec<PolicyRef<'a>> {
+pub fn policy_refs<'a>(
+    namespaced: &'a [PDBPolicy],
+    cluster: &'a [ClusterPDBPolicy],
+) -> Vec<PolicyRef<'a>> {
     let mut out: Vec<PolicyRef<'a>> = namespaced
         .iter()
         .map(|p| PolicyRef {
@@ -97,7 +109,11 @@ fn requirement_holds(req: &WorkloadSelectorRequirement, labels: &BTreeMap<String
 
 /// Whether `policy` selects `w`. Every non-empty criterion must hold. A PDBPolicy reaches only
 /// its own namespace unless `legacy_cross_namespace` restores the reference semantics.
-pub fn policy_matches(policy: &PolicyRef<'_>, w: &WorkloadMeta, legacy_cross_namespace: bool) -> bool {
+pub fn policy_matches(
+    policy: &PolicyRef<'_>,
+    w: &WorkloadMeta,
+    legacy_cross_namespace: bool,
+) -> bool {
     let sel = &policy.spec.workload_selector;
     let in_reach = match policy.namespace {
         Some(own) if !legacy_cross_namespace => own == w.namespace,
@@ -105,10 +121,18 @@ pub fn policy_matches(policy: &PolicyRef<'_>, w: &WorkloadMeta, legacy_cross_nam
     };
     in_reach
         && (sel.namespaces.is_empty() || sel.namespaces.contains(&w.namespace))
-        && (sel.workload_names.is_empty() || sel.workload_names.iter().any(|n| n == w.effective_name()))
-        && (sel.workload_functions.is_empty() || sel.workload_functions.contains(&w.annotated_function()))
-        && sel.match_labels.iter().all(|(k, v)| w.labels.get(k) == Some(v))
-        && sel.match_expressions.iter().all(|r| requirement_holds(r, &w.labels))
+        && (sel.workload_names.is_empty()
+            || sel.workload_names.iter().any(|n| n == w.effective_name()))
+        && (sel.workload_functions.is_empty()
+            || sel.workload_functions.contains(&w.annotated_function()))
+        && sel
+            .match_labels
+            .iter()
+            .all(|(k, v)| w.labels.get(k) == Some(v))
+        && sel
+            .match_expressions
+            .iter()
+            .all(|r| requirement_holds(r, &w.labels))
         && !(sel.match_labels.is_empty()
             && sel.match_expressions.is_empty()
             && sel.workload_names.is_empty()
@@ -127,7 +151,11 @@ pub struct PolicyChoice<'a> {
 
 /// Picks the winner: highest priority; at equal top priority a PDBPolicy beats a
 /// ClusterPDBPolicy, then the smallest key. Invalid policies never take part.
-pub fn choose_policy<'a>(candidates: &[PolicyRef<'a>], w: &WorkloadMeta, legacy_cross_namespace: bool) -> PolicyChoice<'a> {
+pub fn choose_policy<'a>(
+    candidates: &[PolicyRef<'a>],
+    w: &WorkloadMeta,
+    legacy_cross_namespace: bool,
+) -> PolicyChoice<'a> {
     let mut matched: Vec<PolicyRef<'a>> = candidates
         .iter()
         .copied()
@@ -169,12 +197,23 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn meta(ns: &str, name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> WorkloadMeta {
+    fn meta(
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> WorkloadMeta {
         WorkloadMeta {
             namespace: ns.into(),
             name: name.into(),
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
@@ -200,13 +239,25 @@ mod tests {
     #[case::does_not_exist(json!({"matchExpressions": [{"key": "env", "operator": "DoesNotExist"}]}), &[("env", "x")], false)]
     #[case::anded(json!({"matchLabels": {"tier": "frontend"}, "matchExpressions": [{"key": "env", "operator": "Exists"}]}), &[("tier", "frontend")], false)]
     #[case::namespaces_only_never_matches(json!({"namespaces": ["default"]}), &[], false)]
-    fn label_criteria(#[case] selector: serde_json::Value, #[case] labels: &[(&str, &str)], #[case] want: bool) {
-        assert_eq!(matches(selector, &meta("default", "web", labels, &[])), want);
+    fn label_criteria(
+        #[case] selector: serde_json::Value,
+        #[case] labels: &[(&str, &str)],
+        #[case] want: bool,
+    ) {
+        assert_eq!(
+            matches(selector, &meta("default", "web", labels, &[])),
+            want
+        );
     }
 
     #[test]
     fn workload_names_use_the_annotation() {
-        let w = meta("default", "web-7", &[], &[(keys::WORKLOAD_NAME, "webapp-component")]);
+        let w = meta(
+            "default",
+            "web-7",
+            &[],
+            &[(keys::WORKLOAD_NAME, "webapp-component")],
+        );
         assert!(matches(json!({"workloadNames": ["webapp-component"]}), &w));
         assert!(!matches(json!({"workloadNames": ["web-7"]}), &w));
     }
@@ -216,14 +267,24 @@ mod tests {
         // Scenario 27: auth-svc without the annotation is `core` for matching.
         let w = meta("default", "auth-svc", &[], &[]);
         assert!(!matches(json!({"workloadFunctions": ["security"]}), &w));
-        let annotated = meta("default", "auth-svc", &[], &[(keys::WORKLOAD_FUNCTION, "security")]);
-        assert!(matches(json!({"workloadFunctions": ["security"]}), &annotated));
+        let annotated = meta(
+            "default",
+            "auth-svc",
+            &[],
+            &[(keys::WORKLOAD_FUNCTION, "security")],
+        );
+        assert!(matches(
+            json!({"workloadFunctions": ["security"]}),
+            &annotated
+        ));
     }
 
     #[test]
     fn namespaced_policy_stays_in_its_namespace() {
         // Scenario 24.
-        let s = spec(json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"app": "a"}}}));
+        let s = spec(
+            json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
         let ns_policy = PolicyRef {
             namespace: Some("team-a"),
             name: "p",
@@ -236,17 +297,32 @@ mod tests {
         };
         let w = meta("team-b", "a", &[("app", "a")], &[]);
         assert!(!policy_matches(&ns_policy, &w, false));
-        assert!(policy_matches(&ns_policy, &w, true), "legacy flag restores cross-namespace reach");
+        assert!(
+            policy_matches(&ns_policy, &w, true),
+            "legacy flag restores cross-namespace reach"
+        );
         assert!(policy_matches(&cluster_policy, &w, false));
     }
 
     #[test]
     fn highest_priority_wins() {
-        let low = spec(json!({"availabilityClass": "non-critical", "priority": 10, "workloadSelector": {"matchLabels": {"app": "a"}}}));
-        let high = spec(json!({"availabilityClass": "mission-critical", "priority": 100, "workloadSelector": {"matchLabels": {"app": "a"}}}));
+        let low = spec(
+            json!({"availabilityClass": "non-critical", "priority": 10, "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
+        let high = spec(
+            json!({"availabilityClass": "mission-critical", "priority": 100, "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
         let c = [
-            PolicyRef { namespace: Some("default"), name: "low", spec: &low },
-            PolicyRef { namespace: Some("default"), name: "high", spec: &high },
+            PolicyRef {
+                namespace: Some("default"),
+                name: "low",
+                spec: &low,
+            },
+            PolicyRef {
+                namespace: Some("default"),
+                name: "high",
+                spec: &high,
+            },
         ];
         let choice = choose_policy(&c, &meta("default", "a", &[("app", "a")], &[]), false);
         assert_eq!(choice.winner.unwrap().name, "high");
@@ -257,26 +333,50 @@ mod tests {
     #[test]
     fn tie_break_is_alphabetical_and_reported() {
         // Scenario 17.
-        let b = spec(json!({"availabilityClass": "mission-critical", "workloadSelector": {"matchLabels": {"app": "a"}}}));
-        let a = spec(json!({"availabilityClass": "non-critical", "workloadSelector": {"matchLabels": {"app": "a"}}}));
+        let b = spec(
+            json!({"availabilityClass": "mission-critical", "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
+        let a = spec(
+            json!({"availabilityClass": "non-critical", "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
         let c = [
-            PolicyRef { namespace: Some("default"), name: "b-policy", spec: &b },
-            PolicyRef { namespace: Some("default"), name: "a-policy", spec: &a },
+            PolicyRef {
+                namespace: Some("default"),
+                name: "b-policy",
+                spec: &b,
+            },
+            PolicyRef {
+                namespace: Some("default"),
+                name: "a-policy",
+                spec: &a,
+            },
         ];
         let choice = choose_policy(&c, &meta("default", "a", &[("app", "a")], &[]), false);
         assert_eq!(choice.winner.unwrap().name, "a-policy");
         assert_eq!(
             choice.tie_break.as_deref(),
-            Some("Multiple policies (2) match at priority 50, selected default/a-policy via alphabetical tie-break")
+            Some(
+                "Multiple policies (2) match at priority 50, selected default/a-policy via alphabetical tie-break"
+            )
         );
     }
 
     #[test]
     fn namespaced_beats_cluster_at_equal_priority() {
-        let s = spec(json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"app": "a"}}}));
+        let s = spec(
+            json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
         let c = [
-            PolicyRef { namespace: None, name: "aaa", spec: &s },
-            PolicyRef { namespace: Some("default"), name: "zzz", spec: &s },
+            PolicyRef {
+                namespace: None,
+                name: "aaa",
+                spec: &s,
+            },
+            PolicyRef {
+                namespace: Some("default"),
+                name: "zzz",
+                spec: &s,
+            },
         ];
         let choice = choose_policy(&c, &meta("default", "a", &[("app", "a")], &[]), false);
         assert_eq!(choice.winner.unwrap().key(), "default/zzz");
@@ -284,11 +384,23 @@ mod tests {
 
     #[test]
     fn invalid_policies_do_not_take_part() {
-        let bad = spec(json!({"availabilityClass": "custom", "priority": 999, "workloadSelector": {"matchLabels": {"app": "a"}}}));
-        let good = spec(json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"app": "a"}}}));
+        let bad = spec(
+            json!({"availabilityClass": "custom", "priority": 999, "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
+        let good = spec(
+            json!({"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"app": "a"}}}),
+        );
         let c = [
-            PolicyRef { namespace: Some("default"), name: "bad", spec: &bad },
-            PolicyRef { namespace: Some("default"), name: "good", spec: &good },
+            PolicyRef {
+                namespace: Some("default"),
+                name: "bad",
+                spec: &bad,
+            },
+            PolicyRef {
+                namespace: Some("default"),
+                name: "good",
+                spec: &good,
+            },
         ];
         let choice = choose_policy(&c, &meta("default", "a", &[("app", "a")], &[]), false);
         assert_eq!(choice.winner.unwrap().name, "good");

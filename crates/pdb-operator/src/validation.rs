@@ -66,18 +66,25 @@ pub fn validate_policy_spec(spec: &PDBPolicySpec, scope: &PolicyScope) -> Policy
     }
     if spec.availability_class == AvailabilityClass::Custom {
         match &spec.custom_pdb_config {
-            None => r.errors.push("customPDBConfig: custom availability class requires customPDBConfig".into()),
-            Some(c) if c.min_available.is_none() && c.max_unavailable.is_none() => {
-                r.errors.push("customPDBConfig: must specify either minAvailable or maxUnavailable".into())
-            }
+            None => r
+                .errors
+                .push("customPDBConfig: custom availability class requires customPDBConfig".into()),
+            Some(c) if c.min_available.is_none() && c.max_unavailable.is_none() => r
+                .errors
+                .push("customPDBConfig: must specify either minAvailable or maxUnavailable".into()),
             Some(_) => {}
         }
     }
     if let Some(c) = &spec.custom_pdb_config {
         if c.min_available.is_some() && c.max_unavailable.is_some() {
-            r.errors.push("customPDBConfig: cannot specify both minAvailable and maxUnavailable".into());
+            r.errors.push(
+                "customPDBConfig: cannot specify both minAvailable and maxUnavailable".into(),
+            );
         }
-        for (field, value) in [("minAvailable", &c.min_available), ("maxUnavailable", &c.max_unavailable)] {
+        for (field, value) in [
+            ("minAvailable", &c.min_available),
+            ("maxUnavailable", &c.max_unavailable),
+        ] {
             if let Some(Err(e)) = value.as_ref().map(BudgetValue::from_int_or_string) {
                 r.errors.push(format!("customPDBConfig.{field}: {e}"));
             }
@@ -90,15 +97,24 @@ pub fn validate_policy_spec(spec: &PDBPolicySpec, scope: &PolicyScope) -> Policy
         let mut days = w.days_of_week.clone();
         days.sort_unstable();
         if days.windows(2).any(|p| p[0] == p[1]) {
-            r.errors.push(format!("maintenanceWindows[{i}].daysOfWeek: Duplicate value: {:?}", w.days_of_week));
+            r.errors.push(format!(
+                "maintenanceWindows[{i}].daysOfWeek: Duplicate value: {:?}",
+                w.days_of_week
+            ));
         }
     }
     if !(0..=1000).contains(&spec.priority) {
-        r.errors.push(format!("priority: priority must be between 0 and 1000 (got {})", spec.priority));
+        r.errors.push(format!(
+            "priority: priority must be between 0 and 1000 (got {})",
+            spec.priority
+        ));
     }
     match spec.enforcement {
         EnforcementMode::Flexible => match spec.minimum_class {
-            None => r.warnings.push("flexible enforcement without minimumClass: availabilityClass is the minimum".into()),
+            None => r.warnings.push(
+                "flexible enforcement without minimumClass: availabilityClass is the minimum"
+                    .into(),
+            ),
             Some(min) if min.rank() > spec.availability_class.rank() => r.errors.push(format!(
                 "minimumClass: minimumClass cannot be higher than availabilityClass ({min} > {})",
                 spec.availability_class
@@ -168,7 +184,11 @@ mod tests {
     #[case::other_namespace(json!({"workloadSelector": {"matchLabels": {"a": "b"}, "namespaces": ["staging"]}}), "only reaches its own namespace")]
     fn rejected(#[case] extra: serde_json::Value, #[case] message: &str) {
         let report = validate_policy_spec(&spec(extra), &ns());
-        assert!(report.errors.iter().any(|e| e.contains(message)), "{:?}", report.errors);
+        assert!(
+            report.errors.iter().any(|e| e.contains(message)),
+            "{:?}",
+            report.errors
+        );
     }
 
     #[test]
@@ -183,7 +203,8 @@ mod tests {
         assert_eq!(explicit_zero.priority, 0);
         let w = spec(json!({"maintenanceWindows": [{"start": "02:00", "end": "04:00"}]}));
         assert_eq!(w.maintenance_windows[0].timezone, "UTC");
-        let c = spec(json!({"availabilityClass": "custom", "customPDBConfig": {"maxUnavailable": 1}}));
+        let c =
+            spec(json!({"availabilityClass": "custom", "customPDBConfig": {"maxUnavailable": 1}}));
         assert_eq!(
             c.custom_pdb_config.unwrap().unhealthy_pod_eviction_policy,
             crate::crd::UnhealthyPodEvictionPolicy::IfHealthyBudget
@@ -192,7 +213,10 @@ mod tests {
 
     #[test]
     fn empty_enforcement_reads_as_advisory() {
-        assert_eq!(spec(json!({"enforcement": ""})).enforcement, EnforcementMode::Advisory);
+        assert_eq!(
+            spec(json!({"enforcement": ""})).enforcement,
+            EnforcementMode::Advisory
+        );
     }
 
     #[test]

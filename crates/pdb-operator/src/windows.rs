@@ -41,7 +41,9 @@ pub enum WindowError {
 pub fn parse_clock(s: &str) -> Result<u16, WindowError> {
     let bad = || WindowError::BadTime(s.to_string());
     let (h, m) = s.split_once(':').ok_or_else(bad)?;
-    let digits = |x: &str, max_len| !x.is_empty() && x.len() <= max_len && x.bytes().all(|b| b.is_ascii_digit());
+    let digits = |x: &str, max_len| {
+        !x.is_empty() && x.len() <= max_len && x.bytes().all(|b| b.is_ascii_digit())
+    };
     if !digits(h, 2) || !digits(m, 2) || m.len() != 2 {
         return Err(bad());
     }
@@ -59,7 +61,11 @@ fn load_zone(name: &str) -> Result<TimeZone, WindowError> {
 impl Window {
     /// A window from a PDBPolicy's `maintenanceWindows[]`.
     pub fn from_policy(w: &MaintenanceWindow) -> Result<Self, WindowError> {
-        let zone_name = if w.timezone.is_empty() { "UTC" } else { &w.timezone };
+        let zone_name = if w.timezone.is_empty() {
+            "UTC"
+        } else {
+            &w.timezone
+        };
         let days = if w.days_of_week.is_empty() {
             None
         } else {
@@ -85,7 +91,9 @@ impl Window {
     /// (every day; zone defaults to UTC; extra whitespace-separated fields are ignored).
     pub fn from_annotation(value: &str) -> Result<Self, WindowError> {
         let mut fields = value.split_whitespace();
-        let range = fields.next().ok_or_else(|| WindowError::BadAnnotation(value.to_string()))?;
+        let range = fields
+            .next()
+            .ok_or_else(|| WindowError::BadAnnotation(value.to_string()))?;
         let (start, end) = range
             .split_once('-')
             .ok_or_else(|| WindowError::BadAnnotation(value.to_string()))?;
@@ -113,9 +121,12 @@ impl Window {
         let yesterday = (today + 6) % 7;
         match self.start.cmp(&self.end) {
             std::cmp::Ordering::Equal => false,
-            std::cmp::Ordering::Less => self.start <= minute && minute < self.end && self.opens_on(today),
+            std::cmp::Ordering::Less => {
+                self.start <= minute && minute < self.end && self.opens_on(today)
+            }
             std::cmp::Ordering::Greater => {
-                (minute >= self.start && self.opens_on(today)) || (minute < self.end && self.opens_on(yesterday))
+                (minute >= self.start && self.opens_on(today))
+                    || (minute < self.end && self.opens_on(yesterday))
             }
         }
     }
@@ -125,7 +136,9 @@ impl Window {
         let today: Date = t.to_zoned(self.zone.clone()).date();
         let mut out = Vec::new();
         for offset in -2i32..=8 {
-            let Ok(day) = today.checked_add(offset.days()) else { continue };
+            let Ok(day) = today.checked_add(offset.days()) else {
+                continue;
+            };
             for minute in [self.start, self.end] {
                 let dt = day.at((minute / 60) as i8, (minute % 60) as i8, 0, 0);
                 if let Ok(z) = dt.to_zoned(self.zone.clone()) {
@@ -174,9 +187,15 @@ pub fn window_state(windows: &[Window], now: Timestamp) -> WindowState {
         .filter(|b| *b > now)
         .find(|b| any_open(windows, *b) != open);
     let open_since = if open {
-        bounds.iter().rev().copied().filter(|b| *b <= now).find(|b| {
-            any_open(windows, *b) && !any_open(windows, *b - jiff::SignedDuration::from_secs(60))
-        })
+        bounds
+            .iter()
+            .rev()
+            .copied()
+            .filter(|b| *b <= now)
+            .find(|b| {
+                any_open(windows, *b)
+                    && !any_open(windows, *b - jiff::SignedDuration::from_secs(60))
+            })
     } else {
         None
     };
@@ -218,7 +237,12 @@ mod tests {
     #[case::end_is_exclusive("01:00", "03:00", &[], false)]
     #[case::start_is_inclusive("03:00", "03:30", &[], true)]
     #[case::one_digit_hour("2:00", "4:00", &[], true)]
-    fn open_at_wednesday_three(#[case] start: &str, #[case] end: &str, #[case] days: &[i32], #[case] open: bool) {
+    fn open_at_wednesday_three(
+        #[case] start: &str,
+        #[case] end: &str,
+        #[case] days: &[i32],
+        #[case] open: bool,
+    ) {
         assert_eq!(policy_window(start, end, days).is_open_at(wed_0300()), open);
     }
 
@@ -237,7 +261,10 @@ mod tests {
     fn open_since_is_the_window_start() {
         let state = window_state(&[policy_window("02:00", "04:00", &[])], wed_0300());
         assert!(state.open);
-        assert_eq!(state.open_since, Some("2026-06-24T02:00:00Z".parse().unwrap()));
+        assert_eq!(
+            state.open_since,
+            Some("2026-06-24T02:00:00Z".parse().unwrap())
+        );
     }
 
     #[test]
@@ -250,7 +277,10 @@ mod tests {
         assert_eq!(t2, "2026-06-24T02:00:00Z".parse().unwrap());
         let s2 = window_state(&w, t2);
         assert!(s2.open);
-        assert_eq!(s2.next_transition, Some("2026-06-24T04:00:00Z".parse().unwrap()));
+        assert_eq!(
+            s2.next_transition,
+            Some("2026-06-24T04:00:00Z".parse().unwrap())
+        );
         assert!(!window_state(&w, s2.next_transition.unwrap()).open);
     }
 

@@ -11,7 +11,10 @@ use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload, WorkloadSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::budget::{BudgetRule, BudgetValue, step};
-use crate::desired::{Decision, NoPdb, Policies, RETRY_AFTER, ViewError, WorkloadKind, finish, no_pdb, resolve_or_unmanaged};
+use crate::desired::{
+    Decision, NoPdb, Policies, RETRY_AFTER, ViewError, WorkloadKind, finish, no_pdb,
+    resolve_or_unmanaged,
+};
 use crate::enforcement::EventNote;
 use crate::gang::{DisruptionMode, GroupBudget, ObservedGroup, budget_for_gang};
 use crate::names::{keys, reasons};
@@ -73,14 +76,23 @@ pub enum GangShape {
     BasicOnly,
     /// Several gang templates or composite templates; the text says which.
     Unsupported(String),
-    Gang { template: String, min_count: u32, mode: DisruptionMode },
+    Gang {
+        template: String,
+        min_count: u32,
+        mode: DisruptionMode,
+    },
 }
 
 /// Reads the shape from `spec.podGroupTemplates` / `spec.compositePodGroupTemplates`.
 pub fn classify_workload(spec: &WorkloadSpec) -> GangShape {
-    let composite = spec.composite_pod_group_templates.as_ref().map_or(0, Vec::len);
+    let composite = spec
+        .composite_pod_group_templates
+        .as_ref()
+        .map_or(0, Vec::len);
     if composite > 0 {
-        return GangShape::Unsupported(format!("it declares {composite} composite pod group template(s)"));
+        return GangShape::Unsupported(format!(
+            "it declares {composite} composite pod group template(s)"
+        ));
     }
     let gangs: Vec<_> = spec
         .pod_group_templates
@@ -92,13 +104,20 @@ pub fn classify_workload(spec: &WorkloadSpec) -> GangShape {
         [] => GangShape::BasicOnly,
         [t] => GangShape::Gang {
             template: t.name.clone(),
-            min_count: t.scheduling_policy.gang.as_ref().map_or(0, |g| g.min_count.max(0) as u32),
+            min_count: t
+                .scheduling_policy
+                .gang
+                .as_ref()
+                .map_or(0, |g| g.min_count.max(0) as u32),
             mode: match &t.disruption_mode {
                 Some(m) if m.all.is_some() => DisruptionMode::All,
                 _ => DisruptionMode::Single,
             },
         },
-        many => GangShape::Unsupported(format!("it declares {} gang pod group templates", many.len())),
+        many => GangShape::Unsupported(format!(
+            "it declares {} gang pod group templates",
+            many.len()
+        )),
     }
 }
 
@@ -107,12 +126,18 @@ pub fn classify_workload(spec: &WorkloadSpec) -> GangShape {
 pub enum SelectorProblem {
     NoSharedLabels,
     /// The shared labels also select these pods outside the gang.
-    SelectsOthers { selector: BTreeMap<String, String>, others: Vec<String> },
+    SelectsOthers {
+        selector: BTreeMap<String, String>,
+        others: Vec<String>,
+    },
 }
 
 /// The label pairs every member shares, verified to select exactly the members among
 /// `namespace_pods` (compared by uid, any phase).
-pub fn derive_gang_selector(members: &[&PodView], namespace_pods: &[PodView]) -> Result<BTreeMap<String, String>, SelectorProblem> {
+pub fn derive_gang_selector(
+    members: &[&PodView],
+    namespace_pods: &[PodView],
+) -> Result<BTreeMap<String, String>, SelectorProblem> {
     let Some((first, rest)) = members.split_first() else {
         return Err(SelectorProblem::NoSharedLabels);
     };
@@ -133,12 +158,18 @@ pub fn derive_gang_selector(members: &[&PodView], namespace_pods: &[PodView]) ->
     if others.is_empty() {
         Ok(shared)
     } else {
-        Err(SelectorProblem::SelectsOthers { selector: shared, others })
+        Err(SelectorProblem::SelectsOthers {
+            selector: shared,
+            others,
+        })
     }
 }
 
 fn render_selector(s: &BTreeMap<String, String>) -> String {
-    s.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    s.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A Workload object as the budget logic sees it.
@@ -152,10 +183,17 @@ pub struct GangWorkloadView {
 
 impl GangWorkloadView {
     pub fn from_workload(w: &Workload) -> Result<Self, ViewError> {
-        let missing = |field| ViewError::MissingMetadata { kind: "Workload", field };
+        let missing = |field| ViewError::MissingMetadata {
+            kind: "Workload",
+            field,
+        };
         Ok(Self {
             meta: WorkloadMeta {
-                namespace: w.metadata.namespace.clone().ok_or_else(|| missing("namespace"))?,
+                namespace: w
+                    .metadata
+                    .namespace
+                    .clone()
+                    .ok_or_else(|| missing("namespace"))?,
                 name: w.metadata.name.clone().ok_or_else(|| missing("name"))?,
                 labels: w.metadata.labels.clone().unwrap_or_default(),
                 annotations: w.metadata.annotations.clone().unwrap_or_default(),
@@ -167,7 +205,12 @@ impl GangWorkloadView {
     }
 }
 
-fn retry(event: EventNote, events: Vec<EventNote>, cause: &'static str, steps: Vec<crate::budget::Step>) -> Decision {
+fn retry(
+    event: EventNote,
+    events: Vec<EventNote>,
+    cause: &'static str,
+    steps: Vec<crate::budget::Step>,
+) -> Decision {
     Decision::NoPdb(NoPdb {
         event: Some(event),
         events,
@@ -203,40 +246,76 @@ pub fn desired_pdb_for_gang(
             steps: vec![],
         });
     }
-    let (config, events, mut steps) = match resolve_or_unmanaged(WorkloadKind::Workload, &workload.meta, policies) {
-        Ok(r) => r,
-        Err(d) => return d,
-    };
+    let (config, events, mut steps) =
+        match resolve_or_unmanaged(WorkloadKind::Workload, &workload.meta, policies) {
+            Ok(r) => r,
+            Err(d) => return *d,
+        };
     let (template, template_min, mode) = match classify_workload(&workload.spec) {
         GangShape::BasicOnly => {
-            steps.push(step("shape", "no gang template; the pods' own controllers apply"));
+            steps.push(step(
+                "shape",
+                "no gang template; the pods' own controllers apply",
+            ));
             return no_pdb(None, events, "no_gang", steps);
         }
         GangShape::Unsupported(why) => {
-            let msg = format!("Workload {name} is not supported yet: {why}; only one gang pod group template is handled");
-            return no_pdb(Some(EventNote::warning(reasons::WORKLOAD_UNSUPPORTED, msg)), events, "unsupported", steps);
+            let msg = format!(
+                "Workload {name} is not supported yet: {why}; only one gang pod group template is handled"
+            );
+            return no_pdb(
+                Some(EventNote::warning(reasons::WORKLOAD_UNSUPPORTED, msg)),
+                events,
+                "unsupported",
+                steps,
+            );
         }
-        GangShape::Gang { template, min_count, mode } => (template, min_count, mode),
+        GangShape::Gang {
+            template,
+            min_count,
+            mode,
+        } => (template, min_count, mode),
     };
-    steps.push(step("gang template", format!("{template} (minCount {template_min}, mode {mode:?})")));
+    steps.push(step(
+        "gang template",
+        format!("{template} (minCount {template_min}, mode {mode:?})"),
+    ));
     let groups: Vec<&PodGroupView> = pod_groups
         .iter()
-        .filter(|g| g.workload_name.as_deref() == Some(name.as_str()) && g.template_name.as_deref() == Some(template.as_str()))
+        .filter(|g| {
+            g.workload_name.as_deref() == Some(name.as_str())
+                && g.template_name.as_deref() == Some(template.as_str())
+        })
         .collect();
     let group_names: BTreeSet<&str> = groups.iter().map(|g| g.name.as_str()).collect();
     let members: Vec<&PodView> = namespace_pods
         .iter()
-        .filter(|p| p.pod_group_name.as_deref().is_some_and(|g| group_names.contains(g)))
+        .filter(|p| {
+            p.pod_group_name
+                .as_deref()
+                .is_some_and(|g| group_names.contains(g))
+        })
         .collect();
     if members.is_empty() {
         let msg = format!(
             "No pods for Workload {name} yet ({} pod group(s) found); PDB deferred until they exist, retrying every 30s",
             groups.len()
         );
-        return retry(EventNote::warning(reasons::WORKLOAD_PDB_DEFERRED, msg), events, "no_pods", steps);
+        return retry(
+            EventNote::warning(reasons::WORKLOAD_PDB_DEFERRED, msg),
+            events,
+            "no_pods",
+            steps,
+        );
     }
-    if members.iter().any(|p| p.labels.contains_key(keys::LWS_NAME)) {
-        steps.push(step("pods", "carry leaderworkerset.sigs.k8s.io/name; the LeaderWorkerSet PDB covers them"));
+    if members
+        .iter()
+        .any(|p| p.labels.contains_key(keys::LWS_NAME))
+    {
+        steps.push(step(
+            "pods",
+            "carry leaderworkerset.sigs.k8s.io/name; the LeaderWorkerSet PDB covers them",
+        ));
         return no_pdb(None, events, "leaderworkerset_owned", steps);
     }
     let selector = match derive_gang_selector(&members, namespace_pods) {
@@ -244,7 +323,9 @@ pub fn desired_pdb_for_gang(
         Err(problem) => {
             let msg = match problem {
                 SelectorProblem::NoSharedLabels => {
-                    format!("Pods of Workload {name} share no label, so no PDB selector can cover exactly them; retrying every 30s")
+                    format!(
+                        "Pods of Workload {name} share no label, so no PDB selector can cover exactly them; retrying every 30s"
+                    )
                 }
                 SelectorProblem::SelectsOthers { selector, others } => format!(
                     "Selector {} shared by the pods of Workload {name} also selects other pods ({}); no exact selector exists, retrying every 30s",
@@ -252,23 +333,42 @@ pub fn desired_pdb_for_gang(
                     others.join(", ")
                 ),
             };
-            return retry(EventNote::warning(reasons::WORKLOAD_SELECTOR_UNRESOLVABLE, msg), events, "selector_unresolvable", steps);
+            return retry(
+                EventNote::warning(reasons::WORKLOAD_SELECTOR_UNRESOLVABLE, msg),
+                events,
+                "selector_unresolvable",
+                steps,
+            );
         }
     };
     steps.push(step("derived selector", render_selector(&selector)));
     let observed: Vec<ObservedGroup> = groups
         .iter()
         .map(|g| {
-            let pods = members.iter().filter(|p| p.pod_group_name.as_deref() == Some(g.name.as_str())).count() as u32;
+            let pods = members
+                .iter()
+                .filter(|p| p.pod_group_name.as_deref() == Some(g.name.as_str()))
+                .count() as u32;
             let min_count = g.min_count.map_or(template_min, |m| m.max(0) as u32);
             // In all mode a group restarts as a unit; while it restarts it still counts at its
             // gang size, so the budget does not loosen exactly when a group is down.
-            let pods = if mode == DisruptionMode::All { pods.max(min_count) } else { pods };
-            ObservedGroup { name: g.name.clone(), pods, min_count }
+            let pods = if mode == DisruptionMode::All {
+                pods.max(min_count)
+            } else {
+                pods
+            };
+            ObservedGroup {
+                name: g.name.clone(),
+                pods,
+                min_count,
+            }
         })
         .collect();
     let min_available = match budget_for_gang(config.rule, mode, &observed) {
-        GroupBudget::Groups { min_available, steps: s } => {
+        GroupBudget::Groups {
+            min_available,
+            steps: s,
+        } => {
             steps.extend(s);
             min_available
         }
@@ -279,8 +379,20 @@ pub fn desired_pdb_for_gang(
         }
         GroupBudget::Impossible { why, steps: s } => {
             steps.extend(s);
-            let cause = if mode == DisruptionMode::All { "single_group" } else { "min_count_blocks_drains" };
-            return no_pdb(Some(EventNote::warning(reasons::WORKLOAD_SKIPPED, format!("Workload {name}: {why}"))), events, cause, steps);
+            let cause = if mode == DisruptionMode::All {
+                "single_group"
+            } else {
+                "min_count_blocks_drains"
+            };
+            return no_pdb(
+                Some(EventNote::warning(
+                    reasons::WORKLOAD_SKIPPED,
+                    format!("Workload {name}: {why}"),
+                )),
+                events,
+                cause,
+                steps,
+            );
         }
     };
     let owner = Owner {
@@ -289,8 +401,19 @@ pub fn desired_pdb_for_gang(
         name: name.clone(),
         uid: workload.uid.clone(),
     };
-    let selector = LabelSelector { match_labels: Some(selector), match_expressions: None };
-    finish(&owner, &workload.meta, config, BudgetRule::MinAvailable(BudgetValue::Count(min_available)), selector, now, events, steps)
+    let selector = LabelSelector {
+        match_labels: Some(selector),
+        match_expressions: None,
+    };
+    finish(
+        &owner,
+        &workload.meta,
+        config,
+        BudgetRule::MinAvailable(BudgetValue::Count(min_available)),
+        selector,
+        now,
+        (events, steps),
+    )
 }
 
 #[cfg(test)]

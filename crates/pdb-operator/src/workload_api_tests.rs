@@ -48,7 +48,10 @@ fn pods(sizes: &[usize]) -> Vec<PodView> {
             out.push(PodView {
                 name: format!("trainer-{g}-{i}"),
                 uid: format!("uid-{g}-{i}"),
-                labels: BTreeMap::from([("app".to_string(), "trainer".to_string()), ("role".to_string(), role.to_string())]),
+                labels: BTreeMap::from([
+                    ("app".to_string(), "trainer".to_string()),
+                    ("role".to_string(), role.to_string()),
+                ]),
                 pod_group_name: Some(format!("trainer-workers-{g}")),
             });
         }
@@ -64,7 +67,11 @@ fn policy(class: &str) -> Vec<PDBPolicy> {
     }))
     .unwrap();
     vec![PDBPolicy {
-        metadata: ObjectMeta { name: Some("training-critical".into()), namespace: Some("default".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("training-critical".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
         spec,
         status: None,
     }]
@@ -72,12 +79,21 @@ fn policy(class: &str) -> Vec<PDBPolicy> {
 
 fn decide(w: &GangWorkloadView, g: &[PodGroupView], p: &[PodView], class: &str) -> Decision {
     let policies = policy(class);
-    desired_pdb_for_gang(w, g, p, &Policies { namespaced: &policies, ..Default::default() }, now())
+    desired_pdb_for_gang(
+        w,
+        g,
+        p,
+        &Policies {
+            namespaced: &policies,
+            ..Default::default()
+        },
+        now(),
+    )
 }
 
 fn applied(d: Decision) -> DesiredPdb {
     match d {
-        Decision::Apply(p) => p,
+        Decision::Apply(p) => *p,
         Decision::NoPdb(n) => panic!("expected a PDB, got {n:?}"),
     }
 }
@@ -92,13 +108,31 @@ fn reason(d: Decision) -> Option<&'static str> {
 #[test]
 fn seed_worked_example_four_groups_of_two_mission_critical() {
     // Scenario 46 / seed 003: minAvailable 6, selector {app: trainer}, owned by the Workload.
-    let d = applied(decide(&gang(2, "all"), &groups(4, 2), &pods(&[2, 2, 2, 2]), "mission-critical"));
+    let d = applied(decide(
+        &gang(2, "all"),
+        &groups(4, 2),
+        &pods(&[2, 2, 2, 2]),
+        "mission-critical",
+    ));
     let spec = d.pdb.spec.clone().unwrap();
     assert_eq!(spec.min_available, Some(IntOrString::Int(6)));
-    let rows: Vec<(String, String)> = d.steps.iter().map(|s| (s.label.clone(), s.value.clone())).collect();
-    assert!(rows.contains(&("ceil(90% × 4 groups)".into(), "4".into())), "{rows:?}");
-    assert!(rows.contains(&("clamped to groups - 1".into(), "3".into())), "{rows:?}");
-    assert!(rows.contains(&("minAvailable = 3 × 2".into(), "6".into())), "{rows:?}");
+    let rows: Vec<(String, String)> = d
+        .steps
+        .iter()
+        .map(|s| (s.label.clone(), s.value.clone()))
+        .collect();
+    assert!(
+        rows.contains(&("ceil(90% × 4 groups)".into(), "4".into())),
+        "{rows:?}"
+    );
+    assert!(
+        rows.contains(&("clamped to groups - 1".into(), "3".into())),
+        "{rows:?}"
+    );
+    assert!(
+        rows.contains(&("minAvailable = 3 × 2".into(), "6".into())),
+        "{rows:?}"
+    );
     insta::assert_json_snapshot!("seed_003_trainer_pdb", d.pdb);
 }
 
@@ -122,16 +156,29 @@ fn shape_table(
     #[case] want: Option<i32>,
     #[case] event: Option<&str>,
 ) {
-    let d = decide(&gang(min_count, mode), &groups(sizes.len(), min_count), &pods(sizes), class);
+    let d = decide(
+        &gang(min_count, mode),
+        &groups(sizes.len(), min_count),
+        &pods(sizes),
+        class,
+    );
     match want {
-        Some(m) => assert_eq!(applied(d).pdb.spec.unwrap().min_available, Some(IntOrString::Int(m))),
+        Some(m) => assert_eq!(
+            applied(d).pdb.spec.unwrap().min_available,
+            Some(IntOrString::Int(m))
+        ),
         None => assert_eq!(reason(d), event),
     }
 }
 
 #[test]
 fn single_all_mode_group_message_says_why() {
-    match decide(&gang(8, "all"), &groups(1, 8), &pods(&[8]), "mission-critical") {
+    match decide(
+        &gang(8, "all"),
+        &groups(1, 8),
+        &pods(&[8]),
+        "mission-critical",
+    ) {
         Decision::NoPdb(n) => assert!(n.event.unwrap().message.contains("restarts as a unit")),
         other => panic!("{other:?}"),
     }
@@ -156,13 +203,28 @@ fn unsupported_shapes() {
         {"name": "a", "schedulingPolicy": {"gang": {"minCount": 2}}},
         {"name": "b", "schedulingPolicy": {"gang": {"minCount": 2}}},
     ]}));
-    assert_eq!(reason(decide(&two, &groups(2, 2), &pods(&[2, 2]), "standard")), Some(reasons::WORKLOAD_UNSUPPORTED));
+    assert_eq!(
+        reason(decide(&two, &groups(2, 2), &pods(&[2, 2]), "standard")),
+        Some(reasons::WORKLOAD_UNSUPPORTED)
+    );
     let composite = trainer(json!({"compositePodGroupTemplates": [
         {"name": "c", "schedulingPolicy": {"gang": {"minGroupCount": 2}}},
     ]}));
-    assert_eq!(reason(decide(&composite, &groups(2, 2), &pods(&[2, 2]), "standard")), Some(reasons::WORKLOAD_UNSUPPORTED));
-    let basic = trainer(json!({"podGroupTemplates": [{"name": "a", "schedulingPolicy": {"basic": {}}}]}));
-    assert_eq!(reason(decide(&basic, &groups(2, 2), &pods(&[2, 2]), "standard")), None);
+    assert_eq!(
+        reason(decide(
+            &composite,
+            &groups(2, 2),
+            &pods(&[2, 2]),
+            "standard"
+        )),
+        Some(reasons::WORKLOAD_UNSUPPORTED)
+    );
+    let basic =
+        trainer(json!({"podGroupTemplates": [{"name": "a", "schedulingPolicy": {"basic": {}}}]}));
+    assert_eq!(
+        reason(decide(&basic, &groups(2, 2), &pods(&[2, 2]), "standard")),
+        None
+    );
 }
 
 #[test]
@@ -190,13 +252,29 @@ fn stranger_pod_makes_the_selector_unresolvable() {
 fn selector_keeps_only_shared_labels() {
     let members = pods(&[2, 2]);
     let refs: Vec<&PodView> = members.iter().collect();
-    assert_eq!(derive_gang_selector(&refs, &members), Ok(BTreeMap::from([("app".to_string(), "trainer".to_string())])));
+    assert_eq!(
+        derive_gang_selector(&refs, &members),
+        Ok(BTreeMap::from([("app".to_string(), "trainer".to_string())]))
+    );
     let disjoint = [
-        PodView { name: "a".into(), uid: "1".into(), labels: BTreeMap::from([("x".into(), "1".into())]), pod_group_name: None },
-        PodView { name: "b".into(), uid: "2".into(), labels: BTreeMap::from([("y".into(), "1".into())]), pod_group_name: None },
+        PodView {
+            name: "a".into(),
+            uid: "1".into(),
+            labels: BTreeMap::from([("x".into(), "1".into())]),
+            pod_group_name: None,
+        },
+        PodView {
+            name: "b".into(),
+            uid: "2".into(),
+            labels: BTreeMap::from([("y".into(), "1".into())]),
+            pod_group_name: None,
+        },
     ];
     let refs: Vec<&PodView> = disjoint.iter().collect();
-    assert_eq!(derive_gang_selector(&refs, &disjoint), Err(SelectorProblem::NoSharedLabels));
+    assert_eq!(
+        derive_gang_selector(&refs, &disjoint),
+        Err(SelectorProblem::NoSharedLabels)
+    );
 }
 
 #[test]
@@ -215,20 +293,36 @@ fn leader_worker_set_pods_are_left_alone() {
 #[test]
 fn unconfigured_workload_only_gets_unmanaged() {
     // Scenario 54: no pods and no configuration.
-    let d = desired_pdb_for_gang(&gang(2, "all"), &groups(4, 2), &[], &Policies::default(), now());
+    let d = desired_pdb_for_gang(
+        &gang(2, "all"),
+        &groups(4, 2),
+        &[],
+        &Policies::default(),
+        now(),
+    );
     assert_eq!(reason(d), Some(reasons::WORKLOAD_UNMANAGED));
 }
 
 #[test]
 fn restarting_group_keeps_the_budget() {
     // One all-mode group is down (0 pods); the budget must not loosen to 4.
-    let d = applied(decide(&gang(2, "all"), &groups(4, 2), &pods(&[0, 2, 2, 2]), "mission-critical"));
+    let d = applied(decide(
+        &gang(2, "all"),
+        &groups(4, 2),
+        &pods(&[0, 2, 2, 2]),
+        "mission-critical",
+    ));
     assert_eq!(d.pdb.spec.unwrap().min_available, Some(IntOrString::Int(6)));
 }
 
 #[test]
 fn uneven_all_mode_groups() {
     // Scenario 55 / W14: groups 4, 2, 2 under mission-critical → 4.
-    let d = applied(decide(&gang(0, "all"), &groups(3, 0), &pods(&[4, 2, 2]), "mission-critical"));
+    let d = applied(decide(
+        &gang(0, "all"),
+        &groups(3, 0),
+        &pods(&[4, 2, 2]),
+        "mission-critical",
+    ));
     assert_eq!(d.pdb.spec.unwrap().min_available, Some(IntOrString::Int(4)));
 }

@@ -1,0 +1,75 @@
+//! The checked-in manifests must match what the code generates and what the controllers need.
+
+use pdb_operator::crd::crds_yaml;
+
+const CHECKED_IN_CRDS: &str = include_str!("../deploy/crds.yaml");
+const RBAC: &str = include_str!("../deploy/rbac.yaml");
+
+#[test]
+fn checked_in_crds_match_the_generated_ones() {
+    let generated = crds_yaml().expect("CRDs render");
+    pretty_assertions::assert_eq!(
+        CHECKED_IN_CRDS,
+        generated,
+        "deploy/crds.yaml is stale; regenerate it with `cargo run -p pdb-operator -- crd > crates/pdb-operator/deploy/crds.yaml`"
+    );
+}
+
+#[test]
+fn crds_parse_back_as_custom_resource_definitions() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Vec<CustomResourceDefinition> =
+        serde_saphyr::from_multiple(CHECKED_IN_CRDS).expect("valid YAML");
+    let names: Vec<_> = crds
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "pdbpolicies.availability.pdboperator.io",
+            "clusterpdbpolicies.availability.pdboperator.io"
+        ]
+    );
+    assert_eq!(crds[0].spec.scope, "Namespaced");
+    assert_eq!(crds[1].spec.scope, "Cluster");
+    let columns: Vec<_> = crds[0].spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| (c.name.as_str(), c.json_path.as_str()))
+        .collect();
+    assert!(
+        columns.contains(&("Workloads", ".status.workloadCount")),
+        "{columns:?}"
+    );
+}
+
+#[test]
+fn cluster_role_grants_what_the_gang_controller_needs() {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(RBAC).expect("valid YAML");
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "pdb-operator")
+        .expect("ClusterRole pdb-operator");
+    let grants = |group: &str, resource: &str, verb: &str| {
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            let has = |field: &str, v: &str| r[field].as_array().unwrap().iter().any(|x| x == v);
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    for (g, r, v) in [
+        ("scheduling.k8s.io", "workloads", "watch"),
+        ("scheduling.k8s.io", "podgroups", "list"),
+        ("scheduling.k8s.io", "workloads/finalizers", "update"),
+        ("", "pods", "watch"),
+        ("policy", "poddisruptionbudgets", "patch"),
+        ("policy", "poddisruptionbudgets", "delete"),
+        ("events.k8s.io", "events", "create"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "watch"),
+        ("availability.pdboperator.io", "pdbpolicies/status", "patch"),
+        ("availability.pdboperator.io", "clusterpdbpolicies", "list"),
+    ] {
+        assert!(grants(g, r, v), "ClusterRole lacks {v} on {g}/{r}");
+    }
+}
