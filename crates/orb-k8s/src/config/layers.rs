@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use super::coerce::Raw;
-use super::issues::{ConfigIssue, Origin};
+use super::issues::{ConfigIssue, ConfigWarning, FieldOrigin, Origin};
 use super::schema::{self, ENV_PREFIX, FieldKind, FieldSpec};
 
 /// The provider block of a `config.json` (see [`super::file::read_provider_block`]).
@@ -54,6 +54,7 @@ pub(crate) struct Assignment {
 pub(crate) struct Flattened {
     pub assignments: Vec<Assignment>,
     pub issues: Vec<ConfigIssue>,
+    pub warnings: Vec<ConfigWarning>,
 }
 
 fn unknown_key_issue(path: &str, parent: Option<&str>, origin: &Origin) -> ConfigIssue {
@@ -72,14 +73,54 @@ fn unknown_key_issue(path: &str, parent: Option<&str>, origin: &Origin) -> Confi
     )
 }
 
+fn legacy_warning(legacy: &str, canonical: &str, origin: &Origin, ignored: bool) -> ConfigWarning {
+    let message = if ignored {
+        format!(
+            "legacy key '{legacy}' is ignored because '{canonical}' is also set; remove '{legacy}'"
+        )
+    } else {
+        format!("'{legacy}' is a legacy name; rename it to '{canonical}'")
+    };
+    ConfigWarning {
+        fields: vec![FieldOrigin {
+            field: legacy.to_string(),
+            origin: origin.clone(),
+        }],
+        message,
+    }
+}
+
 /// Flattens a JSON object (file block, template overrides, or a JSON env value for `naming`).
+/// Legacy top-level keys are applied before everything else, so the canonical key wins when
+/// both are present.
 pub(crate) fn flatten_object(
     object: &Map<String, Value>,
     parent: Option<&str>,
     origin: &Origin,
     out: &mut Flattened,
 ) {
+    if parent.is_none() {
+        for (legacy, canonical) in schema::LEGACY_KEYS {
+            let (Some(value), Some(spec)) = (object.get(*legacy), schema::field_spec(canonical))
+            else {
+                continue;
+            };
+            let shadowed = object.contains_key(*canonical);
+            out.warnings
+                .push(legacy_warning(legacy, canonical, origin, shadowed));
+            if !shadowed {
+                out.assignments.push(Assignment {
+                    target: Target::Field(spec),
+                    raw: Raw::Json(value.clone()),
+                    origin: origin.clone(),
+                });
+            }
+        }
+    }
     for (key, value) in object {
+        if parent.is_none() && schema::canonical_for_legacy(key).is_some() {
+            continue;
+        }
         let path = match parent {
             Some(p) => format!("{p}.{key}"),
             None => key.clone(),
@@ -168,7 +209,37 @@ pub(crate) fn flatten_env(env: &BTreeMap<String, String>) -> Flattened {
             continue;
         };
         let origin = Origin::env(var);
+        if let Some((_, why)) = schema::IGNORED_ENV_VARS
+            .iter()
+            .find(|(name, _)| *name == upper)
+        {
+            out.warnings.push(ConfigWarning {
+                fields: vec![FieldOrigin {
+                    field: var.clone(),
+                    origin,
+                }],
+                message: format!("{var} has no effect: {why}"),
+            });
+            continue;
+        }
         let segments: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        if let [legacy] = segments.as_slice()
+            && let Some(spec) = schema::canonical_for_legacy(legacy).and_then(schema::field_spec)
+        {
+            out.warnings.push(ConfigWarning {
+                fields: vec![FieldOrigin {
+                    field: spec.path.to_string(),
+                    origin: origin.clone(),
+                }],
+                message: format!("{var} is a legacy name; rename it to {}", spec.env_var()),
+            });
+            out.assignments.push(Assignment {
+                target: Target::Field(spec),
+                raw: Raw::Text(text.clone()),
+                origin,
+            });
+            continue;
+        }
         match segments.as_slice() {
             [container] if schema::is_container(container) => {
                 match serde_json::from_str::<Value>(text.trim()) {
@@ -323,6 +394,59 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("s3cr3t-value"), "{text}");
+    }
+
+    #[test]
+    fn legacy_file_keys_load_with_a_warning_and_lose_to_canonical_keys() {
+        let mut out = Flattened::default();
+        let block = json!({"pod_timeout": 60, "kube_context": "old", "context": "new"});
+        flatten_object(
+            block.as_object().unwrap(),
+            None,
+            &Origin::file("/c.json"),
+            &mut out,
+        );
+        assert!(out.issues.is_empty(), "{:?}", out.issues);
+        let applied: Vec<(String, Raw)> = out
+            .assignments
+            .iter()
+            .map(|a| (a.target.path(), a.raw.clone()))
+            .collect();
+        assert_eq!(
+            applied,
+            vec![
+                ("pod_timeout_seconds".to_string(), Raw::Json(json!(60))),
+                ("context".to_string(), Raw::Json(json!("new"))),
+            ]
+        );
+        let warnings: Vec<String> = out.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            warnings,
+            vec![
+                "kube_context (from file /c.json): legacy key 'kube_context' is ignored because \
+                 'context' is also set; remove 'kube_context'",
+                "pod_timeout (from file /c.json): 'pod_timeout' is a legacy name; rename it to \
+                 'pod_timeout_seconds'",
+            ]
+        );
+    }
+
+    #[test]
+    fn legacy_and_ignored_env_vars_warn_instead_of_failing() {
+        let flat = flatten_env(&env(&[
+            ("ORB_K8S_DEFAULT_NAMESPACE", "orb"),
+            ("ORB_K8S_ALLOW_UNKNOWN_EXEC_PLUGIN", "1"),
+        ]));
+        assert!(flat.issues.is_empty(), "{:?}", flat.issues);
+        assert_eq!(paths(&flat), vec!["namespace"]);
+        let warnings: Vec<String> = flat.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(warnings.len(), 2);
+        assert!(warnings[0].starts_with("ORB_K8S_ALLOW_UNKNOWN_EXEC_PLUGIN (from env ORB_K8S_ALLOW_UNKNOWN_EXEC_PLUGIN): ORB_K8S_ALLOW_UNKNOWN_EXEC_PLUGIN has no effect"));
+        assert_eq!(
+            warnings[1],
+            "namespace (from env ORB_K8S_DEFAULT_NAMESPACE): ORB_K8S_DEFAULT_NAMESPACE is a \
+             legacy name; rename it to ORB_K8S_NAMESPACE"
+        );
     }
 
     #[test]

@@ -79,6 +79,7 @@ struct Effective {
     tree: Map<String, Value>,
     origins: BTreeMap<String, Origin>,
     issues: Vec<ConfigIssue>,
+    warnings: Vec<ConfigWarning>,
 }
 
 impl Effective {
@@ -96,6 +97,7 @@ impl Effective {
             tree,
             origins,
             issues: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -121,6 +123,7 @@ impl Effective {
 
     fn apply_all(&mut self, flattened: Flattened) {
         self.issues.extend(flattened.issues);
+        self.warnings.extend(flattened.warnings);
         for assignment in flattened.assignments {
             self.apply(assignment);
         }
@@ -215,10 +218,12 @@ pub fn resolve_config(
     if !issues.is_empty() {
         return Err(ConfigErrors { issues });
     }
+    let mut warnings = effective.warnings;
+    warnings.extend(findings.warnings);
     Ok(ResolvedConfig {
         config,
         origins: effective.origins,
-        warnings: findings.warnings,
+        warnings,
         layers: layers.clone(),
     })
 }

@@ -163,6 +163,32 @@ pub fn is_container(path: &str) -> bool {
     CONTAINERS.contains(&path)
 }
 
+/// Older top-level key names still accepted (with a warning) so configs written for the
+/// reference broker keep loading: (legacy key, canonical field).
+pub const LEGACY_KEYS: &[(&str, &str)] = &[
+    ("kube_config_path", "kubeconfig_path"),
+    ("kube_context", "context"),
+    ("default_namespace", "namespace"),
+    ("pod_timeout", "pod_timeout_seconds"),
+    ("orphan_gc_interval", "orphan_gc_interval_seconds"),
+    ("orphan_min_age", "orphan_min_age_seconds"),
+];
+
+pub fn canonical_for_legacy(key: &str) -> Option<&'static str> {
+    LEGACY_KEYS
+        .iter()
+        .find(|(legacy, _)| *legacy == key)
+        .map(|(_, canonical)| *canonical)
+}
+
+/// `ORB_K8S_*` variables the reference understood that have no effect here; accepted with a
+/// warning instead of failing the load: (variable, why it is ignored).
+pub const IGNORED_ENV_VARS: &[(&str, &str)] = &[(
+    "ORB_K8S_ALLOW_UNKNOWN_EXEC_PLUGIN",
+    "orb-rs has no exec-plugin allow-list; it runs the exec credential plugin the kubeconfig \
+     names, so control which plugins run by controlling the kubeconfig",
+)];
+
 /// Keys valid directly under `parent` (`None` = top level), containers included.
 pub fn keys_under(parent: Option<&str>) -> Vec<&'static str> {
     let mut keys: Vec<&'static str> = Vec::new();

@@ -240,3 +240,23 @@ fn unrelated_env_vars_are_ignored() {
     assert_eq!(resolved.config, K8sProviderConfig::default());
     assert!(resolved.layers().env.is_empty());
 }
+
+#[test]
+fn legacy_keys_resolve_to_the_canonical_field_and_warn() {
+    let resolved = resolve(
+        Some(json!({"kube_config_path": "/etc/orb/kubeconfig", "orphan_min_age": 60})),
+        &[],
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        resolved.config.kubeconfig_path,
+        Some(PathBuf::from("/etc/orb/kubeconfig"))
+    );
+    assert_eq!(resolved.config.orphan_min_age_seconds, 60);
+    assert_eq!(
+        resolved.origin_of("orphan_min_age_seconds"),
+        &Origin::file(FILE)
+    );
+    assert_eq!(resolved.warnings.len(), 2, "{:?}", resolved.warnings);
+}

@@ -183,10 +183,10 @@ fn each_rule_names_field_source_and_fix(
     "\"my-orb\""
 )]
 #[case::env_unknown(
-    "ORB_K8S_POD_TIMEOUT",
+    "ORB_K8S_POD_TIMEOUT_SECS",
     "30",
-    "ORB_K8S_POD_TIMEOUT (from env ORB_K8S_POD_TIMEOUT)",
-    "unknown environment variable ORB_K8S_POD_TIMEOUT",
+    "ORB_K8S_POD_TIMEOUT_SECS (from env ORB_K8S_POD_TIMEOUT_SECS)",
+    "unknown environment variable ORB_K8S_POD_TIMEOUT_SECS",
     "the closest valid variable is ORB_K8S_POD_TIMEOUT_SECONDS"
 )]
 #[case::env_unknown_nested(
@@ -226,8 +226,8 @@ fn env_errors_name_the_variable(
 }
 
 #[rstest]
-#[case::template_unknown_key(json!({"pod_timeout": 30}),
-    "pod_timeout (from template tpl-gpu)", "unknown key 'pod_timeout'", "'pod_timeout_seconds'")]
+#[case::template_unknown_key(json!({"pod_timeout_secs": 30}),
+    "pod_timeout_secs (from template tpl-gpu)", "unknown key 'pod_timeout_secs'", "'pod_timeout_seconds'")]
 #[case::template_bad_namespace(json!({"namespace": "GPU"}),
     "namespace (from template tpl-gpu)", "\"GPU\" is not a valid namespace name", "\"gpu\"")]
 fn template_errors_name_the_template(
