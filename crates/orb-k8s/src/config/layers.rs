@@ -450,6 +450,20 @@ mod tests {
     }
 
     #[test]
+    fn legacy_and_canonical_env_vars_together_are_an_error() {
+        let flat = flatten_env(&env(&[
+            ("ORB_K8S_POD_TIMEOUT", "60"),
+            ("ORB_K8S_POD_TIMEOUT_SECONDS", "90"),
+        ]));
+        assert_eq!(flat.issues.len(), 1);
+        assert_eq!(
+            flat.issues[0].to_string(),
+            "pod_timeout_seconds (from env ORB_K8S_POD_TIMEOUT_SECONDS): pod_timeout_seconds is \
+             also set by env ORB_K8S_POD_TIMEOUT; fix: set it through one environment variable only"
+        );
+    }
+
+    #[test]
     fn same_leaf_from_two_env_vars_is_an_error() {
         let flat = flatten_env(&env(&[
             ("ORB_K8S_NAMING", r#"{"prefix":"a"}"#),

@@ -8,7 +8,7 @@
 //! # async fn demo(overrides: orb_k8s::config::TemplateOverrides) -> Result<(), Box<dyn std::error::Error>> {
 //! use orb_k8s::config::{self, ConfigLayers, OutputFormat};
 //! let file = config::read_provider_block("/etc/orb/config.json".as_ref(), "k8s")?;
-//! let layers = ConfigLayers::new(file, std::env::vars());
+//! let layers = ConfigLayers::from_process_env(file); // or ConfigLayers::new(file, a_map)
 //! let resolved = layers.resolve(None)?; // provider-wide; every problem at once
 //! for warning in &resolved.warnings {
 //!     eprintln!("WARNING: {warning}");

@@ -170,11 +170,20 @@ fn table(resolved: &ResolvedConfig, with_origin: bool) -> String {
         }
         out.push('\n');
     }
+    // Humans read the table, so the warnings go with it; JSON/YAML keep the file's shape and
+    // callers print `ResolvedConfig::warnings` separately.
+    if !resolved.warnings.is_empty() {
+        out.push('\n');
+        for warning in &resolved.warnings {
+            let _ = writeln!(out, "WARNING: {warning}");
+        }
+    }
     out
 }
 
 /// Renders the effective config. With `with_origin`, every value says where it came from
-/// (default, file path, env var, template id). Output ends with a newline.
+/// (default, file path, env var, template id). The table ends with the config's warnings, one
+/// `WARNING: …` line each; JSON and YAML contain only the config. Output ends with a newline.
 pub fn render_effective(
     resolved: &ResolvedConfig,
     format: OutputFormat,

@@ -35,6 +35,21 @@ impl ConfigLayers {
         Self { file, env }
     }
 
+    /// [`Self::new`] with the process environment. Unlike `std::env::vars`, this never panics
+    /// on a non-UTF-8 variable: such a value is converted lossily and then fails validation
+    /// with a visible message instead of being skipped.
+    pub fn from_process_env(file: Option<FileLayer>) -> Self {
+        Self::new(
+            file,
+            std::env::vars_os().map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            }),
+        )
+    }
+
     /// The effective config for the provider (`template = None`) or for one template.
     pub fn resolve(
         &self,

@@ -381,11 +381,11 @@ fn warn_about_risky_combinations(
         );
     }
     if cfg.in_cluster == Some(true) {
-        for field in ["kubeconfig_path", "context"] {
-            let set = match field {
-                "kubeconfig_path" => cfg.kubeconfig_path.is_some(),
-                _ => cfg.context.is_some(),
-            };
+        let ignored = [
+            ("kubeconfig_path", cfg.kubeconfig_path.is_some()),
+            ("context", cfg.context.is_some()),
+        ];
+        for (field, set) in ignored {
             if set {
                 found.warn(
                     origins,

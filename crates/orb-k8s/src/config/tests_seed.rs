@@ -322,3 +322,24 @@ fn config_show_yaml_without_origin_parses_back() {
     let parsed: K8sProviderConfig = serde_saphyr::from_str(&text).unwrap();
     assert_eq!(parsed, resolved.config);
 }
+
+#[test]
+fn config_show_table_ends_with_the_warnings() {
+    let resolved = resolve(
+        Some(json!({"native_spec_enabled": true})),
+        &[("ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS", "false")],
+        None,
+    )
+    .unwrap();
+    let table = render_effective(&resolved, OutputFormat::Table, false);
+    let last = table.lines().last().unwrap();
+    assert!(
+        last.starts_with(
+            "WARNING: native_spec_enabled (from file /etc/orb/config.json) and \
+             reject_high_risk_pod_fields (from env ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): SECURITY:"
+        ),
+        "{last}"
+    );
+    let json = render_effective(&resolved, OutputFormat::Json, false);
+    assert!(!json.contains("WARNING"));
+}
