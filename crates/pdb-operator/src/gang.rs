@@ -97,6 +97,15 @@ pub enum DisruptionMode {
     Single,
 }
 
+impl std::fmt::Display for DisruptionMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::All => "all",
+            Self::Single => "single",
+        })
+    }
+}
+
 /// One PodGroup as observed: its pods right now and its gang minCount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservedGroup {

@@ -14,6 +14,7 @@ pub mod names;
 pub mod pdb;
 pub mod plan;
 pub mod resolve;
+pub mod status;
 pub mod validation;
 pub mod windows;
 pub mod workload_api;

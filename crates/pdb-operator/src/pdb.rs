@@ -213,3 +213,171 @@ pub fn find_pdb_conflict(
     }
     None
 }
+
+/// Finalizers left by the reference operator that we strip; `None` when there is nothing to do,
+/// else the list to write back (order of the others kept).
+pub fn without_legacy_finalizers(finalizers: &[String]) -> Option<Vec<String>> {
+    let legacy = [
+        keys::LEGACY_WORKLOAD_FINALIZER,
+        keys::LEGACY_POLICY_FINALIZER,
+    ];
+    let kept: Vec<String> = finalizers
+        .iter()
+        .filter(|f| !legacy.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    (kept.len() != finalizers.len()).then_some(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn pdb(
+        name: &str,
+        managed: bool,
+        owner_uid: Option<&str>,
+        selector: Option<LabelSelector>,
+    ) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: managed.then(|| labels(&[(keys::MANAGED_BY, keys::OPERATOR_NAME)])),
+                owner_references: owner_uid.map(|uid| {
+                    vec![OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: "Deployment".into(),
+                        name: "a".into(),
+                        uid: uid.into(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    }]
+                }),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector,
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn app(v: &str) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_labels: Some(labels(&[("app", v)])),
+            match_expressions: None,
+        })
+    }
+
+    #[test]
+    fn ownership_needs_label_and_controller_uid() {
+        assert!(is_owned_by(&pdb("a-pdb", true, Some("u1"), app("a")), "u1"));
+        assert!(
+            !is_owned_by(&pdb("a-pdb", false, Some("u1"), app("a")), "u1"),
+            "no managed-by label"
+        );
+        assert!(
+            !is_owned_by(&pdb("a-pdb", true, Some("u2"), app("a")), "u1"),
+            "another owner"
+        );
+        assert!(
+            !is_owned_by(&pdb("a-pdb", true, None, app("a")), "u1"),
+            "unowned"
+        );
+    }
+
+    #[test]
+    fn selector_semantics_follow_policy_v1() {
+        let pod = labels(&[("app", "a")]);
+        assert!(pdb_selects(&pdb("x", false, None, app("a")), &pod));
+        assert!(!pdb_selects(&pdb("x", false, None, app("b")), &pod));
+        assert!(
+            !pdb_selects(&pdb("x", false, None, None), &pod),
+            "a missing selector covers nothing"
+        );
+        assert!(
+            pdb_selects(&pdb("x", false, None, Some(LabelSelector::default())), &pod),
+            "empty covers all"
+        );
+        let expr = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "In".into(),
+                values: Some(vec!["a".into(), "b".into()]),
+            }]),
+        };
+        assert!(pdb_selects(&pdb("x", false, None, Some(expr)), &pod));
+    }
+
+    #[test]
+    fn users_pdb_over_the_same_pods_is_a_conflict() {
+        // Scenario 32: team-pdb (unowned) selects app=a → no a-pdb, PDBConflict.
+        let existing = [pdb("team-pdb", false, None, app("a"))];
+        let c = find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &existing).unwrap();
+        assert_eq!(c.reason, reasons::PDB_CONFLICT);
+        assert!(c.message.contains("team-pdb"));
+        // Once it is gone there is no conflict.
+        assert_eq!(
+            find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &[]),
+            None
+        );
+    }
+
+    #[test]
+    fn name_held_by_another_owner_is_a_conflict() {
+        // Scenario 33 / 44: web-pdb owned by a different workload uid, selecting other pods.
+        let existing = [pdb(
+            "web-pdb",
+            true,
+            Some("statefulset-uid"),
+            app("web-sts"),
+        )];
+        let c = find_pdb_conflict(
+            "deployment-uid",
+            "web-pdb",
+            &[labels(&[("app", "web")])],
+            &existing,
+        )
+        .unwrap();
+        assert!(
+            c.message.contains("not owned by this workload"),
+            "{}",
+            c.message
+        );
+    }
+
+    #[test]
+    fn our_own_pdb_is_not_a_conflict() {
+        let existing = [
+            pdb("a-pdb", true, Some("u1"), app("a")),
+            pdb("b-pdb", false, None, app("b")),
+        ];
+        assert_eq!(
+            find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &existing),
+            None
+        );
+    }
+
+    #[test]
+    fn legacy_finalizers_are_stripped() {
+        let f = vec![
+            "keep.me/x".to_string(),
+            keys::LEGACY_WORKLOAD_FINALIZER.to_string(),
+        ];
+        assert_eq!(
+            without_legacy_finalizers(&f),
+            Some(vec!["keep.me/x".to_string()])
+        );
+        assert_eq!(without_legacy_finalizers(&["keep.me/x".to_string()]), None);
+    }
+}

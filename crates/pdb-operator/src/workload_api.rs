@@ -278,7 +278,7 @@ pub fn desired_pdb_for_gang(
     };
     steps.push(step(
         "gang template",
-        format!("{template} (minCount {template_min}, mode {mode:?})"),
+        format!("{template} (minCount {template_min}, mode {mode})"),
     ));
     let groups: Vec<&PodGroupView> = pod_groups
         .iter()
