@@ -48,7 +48,9 @@ pub use auth::{
 pub use file::{ConfigFileError, layer_from_config_value, provider_block, read_provider_block};
 pub use issues::{ConfigErrors, ConfigIssue, ConfigWarning, FieldOrigin, Origin};
 pub use layers::{FileLayer, TemplateOverrides};
-pub use model::{ALL_NAMESPACES, K8sProviderConfig, NamespaceScope, NamingConfig};
+pub use model::{
+    ALL_NAMESPACES, K8sProviderConfig, NamespaceRefusal, NamespaceScope, NamingConfig,
+};
 pub use pod_defaults::{PodPlacement, apply_pod_defaults};
 pub use render::{OutputFormat, render_effective};
 pub use resolve::{ConfigLayers, ResolvedConfig, resolve_config};

@@ -159,13 +159,47 @@ pub enum NamespaceScope {
     ClusterWide,
 }
 
+/// Why a template or request may not create objects in a namespace.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NamespaceRefusal {
+    #[error(
+        "namespace {namespace:?} is not a valid namespace name: it {problems}; use a DNS-1123 \
+         label (lowercase letters, digits and '-', at most 63 characters)"
+    )]
+    InvalidName { namespace: String, problems: String },
+    #[error(
+        "namespace {namespace:?} is not managed by this provider (managed: {managed}); set the \
+         template's namespace to one of them, or add it to namespaces (ORB_K8S_NAMESPACES)"
+    )]
+    NotManaged { namespace: String, managed: String },
+}
+
 impl NamespaceScope {
-    /// Whether a template or request may target `namespace` under this scope.
+    /// Whether a template or request may target `namespace`. A single-namespace provider lets
+    /// a template name another namespace (seed 000: the template's `namespace` overrides the
+    /// provider's); an explicit list is a hard boundary; cluster-wide allows any.
     pub fn allows(&self, namespace: &str) -> bool {
         match self {
-            Self::Single(only) => only == namespace,
+            Self::Single(_) | Self::ClusterWide => true,
             Self::Multi(list) => list.iter().any(|n| n == namespace),
-            Self::ClusterWide => true,
+        }
+    }
+
+    /// [`Self::allows`] plus the name check, as an error to return before anything is created.
+    pub fn check_target(&self, namespace: &str) -> Result<(), NamespaceRefusal> {
+        let problems = crate::validation::dns1123_label_problems(namespace);
+        if !problems.is_empty() {
+            return Err(NamespaceRefusal::InvalidName {
+                namespace: namespace.to_string(),
+                problems: problems.join(" and "),
+            });
+        }
+        match self {
+            Self::Multi(list) if !self.allows(namespace) => Err(NamespaceRefusal::NotManaged {
+                namespace: namespace.to_string(),
+                managed: list.join(", "),
+            }),
+            _ => Ok(()),
         }
     }
 }
@@ -289,7 +323,27 @@ mod tests {
         let scope = with_namespaces(None, Some(&["a", "b"])).namespace_scope("default");
         assert!(scope.allows("a"));
         assert!(!scope.allows("default"));
-        assert!(NamespaceScope::ClusterWide.allows("anything"));
+        assert_eq!(
+            scope.check_target("default").unwrap_err().to_string(),
+            "namespace \"default\" is not managed by this provider (managed: a, b); set the \
+             template's namespace to one of them, or add it to namespaces (ORB_K8S_NAMESPACES)"
+        );
+        assert_eq!(scope.check_target("b"), Ok(()));
+    }
+
+    #[rstest]
+    #[case::single(NamespaceScope::Single("orb".into()))]
+    #[case::cluster_wide(NamespaceScope::ClusterWide)]
+    fn single_and_cluster_wide_scopes_accept_template_namespaces(#[case] scope: NamespaceScope) {
+        assert_eq!(scope.check_target("team-x"), Ok(()));
+    }
+
+    #[test]
+    fn a_target_namespace_must_be_a_dns_label_in_every_mode() {
+        let err = NamespaceScope::ClusterWide
+            .check_target("production.jobs")
+            .unwrap_err();
+        assert!(matches!(err, NamespaceRefusal::InvalidName { .. }), "{err}");
     }
 
     #[test]
