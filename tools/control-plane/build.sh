@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream Kubernetes v1.37.2 control plane (kube-apiserver, kube-controller-manager,
 # kube-scheduler) and etcd from the Go module proxy, through the wrapper module in k8sbins/.
-# Binaries are cached outside the repository, keyed by a hash of go.mod + go.sum + this script,
+# Binaries are cached outside the repository, keyed by a hash of go.mod + go.sum + RECIPE,
 # so a second run only prints the cached directory.
 # Prints the bin directory on the last line of stdout.
 set -euo pipefail
@@ -9,7 +9,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mod="$here/k8sbins"
 K8S_VERSION=v1.37.2
 cache_root="${ORB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/orb-rs}"
-key="$(cat "$mod/go.mod" "$mod/go.sum" "$here/build.sh" | sha256sum | cut -c1-16)"
+# Bump RECIPE when the build flags below change, so cached binaries are rebuilt.
+RECIPE=1
+key="$( (cat "$mod/go.mod" "$mod/go.sum"; echo "recipe=$RECIPE") | sha256sum | cut -c1-16)"
 bin="$cache_root/k8s-$K8S_VERSION-$key/bin"
 
 if [[ -x "$bin/kube-apiserver" && -x "$bin/kube-controller-manager" && -x "$bin/kube-scheduler" && -x "$bin/etcd" ]]; then
