@@ -1,11 +1,22 @@
-//! `orb`: the resource broker's command-line entry point.
+//! `orb`: the resource broker's command-line entry point. Parses arguments first (so
+//! `--version` and `--help` return at once), then runs the command and prints its output.
+
+use std::io::Write;
+use std::process::ExitCode;
+
 use clap::Parser;
+use orb_cli::cli::Cli;
+use orb_cli::commands;
 
-/// orb acquires and releases worker machines on Kubernetes as Pods, Deployments, StatefulSets or Jobs.
-#[derive(Parser, Debug)]
-#[command(name = "orb", version, about, long_about = None)]
-struct Cli {}
-
-fn main() {
-    let _cli = Cli::parse();
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let output = commands::run(cli);
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(output.stdout.as_bytes());
+    let _ = stdout.flush();
+    let mut stderr = std::io::stderr().lock();
+    for line in &output.stderr {
+        let _ = writeln!(stderr, "{line}");
+    }
+    ExitCode::from(u8::try_from(output.exit).unwrap_or(1))
 }

@@ -1,0 +1,146 @@
+//! Acquire: check everything, then store the request, then create machines.
+
+use orb_core::ids::RequestId;
+use orb_core::lifecycle::{self, LifecycleEvent};
+use orb_core::provider::AcquireInput;
+use orb_core::request::{Request, RequestType};
+use orb_core::template::TemplateError;
+use orb_store::MachineFilter;
+
+use super::observe::machine_from_observation;
+use super::{Broker, BrokerError, RequestView};
+
+impl Broker {
+    /// Requests `count` machines of `template_id`. Every limit is checked before anything is
+    /// stored or created; once stored, the request id is always returned, with the failure in
+    /// its status if the provider failed.
+    pub async fn request_machines(
+        &self,
+        template_id: &str,
+        count: u32,
+    ) -> Result<RequestView, BrokerError> {
+        let template = self
+            .catalog
+            .get(template_id)
+            .ok_or_else(|| BrokerError::UnknownTemplate {
+                template_id: template_id.to_string(),
+                available: self.catalog.ids(),
+            })?
+            .clone();
+        let problems = template.problems();
+        if !problems.is_empty() {
+            return Err(BrokerError::InvalidTemplate(TemplateError::Invalid {
+                template_id: template.template_id.clone(),
+                problems,
+            }));
+        }
+        self.check_count(
+            &template.template_id,
+            template.max_machines_or(self.settings.default_max_machines),
+            count,
+        )
+        .await?;
+        let provider = self.provider.get()?;
+
+        let now = self.now();
+        let mut request = Request::new(
+            RequestId::new_acquire(),
+            RequestType::Acquire,
+            Some(template.template_id.clone()),
+            &self.settings.provider_name,
+            &self.settings.provider_type,
+            count,
+            now,
+        );
+        request.provider_api = Some(template.api().as_str().to_string());
+        lifecycle::apply(
+            &mut request,
+            LifecycleEvent::Start {
+                grace_secs: self.settings.grace_secs,
+            },
+            now,
+        )?;
+        self.store.insert_request(&mut request, &mut []).await?;
+
+        let outcome = provider
+            .acquire(AcquireInput {
+                request_id: request.request_id.clone(),
+                template,
+                count,
+            })
+            .await;
+        let now = self.now();
+        let mut machines = Vec::new();
+        match outcome {
+            Ok(outcome) => {
+                request.resource_ids = outcome.resource_ids;
+                request.provider_data = outcome.provider_data;
+                if outcome.message.is_some() {
+                    request.status_message = outcome.message;
+                }
+                machines = outcome
+                    .machines
+                    .iter()
+                    .map(|obs| machine_from_observation(obs, &request, None, now))
+                    .collect();
+            }
+            Err(err) => {
+                lifecycle::apply(
+                    &mut request,
+                    LifecycleEvent::Fail {
+                        reason: err.to_string(),
+                    },
+                    now,
+                )?;
+            }
+        }
+        self.store
+            .update_request(&mut request, &mut machines)
+            .await?;
+        Ok(RequestView {
+            request,
+            machines,
+            note: None,
+        })
+    }
+
+    async fn check_count(
+        &self,
+        template_id: &str,
+        max: i64,
+        count: u32,
+    ) -> Result<(), BrokerError> {
+        if count == 0 {
+            return Err(BrokerError::CountRejected(
+                "machine count must be at least 1; ask for one or more machines".into(),
+            ));
+        }
+        let per_request = self.settings.max_machines_per_request;
+        if count > per_request {
+            return Err(BrokerError::CountRejected(format!(
+                "{count} machines is more than request.max_machines_per_request ({per_request}); \
+                 split the request or raise the limit in config.json"
+            )));
+        }
+        if max < 0 {
+            return Ok(());
+        }
+        let live = self
+            .store
+            .list_machines(&MachineFilter {
+                live_only: true,
+                template_id: Some(template_id.to_string()),
+                ..Default::default()
+            })
+            .await?
+            .len() as i64;
+        let available = (max - live).max(0);
+        if i64::from(count) > available {
+            return Err(BrokerError::CountRejected(format!(
+                "template {template_id:?} allows {max} machines (maxNumber) and {live} are live, \
+                 so at most {available} more can be requested, not {count}; ask for fewer or raise maxNumber"
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! The broker: runs requests through their lifecycle, with the store for memory and a
+//! provider for hands. Decisions come from orb-core (lifecycle, validation, mappings); this
+//! module sequences IO around them and keeps every state change to one store write.
+
+mod acquire;
+mod cancel;
+mod observe;
+mod reclaim;
+mod release;
+mod status;
+
+#[cfg(test)]
+mod test_provider;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use jiff::Timestamp;
+use orb_core::ids::RequestId;
+use orb_core::lifecycle::LifecycleError;
+use orb_core::machine::Machine;
+use orb_core::provider::{MachineRef, Provider, ProviderError};
+use orb_core::request::Request;
+use orb_core::template::TemplateError;
+use orb_store::{Store, StoreError};
+use serde::Serialize;
+
+use crate::context::Catalog;
+use crate::failure::Failure;
+
+pub use reclaim::Reclaim;
+pub use release::UnknownNames;
+
+/// Builds the provider on first use, so commands that never need the cluster (status of a
+/// finished request, template listing) never construct a client.
+pub struct ProviderHandle {
+    cell: OnceLock<Result<Arc<dyn Provider>, ProviderError>>,
+    build: Box<dyn Fn() -> Result<Arc<dyn Provider>, ProviderError> + Send + Sync>,
+}
+
+impl ProviderHandle {
+    pub fn lazy(
+        build: impl Fn() -> Result<Arc<dyn Provider>, ProviderError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            cell: OnceLock::new(),
+            build: Box::new(build),
+        }
+    }
+
+    pub fn ready(provider: Arc<dyn Provider>) -> Self {
+        Self::lazy(move || Ok(provider.clone()))
+    }
+
+    pub fn get(&self) -> Result<Arc<dyn Provider>, ProviderError> {
+        self.cell.get_or_init(|| (self.build)()).clone()
+    }
+}
+
+/// Limits and identity the broker applies to every request.
+#[derive(Debug, Clone)]
+pub struct BrokerSettings {
+    pub provider_name: String,
+    pub provider_type: String,
+    pub grace_secs: u64,
+    pub max_machines_per_request: u32,
+    /// `maxNumber` for templates that set none.
+    pub default_max_machines: i64,
+}
+
+pub struct Broker {
+    pub store: Store,
+    pub provider: ProviderHandle,
+    pub settings: BrokerSettings,
+    pub catalog: Catalog,
+    pub clock: Clock,
+}
+
+/// Time source; tests move it by hand.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// A request with its machines (an acquire's machines, or the machines a return covers).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestView {
+    pub request: Request,
+    pub machines: Vec<Machine>,
+    /// Why the view may be stale (the provider could not be asked); not stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("template {template_id:?} is not defined; available templates: {available}")]
+    UnknownTemplate {
+        template_id: String,
+        available: String,
+    },
+    #[error(transparent)]
+    InvalidTemplate(TemplateError),
+    #[error("{0}")]
+    CountRejected(String),
+    #[error("request {0} not found; check the id (`orb requests list` shows recent ones)")]
+    UnknownRequest(String),
+    #[error("{0}")]
+    UnknownMachines(String),
+    #[error("{0}")]
+    NotAllowed(String),
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<BrokerError> for Failure {
+    fn from(err: BrokerError) -> Self {
+        match err {
+            BrokerError::Provider(e) => e.into(),
+            BrokerError::Store(e) => e.into(),
+            BrokerError::Lifecycle(e @ LifecycleError::IllegalTransition { .. }) => {
+                Failure::generic(e.to_string())
+            }
+            other => Failure::invalid(other.to_string()),
+        }
+    }
+}
+
+impl Broker {
+    fn now(&self) -> Timestamp {
+        (self.clock)()
+    }
+
+    /// Machine references for provider calls, with each machine's acquire bookkeeping.
+    async fn machine_refs(&self, machines: &[Machine]) -> Result<Vec<MachineRef>, BrokerError> {
+        let mut acquires: BTreeMap<RequestId, serde_json::Value> = BTreeMap::new();
+        let mut refs = Vec::with_capacity(machines.len());
+        for m in machines {
+            if !acquires.contains_key(&m.request_id) {
+                let data = self
+                    .store
+                    .get_request(&m.request_id)
+                    .await?
+                    .map(|r| r.provider_data)
+                    .unwrap_or(serde_json::Value::Null);
+                acquires.insert(m.request_id.clone(), data);
+            }
+            refs.push(MachineRef {
+                machine_id: m.machine_id.clone(),
+                name: m.name.clone(),
+                request_id: m.request_id.clone(),
+                template_id: m.template_id.clone(),
+                provider_api: m.provider_api.clone(),
+                resource_id: m.resource_id.clone(),
+                uid: m.uid.clone(),
+                status: m.status,
+                request_provider_data: acquires[&m.request_id].clone(),
+            });
+        }
+        Ok(refs)
+    }
+}

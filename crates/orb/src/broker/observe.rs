@@ -1,0 +1,121 @@
+//! Folding what the provider saw into stored machines.
+
+use jiff::Timestamp;
+use orb_core::machine::Machine;
+use orb_core::provider::MachineObservation;
+use orb_core::request::Request;
+
+/// A stored machine updated from an observation, or a new machine of acquire `request`.
+pub(super) fn machine_from_observation(
+    observation: &MachineObservation,
+    request: &Request,
+    existing: Option<&Machine>,
+    now: Timestamp,
+) -> Machine {
+    let mut machine = match existing {
+        Some(known) => known.clone(),
+        None => Machine {
+            machine_id: observation.machine_id.clone(),
+            name: observation.name.clone(),
+            request_id: request.request_id.clone(),
+            return_request_id: None,
+            template_id: request.template_id.clone().unwrap_or_default(),
+            provider_name: request.provider_name.clone(),
+            provider_api: request.provider_api.clone(),
+            resource_id: None,
+            uid: None,
+            status: observation.status,
+            status_reason: None,
+            private_ip: None,
+            public_ip: None,
+            launch_time: None,
+            instance_type: None,
+            price_type: None,
+            tags: Default::default(),
+            provider_data: serde_json::Value::Null,
+            created_at: now,
+            updated_at: now,
+            version: 0,
+        },
+    };
+    let before = machine.clone();
+    machine.name = observation.name.clone();
+    machine.status = observation.status;
+    machine.status_reason = observation.status_reason.clone();
+    // Keep what we learned earlier when a later read is less complete.
+    machine.private_ip = observation.private_ip.clone().or(machine.private_ip);
+    machine.public_ip = observation.public_ip.clone().or(machine.public_ip);
+    machine.launch_time = observation.launch_time.or(machine.launch_time);
+    machine.instance_type = observation.instance_type.clone().or(machine.instance_type);
+    machine.price_type = observation.price_type.clone().or(machine.price_type);
+    if !observation.tags.is_empty() {
+        machine.tags = observation.tags.clone();
+    }
+    machine.resource_id = observation.resource_id.clone().or(machine.resource_id);
+    machine.uid = observation.uid.clone().or(machine.uid);
+    if !observation.provider_data.is_null() {
+        machine.provider_data = observation.provider_data.clone();
+    }
+    if machine != before {
+        machine.updated_at = now;
+    }
+    machine
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orb_core::ids::RequestId;
+    use orb_core::machine::MachineStatus;
+    use orb_core::request::RequestType;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_767_225_600 + s).unwrap()
+    }
+
+    fn request() -> Request {
+        let mut r = Request::new(
+            RequestId::new_acquire(),
+            RequestType::Acquire,
+            Some("worker".into()),
+            "kube",
+            "k8s",
+            1,
+            t(0),
+        );
+        r.provider_api = Some("Pod".into());
+        r
+    }
+
+    #[test]
+    fn a_new_observation_becomes_a_machine_of_the_request() {
+        let r = request();
+        let mut obs = MachineObservation::new("orb-x-0000", MachineStatus::Pending);
+        obs.private_ip = Some("10.0.0.1".into());
+        let m = machine_from_observation(&obs, &r, None, t(5));
+        assert_eq!(m.request_id, r.request_id);
+        assert_eq!(m.template_id, "worker");
+        assert_eq!(m.provider_api.as_deref(), Some("Pod"));
+        assert_eq!(m.version, 0);
+        assert_eq!(m.private_ip.as_deref(), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn later_reads_update_status_but_keep_known_facts() {
+        let r = request();
+        let mut first = MachineObservation::new("orb-x-0000", MachineStatus::Running);
+        first.private_ip = Some("10.0.0.1".into());
+        let mut stored = machine_from_observation(&first, &r, None, t(5));
+        stored.version = 3;
+        let gone = MachineObservation::new("orb-x-0000", MachineStatus::Terminated);
+        let m = machine_from_observation(&gone, &r, Some(&stored), t(9));
+        assert_eq!(m.status, MachineStatus::Terminated);
+        assert_eq!(m.private_ip.as_deref(), Some("10.0.0.1"));
+        assert_eq!(
+            m.version, 3,
+            "the version read is kept for the conditional write"
+        );
+        assert_eq!(m.created_at, t(5));
+        assert_eq!(m.updated_at, t(9));
+    }
+}

@@ -1,0 +1,101 @@
+//! Reclaims (HostFactory getReturnRequests): hosts the cluster took or is taking away on its
+//! own. Two sources: machines orb already saw disappear outside any orb return (from the
+//! store), and live machines the provider reports as evicted, preempted or draining.
+
+use std::collections::BTreeMap;
+
+use orb_core::hostfactory::input::MachineSelector;
+use orb_core::machine::Machine;
+use orb_core::provider::ReclaimQuery;
+use orb_store::MachineFilter;
+
+use super::{Broker, BrokerError};
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Reclaim {
+    pub machine_id: String,
+    pub name: String,
+    pub grace_period_secs: u64,
+    pub reason: String,
+}
+
+impl Broker {
+    /// Reclaimed hosts among `selectors` (every managed host when empty), plus a note when the
+    /// provider could not be asked about live ones.
+    pub async fn reclaims(
+        &self,
+        selectors: &[MachineSelector],
+    ) -> Result<(Vec<Reclaim>, Option<String>), BrokerError> {
+        let candidates: Vec<Machine> = if selectors.is_empty() {
+            self.store
+                .list_machines(&MachineFilter {
+                    not_returning: true,
+                    ..Default::default()
+                })
+                .await?
+        } else {
+            let keys: Vec<String> = selectors
+                .iter()
+                .flat_map(|s| s.machine_id.iter().chain(s.name.iter()).cloned())
+                .collect();
+            self.store
+                .find_machines(&keys)
+                .await?
+                .into_iter()
+                .filter(|m| m.return_request_id.is_none())
+                .collect()
+        };
+        let mut found: BTreeMap<String, Reclaim> = BTreeMap::new();
+        // Without names, only hosts that ever started are reported: a pod that failed before
+        // it ran was never a host HostFactory knew.
+        let named = !selectors.is_empty();
+        for m in candidates
+            .iter()
+            .filter(|m| !m.status.is_live() && (named || m.launch_time.is_some()))
+        {
+            found.insert(
+                m.machine_id.clone(),
+                Reclaim {
+                    machine_id: m.machine_id.clone(),
+                    name: m.name.clone(),
+                    grace_period_secs: 0,
+                    reason: m.status_reason.clone().unwrap_or_else(|| {
+                        format!("machine is {} outside any orb return", m.status)
+                    }),
+                },
+            );
+        }
+        let live: Vec<Machine> = candidates
+            .into_iter()
+            .filter(|m| m.status.is_live())
+            .collect();
+        let mut note = None;
+        if !live.is_empty() {
+            match self.provider.get() {
+                Err(err) => note = Some(format!("live machines were not checked: {err}")),
+                Ok(provider) => {
+                    let query = ReclaimQuery {
+                        machines: self.machine_refs(&live).await?,
+                    };
+                    match provider.reclaims(query).await {
+                        Ok(notices) => {
+                            for n in notices {
+                                found.insert(
+                                    n.machine_id.clone(),
+                                    Reclaim {
+                                        machine_id: n.machine_id,
+                                        name: n.name,
+                                        grace_period_secs: n.grace_period_secs,
+                                        reason: n.reason,
+                                    },
+                                );
+                            }
+                        }
+                        Err(err) => note = Some(format!("live machines were not checked: {err}")),
+                    }
+                }
+            }
+        }
+        Ok((found.into_values().collect(), note))
+    }
+}

@@ -1,0 +1,268 @@
+//! Return: resolve the named hosts, store the return with its machines in one write, then ask
+//! the provider to release the live ones.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use orb_core::hostfactory::input::MachineSelector;
+use orb_core::ids::RequestId;
+use orb_core::lifecycle::{self, LifecycleEvent, Verdict};
+use orb_core::machine::Machine;
+use orb_core::provider::ReleaseInput;
+use orb_core::request::{Request, RequestType};
+use orb_store::MachineFilter;
+
+use super::{Broker, BrokerError, RequestView};
+
+/// How to treat names orb does not manage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownNames {
+    /// Refuse the whole return (operator commands: a typo must not go unnoticed).
+    Refuse,
+    /// Return what is known and report the rest once as failed (HostFactory).
+    ReportAsFailed,
+}
+
+fn resolve<'m>(selector: &MachineSelector, found: &'m [Machine]) -> Option<&'m Machine> {
+    let by_id = selector
+        .machine_id
+        .as_deref()
+        .and_then(|id| found.iter().find(|m| m.machine_id == id));
+    let by_name = || {
+        selector.name.as_deref().and_then(|name| {
+            found
+                .iter()
+                .find(|m| m.name == name)
+                .or_else(|| found.iter().find(|m| m.machine_id == name))
+        })
+    };
+    by_id.or_else(by_name)
+}
+
+impl Broker {
+    /// Returns every live machine of an acquire request.
+    pub async fn return_request_machines(
+        &self,
+        request_id: &RequestId,
+    ) -> Result<RequestView, BrokerError> {
+        let Some(acquire) = self.store.get_request(request_id).await? else {
+            return Err(BrokerError::UnknownRequest(request_id.to_string()));
+        };
+        if acquire.request_type != RequestType::Acquire {
+            return Err(BrokerError::NotAllowed(format!(
+                "{request_id} is a return request; pass the acquire request (req-…) whose machines should go back"
+            )));
+        }
+        let machines = self
+            .store
+            .list_machines(&MachineFilter {
+                request_id: Some(request_id.clone()),
+                live_only: true,
+                not_returning: true,
+                ..Default::default()
+            })
+            .await?;
+        if machines.is_empty() {
+            return Err(BrokerError::UnknownMachines(format!(
+                "request {request_id} has no live machines that are not already being returned"
+            )));
+        }
+        let selectors: Vec<_> = machines
+            .iter()
+            .map(|m| MachineSelector {
+                machine_id: Some(m.machine_id.clone()),
+                name: None,
+            })
+            .collect();
+        self.return_machines(&selectors, UnknownNames::Refuse).await
+    }
+
+    pub async fn return_machines(
+        &self,
+        selectors: &[MachineSelector],
+        unknown_names: UnknownNames,
+    ) -> Result<RequestView, BrokerError> {
+        let keys: Vec<String> = selectors
+            .iter()
+            .flat_map(|s| s.machine_id.iter().chain(s.name.iter()).cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let found = self.store.find_machines(&keys).await?;
+        let mut chosen: BTreeMap<String, Machine> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for selector in selectors {
+            match resolve(selector, &found) {
+                Some(m) => {
+                    chosen.insert(m.machine_id.clone(), m.clone());
+                }
+                None => unknown.push(selector.label().to_string()),
+            }
+        }
+        if chosen.is_empty() || (unknown_names == UnknownNames::Refuse && !unknown.is_empty()) {
+            return Err(BrokerError::UnknownMachines(format!(
+                "orb does not manage {}: {}; `orb machines list` shows the machines it manages",
+                if unknown.len() == 1 {
+                    "this machine"
+                } else {
+                    "these machines"
+                },
+                unknown.join(", ")
+            )));
+        }
+        let (busy, mut machines): (Vec<Machine>, Vec<Machine>) = chosen
+            .into_values()
+            .partition(|m| m.return_request_id.is_some());
+        if machines.is_empty() {
+            let detail: Vec<String> = busy
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} (by {})",
+                        m.machine_id,
+                        m.return_request_id
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            return Err(BrokerError::NotAllowed(format!(
+                "already being returned: {}; poll those return requests instead",
+                detail.join(", ")
+            )));
+        }
+        let to_release: Vec<Machine> = machines
+            .iter()
+            .filter(|m| m.status.is_live())
+            .cloned()
+            .collect();
+        let provider = if to_release.is_empty() {
+            None
+        } else {
+            Some(self.provider.get()?)
+        };
+
+        let now = self.now();
+        let templates: BTreeSet<&str> = machines.iter().map(|m| m.template_id.as_str()).collect();
+        let mut request = Request::new(
+            RequestId::new_return(),
+            RequestType::Return,
+            (templates.len() == 1)
+                .then(|| templates.iter().next().map(|t| t.to_string()))
+                .flatten(),
+            &self.settings.provider_name,
+            &self.settings.provider_type,
+            machines.len() as u32,
+            now,
+        );
+        request.machine_ids = machines.iter().map(|m| m.machine_id.clone()).collect();
+        request.unknown_machines = unknown;
+        if !busy.is_empty() {
+            request.status_message = Some(format!(
+                "skipped machines already being returned: {}",
+                busy.iter()
+                    .map(|m| m.machine_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        lifecycle::apply(
+            &mut request,
+            LifecycleEvent::Start {
+                grace_secs: self.settings.grace_secs,
+            },
+            now,
+        )?;
+        for m in &mut machines {
+            m.return_request_id = Some(request.request_id.clone());
+            m.updated_at = now;
+        }
+        self.store
+            .insert_request(&mut request, &mut machines)
+            .await?;
+
+        let already_gone = (machines.len() - to_release.len()) as u32;
+        let Some(provider) = provider else {
+            lifecycle::apply(
+                &mut request,
+                LifecycleEvent::ProviderVerdict {
+                    verdict: Verdict::Fulfilled,
+                    fulfilled: already_gone,
+                    failed: 0,
+                    message: Some("every named machine was already gone".into()),
+                },
+                self.now(),
+            )?;
+            self.store.update_request(&mut request, &mut []).await?;
+            return Ok(RequestView {
+                request,
+                machines,
+                note: None,
+            });
+        };
+
+        let refs = self.machine_refs(&to_release).await?;
+        let templates = to_release
+            .iter()
+            .filter_map(|m| {
+                self.catalog
+                    .get(&m.template_id)
+                    .map(|t| (m.template_id.clone(), t.clone()))
+            })
+            .collect();
+        let outcome = provider
+            .release(ReleaseInput {
+                return_request_id: request.request_id.clone(),
+                machines: refs,
+                templates,
+            })
+            .await;
+        let now = self.now();
+        match outcome {
+            Ok(outcome) => {
+                request.provider_data = outcome.provider_data;
+                if outcome.message.is_some() {
+                    request.status_message = outcome.message;
+                }
+                for failure in &outcome.failed {
+                    if let Some(m) = machines
+                        .iter_mut()
+                        .find(|m| m.machine_id == failure.machine_id)
+                    {
+                        m.status_reason = Some(format!("release failed: {}", failure.reason));
+                        m.updated_at = now;
+                    }
+                }
+                if !to_release.is_empty() && outcome.failed.len() == to_release.len() {
+                    lifecycle::apply(
+                        &mut request,
+                        LifecycleEvent::Fail {
+                            reason: format!(
+                                "every release failed, first: {}",
+                                outcome.failed[0].reason
+                            ),
+                        },
+                        now,
+                    )?;
+                }
+            }
+            Err(err) => {
+                lifecycle::apply(
+                    &mut request,
+                    LifecycleEvent::Fail {
+                        reason: err.to_string(),
+                    },
+                    now,
+                )?;
+            }
+        }
+        self.store
+            .update_request(&mut request, &mut machines)
+            .await?;
+        Ok(RequestView {
+            request,
+            machines,
+            note: None,
+        })
+    }
+}

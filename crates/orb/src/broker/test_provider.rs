@@ -1,0 +1,134 @@
+//! An in-process provider for lifecycle tests of the broker only: it answers from a script
+//! and records what it was asked. It models no cluster behaviour.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use orb_core::lifecycle::Verdict;
+use orb_core::machine::MachineStatus;
+use orb_core::provider::*;
+
+#[derive(Default)]
+pub struct ScriptedProvider {
+    pub acquire_error: Mutex<Option<ProviderError>>,
+    pub statuses: Mutex<VecDeque<Result<StatusReport, ProviderError>>>,
+    pub release_failures: Mutex<Vec<MachineFailure>>,
+    pub notices: Mutex<Vec<ReclaimNotice>>,
+    pub calls: Mutex<Vec<String>>,
+}
+
+pub fn report(verdict: Verdict, machines: &[(&str, MachineStatus)]) -> StatusReport {
+    let fulfilled = machines
+        .iter()
+        .filter(|(_, s)| *s == MachineStatus::Running || *s == MachineStatus::Terminated)
+        .count() as u32;
+    StatusReport {
+        verdict,
+        fulfilled,
+        failed: 0,
+        machines: machines
+            .iter()
+            .map(|(id, status)| MachineObservation::new(id, *status))
+            .collect(),
+        message: None,
+    }
+}
+
+impl ScriptedProvider {
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Provider for ScriptedProvider {
+    fn provider_type(&self) -> &str {
+        "scripted"
+    }
+
+    fn acquire(&self, input: AcquireInput) -> ProviderFuture<'_, AcquireOutcome> {
+        self.record(format!(
+            "acquire {} x{}",
+            input.template.template_id, input.count
+        ));
+        let error = self.acquire_error.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(error) = error {
+                return Err(error);
+            }
+            let names: Vec<String> = (0..input.count)
+                .map(|i| format!("m-{}-{i:04}", &input.request_id.hex_digits()[..8]))
+                .collect();
+            Ok(AcquireOutcome {
+                resource_ids: names.clone(),
+                machines: names
+                    .iter()
+                    .map(|n| MachineObservation::new(n, MachineStatus::Pending))
+                    .collect(),
+                provider_data: serde_json::json!({"pod_names": names}),
+                message: None,
+            })
+        })
+    }
+
+    fn release(&self, input: ReleaseInput) -> ProviderFuture<'_, ReleaseOutcome> {
+        let ids: Vec<String> = input
+            .machines
+            .iter()
+            .map(|m| m.machine_id.clone())
+            .collect();
+        self.record(format!("release {}", ids.join(",")));
+        let failed = self.release_failures.lock().unwrap().clone();
+        Box::pin(async move {
+            Ok(ReleaseOutcome {
+                released: ids,
+                failed,
+                provider_data: serde_json::Value::Null,
+                message: None,
+            })
+        })
+    }
+
+    fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport> {
+        self.record(format!("status {}", input.request_id));
+        let next = self.statuses.lock().unwrap().pop_front();
+        Box::pin(async move { next.unwrap_or_else(|| Ok(report(Verdict::InProgress, &[]))) })
+    }
+
+    fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome> {
+        self.record(format!("cancel {}", input.request_id));
+        let names: Vec<String> = input.provider_data["pod_names"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Box::pin(async move {
+            Ok(CancelOutcome {
+                deleted: names,
+                ..Default::default()
+            })
+        })
+    }
+
+    fn reclaims(&self, input: ReclaimQuery) -> ProviderFuture<'_, Vec<ReclaimNotice>> {
+        let asked: Vec<String> = input
+            .machines
+            .iter()
+            .map(|m| m.machine_id.clone())
+            .collect();
+        self.record(format!("reclaims {}", asked.join(",")));
+        let notices = self.notices.lock().unwrap().clone();
+        Box::pin(async move {
+            Ok(notices
+                .into_iter()
+                .filter(|n| asked.contains(&n.machine_id))
+                .collect())
+        })
+    }
+}

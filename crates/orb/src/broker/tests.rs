@@ -1,0 +1,477 @@
+//! Lifecycle tests of the broker against a SQLite store and the scripted provider.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use jiff::Timestamp;
+use orb_core::hostfactory::input::MachineSelector;
+use orb_core::lifecycle::Verdict;
+use orb_core::machine::MachineStatus;
+use orb_core::provider::{MachineFailure, ProviderError, ReclaimNotice};
+use orb_core::request::{RequestStatus, RequestType};
+use orb_core::template::wire::template_from_value;
+use orb_store::{RequestFilter, Store};
+use rstest::rstest;
+use serde_json::json;
+
+use super::UnknownNames;
+use super::test_provider::{ScriptedProvider, report};
+use super::*;
+use crate::context::Catalog;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    broker: Broker,
+    provider: Arc<ScriptedProvider>,
+    now: Arc<AtomicI64>,
+}
+
+impl Fixture {
+    fn advance(&self, secs: i64) {
+        self.now.fetch_add(secs, Ordering::SeqCst);
+    }
+
+    async fn stored_requests(&self) -> usize {
+        self.broker
+            .store
+            .list_requests(&RequestFilter::default())
+            .await
+            .unwrap()
+            .len()
+    }
+}
+
+fn catalog() -> Catalog {
+    let templates = [
+        json!({"templateId": "worker", "imageId": "busybox:1.36", "maxNumber": 4}),
+        json!({"templateId": "unlimited", "imageId": "busybox:1.36", "maxNumber": -1}),
+        json!({"templateId": "broken", "namespace": "Not_A_Label"}),
+    ];
+    Catalog {
+        file: None,
+        templates: templates
+            .iter()
+            .map(|t| template_from_value(t, None, "t").unwrap().template)
+            .collect(),
+        warnings: vec![],
+    }
+}
+
+async fn fixture_with(provider: ProviderHandle, scripted: Arc<ScriptedProvider>) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_sqlite_file(&dir.path().join("orb.db"))
+        .await
+        .unwrap();
+    let now = Arc::new(AtomicI64::new(1_767_225_600));
+    let clock_now = now.clone();
+    Fixture {
+        _dir: dir,
+        broker: Broker {
+            store,
+            provider,
+            settings: BrokerSettings {
+                provider_name: "kube".into(),
+                provider_type: "k8s".into(),
+                grace_secs: 300,
+                max_machines_per_request: 10,
+                default_max_machines: 10,
+            },
+            catalog: catalog(),
+            clock: Arc::new(move || {
+                Timestamp::from_second(clock_now.load(Ordering::SeqCst)).unwrap()
+            }),
+        },
+        provider: scripted,
+        now,
+    }
+}
+
+async fn fixture() -> Fixture {
+    let scripted = Arc::new(ScriptedProvider::default());
+    fixture_with(ProviderHandle::ready(scripted.clone()), scripted).await
+}
+
+async fn fixture_without_provider() -> Fixture {
+    let scripted = Arc::new(ScriptedProvider::default());
+    let handle = ProviderHandle::lazy(|| {
+        Err(ProviderError::Misconfigured(
+            "no cluster in this test".into(),
+        ))
+    });
+    fixture_with(handle, scripted).await
+}
+
+#[tokio::test]
+async fn an_acquire_is_stored_in_progress_with_its_machines_and_a_deadline() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    assert_eq!(view.request.status, RequestStatus::InProgress);
+    assert_eq!(view.machines.len(), 2);
+    let stored = f
+        .broker
+        .store
+        .get_request(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, view.request);
+    assert_eq!(
+        stored.deadline_at.unwrap().as_second() - stored.started_at.unwrap().as_second(),
+        300
+    );
+    assert_eq!(f.provider.calls(), vec!["acquire worker x2"]);
+}
+
+#[tokio::test]
+async fn verdicts_drive_the_request_to_complete() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    f.provider.statuses.lock().unwrap().extend([
+        Ok(report(
+            Verdict::Partial { is_final: false },
+            &[(a, MachineStatus::Running), (b, MachineStatus::Pending)],
+        )),
+        Ok(report(
+            Verdict::Fulfilled,
+            &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
+        )),
+    ]);
+    let first = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.request.status, RequestStatus::PartialPending);
+    assert_eq!(first.request.fulfilled_count, 1);
+    let second = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.request.status, RequestStatus::Complete);
+    assert!(
+        second
+            .machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Running)
+    );
+    // A finished request is answered from storage; the provider is not asked again.
+    let calls = f.provider.calls().len();
+    f.broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.provider.calls().len(), calls);
+}
+
+#[tokio::test]
+async fn a_failed_create_is_stored_as_failed_with_the_reason() {
+    let f = fixture().await;
+    *f.provider.acquire_error.lock().unwrap() =
+        Some(ProviderError::Unavailable("apiserver unreachable".into()));
+    let view = f.broker.request_machines("worker", 1).await.unwrap();
+    assert_eq!(view.request.status, RequestStatus::Failed);
+    assert_eq!(
+        view.request.status_message.as_deref(),
+        Some("apiserver unreachable")
+    );
+    let stored = f
+        .broker
+        .store
+        .get_request(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, RequestStatus::Failed);
+}
+
+#[rstest]
+#[case::zero("worker", 0, "at least 1")]
+#[case::over_per_request("unlimited", 11, "max_machines_per_request (10)")]
+#[case::over_max_number("worker", 5, "at most 4 more")]
+#[case::unknown_template("nope", 1, "available templates: worker, unlimited, broken")]
+#[case::invalid_template("broken", 1, "namespace")]
+#[tokio::test]
+async fn bad_requests_are_refused_before_anything_is_stored(
+    #[case] template: &str,
+    #[case] count: u32,
+    #[case] needle: &str,
+) {
+    let f = fixture().await;
+    let err = f
+        .broker
+        .request_machines(template, count)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(needle), "{err}");
+    assert_eq!(crate::failure::Failure::from(err).code(), 2);
+    assert_eq!(f.stored_requests().await, 0);
+    assert!(f.provider.calls().is_empty());
+}
+
+#[tokio::test]
+async fn live_machines_count_against_max_number() {
+    let f = fixture().await;
+    f.broker.request_machines("worker", 3).await.unwrap();
+    let err = f.broker.request_machines("worker", 2).await.unwrap_err();
+    assert!(
+        err.to_string().contains("3 are live, so at most 1 more"),
+        "{err}"
+    );
+    f.broker.request_machines("worker", 1).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_provider_is_reported_before_storing() {
+    let f = fixture_without_provider().await;
+    let err = f.broker.request_machines("worker", 1).await.unwrap_err();
+    assert_eq!(crate::failure::Failure::from(err).code(), 3);
+    assert_eq!(f.stored_requests().await, 0);
+}
+
+fn by_name(name: &str) -> MachineSelector {
+    MachineSelector {
+        machine_id: None,
+        name: Some(name.into()),
+    }
+}
+
+#[tokio::test]
+async fn a_return_naming_machines_only_by_name_works() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
+    let name = acquire.machines[0].name.clone();
+    let ret = f
+        .broker
+        .return_machines(&[by_name(&name)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(ret.request.request_type, RequestType::Return);
+    assert_eq!(ret.request.status, RequestStatus::InProgress);
+    assert_eq!(ret.machines.len(), 1);
+    assert_eq!(
+        ret.machines[0].return_request_id.as_ref(),
+        Some(&ret.request.request_id)
+    );
+    assert_eq!(
+        f.provider.calls().last().unwrap(),
+        &format!("release {name}")
+    );
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Fulfilled,
+        &[(&name, MachineStatus::Terminated)],
+    )));
+    let done = f
+        .broker
+        .refresh(&ret.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.request.status, RequestStatus::Complete);
+    assert_eq!(done.machines[0].status, MachineStatus::Terminated);
+}
+
+#[tokio::test]
+async fn unknown_names_refuse_or_are_reported_once() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 1).await.unwrap();
+    let known = by_name(&acquire.machines[0].name);
+    let err = f
+        .broker
+        .return_machines(&[known.clone(), by_name("ghost")], UnknownNames::Refuse)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("ghost"), "{err}");
+    assert_eq!(
+        f.stored_requests().await,
+        1,
+        "nothing stored for a refused return"
+    );
+    let only_ghosts = f
+        .broker
+        .return_machines(&[by_name("ghost")], UnknownNames::ReportAsFailed)
+        .await;
+    assert!(
+        only_ghosts.is_err(),
+        "a return of nothing orb manages is refused"
+    );
+    let ret = f
+        .broker
+        .return_machines(&[known, by_name("ghost")], UnknownNames::ReportAsFailed)
+        .await
+        .unwrap();
+    assert_eq!(ret.request.unknown_machines, vec!["ghost".to_string()]);
+}
+
+#[tokio::test]
+async fn a_second_return_of_the_same_machine_is_refused() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 1).await.unwrap();
+    let sel = by_name(&acquire.machines[0].name);
+    f.broker
+        .return_machines(std::slice::from_ref(&sel), UnknownNames::Refuse)
+        .await
+        .unwrap();
+    let err = f
+        .broker
+        .return_machines(&[sel], UnknownNames::Refuse)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("already being returned"), "{err}");
+}
+
+#[tokio::test]
+async fn returning_machines_that_are_already_gone_completes_at_once() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 1).await.unwrap();
+    let id = acquire.machines[0].machine_id.clone();
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::InProgress,
+        &[(&id, MachineStatus::Terminated)],
+    )));
+    f.broker.refresh(&acquire.request.request_id).await.unwrap();
+    let calls = f.provider.calls().len();
+    let ret = f
+        .broker
+        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(ret.request.status, RequestStatus::Complete);
+    assert_eq!(
+        f.provider.calls().len(),
+        calls,
+        "no release call for a machine already gone"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_release_fails_the_return() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 1).await.unwrap();
+    let id = acquire.machines[0].machine_id.clone();
+    *f.provider.release_failures.lock().unwrap() = vec![MachineFailure {
+        machine_id: id.clone(),
+        reason: "forbidden".into(),
+    }];
+    let ret = f
+        .broker
+        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(ret.request.status, RequestStatus::Failed);
+    assert_eq!(
+        ret.machines[0].status_reason.as_deref(),
+        Some("release failed: forbidden")
+    );
+}
+
+#[tokio::test]
+async fn without_a_provider_the_deadline_still_settles_requests() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let offline = fixture_without_provider().await;
+    // Same database, a broker that cannot reach the provider.
+    let broker = Broker {
+        store: f.broker.store.clone(),
+        provider: offline.broker.provider,
+        settings: f.broker.settings.clone(),
+        catalog: catalog(),
+        clock: f.broker.clock.clone(),
+    };
+    let early = broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(early.request.status, RequestStatus::InProgress);
+    assert!(early.note.unwrap().contains("no cluster in this test"));
+    f.advance(301);
+    let late = broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(late.request.status, RequestStatus::Timeout);
+    assert_eq!(
+        late.request.status_message.as_deref(),
+        Some("Deadline exceeded: 0/2 fulfilled")
+    );
+}
+
+#[tokio::test]
+async fn cancel_deletes_and_closes_the_request() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let cancelled = f.broker.cancel(&view.request.request_id).await.unwrap();
+    assert_eq!(cancelled.request.status, RequestStatus::Cancelled);
+    assert!(
+        cancelled
+            .machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated)
+    );
+    let again = f.broker.cancel(&view.request.request_id).await.unwrap_err();
+    assert!(again.to_string().contains("already cancelled"), "{again}");
+    let unknown = f
+        .broker
+        .cancel(&RequestId::new_acquire())
+        .await
+        .unwrap_err();
+    assert!(unknown.to_string().contains("not found"), "{unknown}");
+}
+
+#[tokio::test]
+async fn reclaims_combine_stored_losses_and_provider_notices() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 3).await.unwrap();
+    let ids: Vec<String> = view.machines.iter().map(|m| m.machine_id.clone()).collect();
+    // Machine 0 vanished (seen by a status poll), 1 is being evicted, 2 is returned by HF.
+    let mut gone = orb_core::provider::MachineObservation::new(&ids[0], MachineStatus::Terminated);
+    gone.launch_time = Some((f.broker.clock)());
+    gone.status_reason = Some("pod deleted outside orb".into());
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .push_back(Ok(orb_core::provider::StatusReport {
+            verdict: Verdict::InProgress,
+            fulfilled: 0,
+            failed: 0,
+            machines: vec![gone],
+            message: None,
+        }));
+    f.broker.refresh(&view.request.request_id).await.unwrap();
+    f.broker
+        .return_machines(&[by_name(&ids[2])], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    *f.provider.notices.lock().unwrap() = vec![
+        ReclaimNotice {
+            machine_id: ids[1].clone(),
+            name: ids[1].clone(),
+            grace_period_secs: 30,
+            reason: "Evicted".into(),
+        },
+        ReclaimNotice {
+            machine_id: ids[2].clone(),
+            name: ids[2].clone(),
+            grace_period_secs: 0,
+            reason: "returned by HF, must not be asked about".into(),
+        },
+    ];
+    let (reclaims, note) = f.broker.reclaims(&[]).await.unwrap();
+    assert_eq!(note, None);
+    let summary: Vec<(String, u64)> = reclaims
+        .iter()
+        .map(|r| (r.machine_id.clone(), r.grace_period_secs))
+        .collect();
+    let mut expected = vec![(ids[0].clone(), 0), (ids[1].clone(), 30)];
+    expected.sort();
+    assert_eq!(summary, expected);
+    assert!(f.provider.calls().last().unwrap().starts_with("reclaims "));
+    assert!(!f.provider.calls().last().unwrap().contains(&ids[2]));
+}

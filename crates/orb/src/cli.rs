@@ -1,0 +1,269 @@
+//! Command-line syntax (clap derive). Parsing happens before anything else is touched, so
+//! `orb --version` and `orb --help` cost almost nothing.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const AFTER_HELP: &str = "\
+Examples:
+  orb init --namespace batch                      write a working config for the current kubeconfig
+  orb templates list                              templates and how many machines each still allows
+  orb machines request worker 3 --wait            ask for 3 machines and wait until they are ready
+  orb requests status req-3f2b0c1e-...            where a request stands
+  orb machines return orb-3f2b0c1e8a4d4c6b9e1f-0000
+  orb --scheduler hostfactory requests status -f in.json   what HostFactory's getRequestStatus.sh runs
+  orb hostfactory install $HF_TOP/conf/providers/kube      install the five HostFactory scripts
+
+Exit codes: 0 success; 1 the call could not be served (or, with --scheduler hostfactory, the
+request just created already failed, was cancelled, timed out or is partial); 2 invalid input,
+nothing stored or created; 3 provider or cluster error.";
+
+/// orb acquires and releases worker machines on Kubernetes (Pods, Deployments, StatefulSets
+/// or Jobs) for HPC and grid schedulers such as IBM Spectrum Symphony HostFactory.
+#[derive(Parser, Debug)]
+#[command(name = "orb", version, about, long_about = None, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Output format for humans and scripts (HostFactory replies are always JSON).
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = OutputFormat::Json)]
+    pub output: OutputFormat,
+
+    /// Input/output conventions: `default` (snake_case) or `hostfactory` (the HostFactory
+    /// provider interface, camelCase JSON). Defaults to the config's scheduler.type.
+    #[arg(long, global = true, value_enum, env = "ORB_SCHEDULER")]
+    pub scheduler: Option<SchedulerKind>,
+
+    /// Read HostFactory JSON input from this file (what HostFactory passes to its scripts).
+    /// For `templates validate`, the template file to check.
+    #[arg(
+        long,
+        short = 'f',
+        global = true,
+        value_name = "PATH",
+        conflicts_with = "data"
+    )]
+    pub file: Option<PathBuf>,
+
+    /// HostFactory JSON input given inline, e.g. -d '{"requests":[{"requestId":"req-..."}]}'.
+    #[arg(long, short = 'd', global = true, value_name = "JSON")]
+    pub data: Option<String>,
+
+    /// The config file (default: $ORB_CONFIG_FILE, else config.json in the config directory).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Which configured provider to use (default: $HF_PROVIDER_NAME, then the provider marked
+    /// "default", then the first enabled one).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub provider_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchedulerKind {
+    Default,
+    #[value(alias = "hf")]
+    Hostfactory,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Write a working config.json and an example templates.json.
+    #[command(
+        after_help = "Examples:\n  orb init\n  orb init --kubeconfig ~/.kube/lab --context lab --namespace batch\n  orb init --local-control-plane --force"
+    )]
+    Init(InitArgs),
+    /// List, show, check and generate machine templates.
+    #[command(subcommand, visible_alias = "template")]
+    Templates(TemplatesCommand),
+    /// Request, return and list machines.
+    #[command(subcommand, visible_alias = "machine")]
+    Machines(MachinesCommand),
+    /// Follow, list and cancel requests.
+    #[command(subcommand, visible_alias = "request")]
+    Requests(RequestsCommand),
+    /// Show configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// HostFactory integration.
+    #[command(subcommand)]
+    Hostfactory(HostfactoryCommand),
+    /// Print a shell completion script, e.g. `orb completions bash > /etc/bash_completion.d/orb`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Directory to write into (default: the resolved config directory).
+    #[arg(long, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// Kubeconfig file for the provider (default: $KUBECONFIG, else ~/.kube/config at run time).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Use the repository's local control plane (its admin.kubeconfig under
+    /// $ORB_CP_STATE_DIR, default ./.state/control-plane).
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub local_control_plane: bool,
+    /// Namespace for machines.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// Container image of the example template.
+    #[arg(long, default_value = "busybox:1.36")]
+    pub image: String,
+    /// Provider name written into the config.
+    #[arg(long, default_value = "kubernetes")]
+    pub name: String,
+    /// Overwrite existing files.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TemplatesCommand {
+    /// List templates (HostFactory: getAvailableTemplates).
+    List,
+    /// Show one template.
+    Show { template_id: String },
+    /// Check a template file (-f PATH, default: the configured one); exit 2 if anything is wrong.
+    Validate,
+    /// Print example templates for a provider API, ready to save as a templates file.
+    Generate {
+        /// Pod, Deployment, StatefulSet or Job.
+        #[arg(long, default_value = "Pod")]
+        provider_api: String,
+        /// One example per provider API.
+        #[arg(long, conflicts_with = "provider_api")]
+        all_apis: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MachinesCommand {
+    /// Ask for COUNT machines of TEMPLATE (HostFactory: requestMachines).
+    #[command(
+        after_help = "Examples:\n  orb machines request worker 3\n  orb machines request worker 3 --wait --timeout 600\n  orb --scheduler hostfactory machines request -f in.json"
+    )]
+    Request {
+        template_id: Option<String>,
+        count: Option<u32>,
+        /// Wait until the request finishes (a progress bar is shown on a terminal).
+        #[arg(long)]
+        wait: bool,
+        /// Seconds to wait with --wait (default: request.default_timeout, 300).
+        #[arg(long, requires = "wait", value_name = "SECONDS")]
+        timeout: Option<u64>,
+    },
+    /// Give machines back, by id or host name, or all machines of a request
+    /// (HostFactory: requestReturnMachines).
+    #[command(
+        after_help = "Examples:\n  orb machines return orb-3f2b0c1e8a4d4c6b9e1f-0000 orb-3f2b0c1e8a4d4c6b9e1f-0001\n  orb machines return --request-id req-3f2b0c1e-8a4d-4c6b-9e1f-0a2b3c4d5e6f"
+    )]
+    Return {
+        machine_ids: Vec<String>,
+        #[arg(long, conflicts_with = "machine_ids", value_name = "ID")]
+        request_id: Option<String>,
+    },
+    /// List machines orb manages (live ones unless --all).
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RequestsCommand {
+    /// Where requests stand (HostFactory: getRequestStatus).
+    Status { request_ids: Vec<String> },
+    /// Recent requests, newest first.
+    List {
+        /// How many to show.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Cancel an acquire request and delete what it created.
+    Cancel { request_id: String },
+    /// Machines the cluster is taking back on its own (HostFactory: getReturnRequests).
+    ListReturns,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Print the configuration and where each directory came from.
+    Show,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HostfactoryCommand {
+    /// Write the five HostFactory provider scripts into DIR.
+    #[command(
+        after_help = "Example:\n  orb hostfactory install $HF_TOP/conf/providers/kube --orb-path /usr/local/bin/orb"
+    )]
+    Install {
+        dir: PathBuf,
+        /// The orb binary the scripts run (default: this binary's path). $ORB_COMMAND
+        /// overrides it when a script runs.
+        #[arg(long, value_name = "PATH")]
+        orb_path: Option<PathBuf>,
+        /// Overwrite existing scripts.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_work_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "orb",
+            "requests",
+            "status",
+            "--scheduler",
+            "hf",
+            "-f",
+            "in.json",
+            "-o",
+            "yaml",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.scheduler, Some(SchedulerKind::Hostfactory));
+        assert_eq!(cli.global.output, OutputFormat::Yaml);
+        assert_eq!(cli.global.file, Some(PathBuf::from("in.json")));
+    }
+
+    #[test]
+    fn timeout_needs_wait() {
+        assert!(
+            Cli::try_parse_from(["orb", "machines", "request", "t", "1", "--timeout", "5"])
+                .is_err()
+        );
+    }
+}

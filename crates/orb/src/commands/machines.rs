@@ -1,0 +1,246 @@
+//! `orb machines request|return|list`.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use orb_core::hostfactory::input::{RequestMachinesInput, ReturnMachinesInput};
+use orb_core::hostfactory::mapping::submit_message;
+use orb_core::hostfactory::output::SubmitReply;
+use orb_core::ids::RequestId;
+use orb_core::machine::Machine;
+use orb_store::MachineFilter;
+
+use super::{Output, Session};
+use crate::broker::UnknownNames;
+use crate::broker::{Broker, RequestView};
+use crate::cli::MachinesCommand;
+use crate::context;
+use crate::failure::{CliResult, Failure};
+use crate::render::{self, Table, or_dash};
+
+pub async fn run(session: &Session, command: MachinesCommand) -> CliResult<Output> {
+    match command {
+        MachinesCommand::Request {
+            template_id,
+            count,
+            wait,
+            timeout,
+        } => request(session, template_id, count, wait.then_some(timeout)).await,
+        MachinesCommand::Return {
+            machine_ids,
+            request_id,
+        } => return_machines(session, machine_ids, request_id).await,
+        MachinesCommand::List { all } => list(session, all).await,
+    }
+}
+
+fn parse_input<T>(
+    session: &Session,
+    parse: impl Fn(&serde_json::Value) -> Result<T, orb_core::hostfactory::input::HfInputError>,
+) -> CliResult<Option<T>> {
+    context::hostfactory_input(&session.global)?
+        .map(|value| parse(&value).map_err(|e| Failure::invalid(e.to_string())))
+        .transpose()
+}
+
+async fn request(
+    session: &Session,
+    template_id: Option<String>,
+    count: Option<u32>,
+    wait: Option<Option<u64>>,
+) -> CliResult<Output> {
+    let (template_id, count) = match parse_input(session, RequestMachinesInput::parse)? {
+        Some(input) => (input.template_id, input.machine_count),
+        None => match (template_id, count) {
+            (Some(t), Some(c)) => (t, c),
+            _ => {
+                return Err(Failure::invalid(
+                    "machines request needs TEMPLATE and COUNT (e.g. `orb machines request worker 2`), \
+                     or HostFactory JSON via -f/-d",
+                ));
+            }
+        },
+    };
+    let loaded = session.config()?;
+    let (broker, warnings) = session.broker(&loaded).await?;
+    let mut view = broker.request_machines(&template_id, count).await?;
+    if let Some(timeout) = wait {
+        let secs = timeout.unwrap_or(loaded.config.request.default_timeout);
+        view = wait_for(&broker, view, Duration::from_secs(secs)).await?;
+    }
+    submitted(session, session.is_hostfactory(&loaded), view, warnings)
+}
+
+async fn return_machines(
+    session: &Session,
+    machine_ids: Vec<String>,
+    request_id: Option<String>,
+) -> CliResult<Output> {
+    let hf_input = parse_input(session, ReturnMachinesInput::parse)?;
+    let loaded = session.config()?;
+    let (broker, warnings) = session.broker(&loaded).await?;
+    let view = match (hf_input, request_id) {
+        (Some(input), _) => {
+            broker
+                .return_machines(&input.machines, UnknownNames::ReportAsFailed)
+                .await?
+        }
+        (None, Some(id)) => {
+            let id = RequestId::parse(&id).map_err(|e| Failure::invalid(e.to_string()))?;
+            broker.return_request_machines(&id).await?
+        }
+        (None, None) if !machine_ids.is_empty() => {
+            let selectors: Vec<_> = machine_ids
+                .iter()
+                .map(|id| orb_core::hostfactory::input::MachineSelector {
+                    machine_id: Some(id.clone()),
+                    name: Some(id.clone()),
+                })
+                .collect();
+            broker
+                .return_machines(&selectors, UnknownNames::Refuse)
+                .await?
+        }
+        (None, None) => {
+            return Err(Failure::invalid(
+                "name the machines to return (`orb machines return <id>...`), or pass --request-id, \
+                 or HostFactory JSON via -f/-d",
+            ));
+        }
+    };
+    submitted(session, session.is_hostfactory(&loaded), view, warnings)
+}
+
+/// The reply to a request or return just made; non-zero when it already ended badly.
+fn submitted(
+    session: &Session,
+    hostfactory: bool,
+    view: RequestView,
+    warnings: Vec<String>,
+) -> CliResult<Output> {
+    let status = view.request.status;
+    let stdout = if hostfactory {
+        render::json(&SubmitReply {
+            request_id: view.request.request_id.to_string(),
+            message: submit_message(status, view.request.status_message.as_deref()),
+        })?
+    } else {
+        render::render(&view, session.global.output, || view_table(&view))?
+    };
+    let mut stderr: Vec<String> = warnings
+        .into_iter()
+        .map(|w| format!("warning: {w}"))
+        .collect();
+    let exit = if status.is_unsuccessful() {
+        stderr.push(format!(
+            "error: request {} is {}: {}",
+            view.request.request_id,
+            status,
+            view.request
+                .status_message
+                .as_deref()
+                .unwrap_or("no detail")
+        ));
+        1
+    } else {
+        0
+    };
+    Ok(Output {
+        stdout,
+        stderr,
+        exit,
+    })
+}
+
+async fn wait_for(
+    broker: &Broker,
+    mut view: RequestView,
+    limit: Duration,
+) -> CliResult<RequestView> {
+    let started = Instant::now();
+    let bar = std::io::stdout().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(u64::from(view.request.requested_count));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} [{bar:30}] {pos}/{len} ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    while !view.request.status.is_terminal() && started.elapsed() < limit {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if let Some(fresh) = broker.refresh(&view.request.request_id).await? {
+            view = fresh;
+        }
+        if let Some(bar) = &bar {
+            bar.set_position(u64::from(view.request.fulfilled_count));
+            bar.set_message(format!(
+                "{} {}",
+                view.request.request_id, view.request.status
+            ));
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if !view.request.status.is_terminal() {
+        return Err(Failure::generic(format!(
+            "gave up waiting after {}s; request {} is still {} (poll it with `orb requests status {}`)",
+            limit.as_secs(),
+            view.request.request_id,
+            view.request.status,
+            view.request.request_id
+        )));
+    }
+    Ok(view)
+}
+
+pub(super) fn machine_row(m: &Machine) -> Vec<String> {
+    vec![
+        m.machine_id.clone(),
+        m.status.to_string(),
+        or_dash(m.private_ip.as_deref()),
+        m.template_id.clone(),
+        m.request_id.to_string(),
+        or_dash(m.return_request_id.as_ref().map(|r| r.as_str())),
+    ]
+}
+
+pub(super) const MACHINE_HEADERS: [&str; 6] =
+    ["MACHINE", "STATUS", "IP", "TEMPLATE", "REQUEST", "RETURN"];
+
+pub(super) fn view_table(view: &RequestView) -> Table {
+    let r = &view.request;
+    let mut t = Table::new(MACHINE_HEADERS.to_vec());
+    t.row(vec![
+        format!("# {} ({})", r.request_id, r.request_type.as_str()),
+        r.status.to_string(),
+        format!("{}/{}", r.fulfilled_count, r.requested_count),
+        r.template_id.clone().unwrap_or_default(),
+        r.status_message.clone().unwrap_or_default(),
+        String::new(),
+    ]);
+    view.machines.iter().for_each(|m| t.row(machine_row(m)));
+    t
+}
+
+async fn list(session: &Session, all: bool) -> CliResult<Output> {
+    let loaded = session.config()?;
+    let store = context::open_store(&loaded.config, &session.dirs).await?;
+    let machines = store
+        .list_machines(&MachineFilter {
+            live_only: !all,
+            ..Default::default()
+        })
+        .await?;
+    Ok(Output::ok(render::render(
+        &machines,
+        session.global.output,
+        || {
+            let mut t = Table::new(MACHINE_HEADERS.to_vec());
+            machines.iter().for_each(|m| t.row(machine_row(m)));
+            t
+        },
+    )?))
+}

@@ -1,0 +1,160 @@
+//! Command implementations. Each returns an [`Output`]: the text for stdout, notes for
+//! stderr and the exit code; failures become one stderr line (and, for HostFactory, a
+//! `{"message": ...}` reply on stdout).
+
+mod config;
+mod hostfactory;
+mod init;
+mod machines;
+mod requests;
+mod templates;
+
+use std::sync::Arc;
+
+use orb_core::dirs::Dirs;
+use orb_core::hostfactory::output::ErrorReply;
+
+use crate::broker::{Broker, BrokerSettings, ProviderHandle};
+use crate::cli::{Cli, Command, GlobalArgs, SchedulerKind};
+use crate::context::{self, LoadedConfig};
+use crate::failure::{CliResult, Failure};
+use crate::provider_factory::{ProviderContext, build_provider};
+use crate::render;
+
+/// What a command produced.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub stdout: String,
+    pub stderr: Vec<String>,
+    pub exit: i32,
+}
+
+impl Output {
+    pub fn ok(stdout: String) -> Self {
+        Self {
+            stdout,
+            ..Default::default()
+        }
+    }
+
+    pub fn note(mut self, note: Option<String>) -> Self {
+        self.stderr.extend(note);
+        self
+    }
+}
+
+/// Everything a command may need, loaded on demand.
+pub struct Session {
+    pub global: GlobalArgs,
+    pub dirs: Dirs,
+}
+
+impl Session {
+    pub fn new(global: GlobalArgs) -> Self {
+        let dirs = context::resolve(&global);
+        Self { global, dirs }
+    }
+
+    pub fn config(&self) -> CliResult<LoadedConfig> {
+        context::load_config(&self.dirs)
+    }
+
+    /// The scheduler from the flag, else from config.json if it can be read.
+    pub fn scheduler_hint(&self) -> SchedulerKind {
+        match self.global.scheduler {
+            Some(kind) => kind,
+            None => {
+                context::scheduler(&self.global, self.config().ok().as_ref().map(|c| &c.config))
+            }
+        }
+    }
+
+    pub fn is_hostfactory(&self, loaded: &LoadedConfig) -> bool {
+        context::scheduler(&self.global, Some(&loaded.config)) == SchedulerKind::Hostfactory
+    }
+
+    /// A broker on the configured store and provider (built lazily).
+    pub async fn broker(&self, loaded: &LoadedConfig) -> CliResult<(Broker, Vec<String>)> {
+        let entry = context::select_provider(&self.global, loaded)?.clone();
+        let catalog = context::load_catalog(&self.dirs, &entry)?;
+        let warnings = catalog.warnings.clone();
+        let store = context::open_store(&loaded.config, &self.dirs).await?;
+        let provider_context = ProviderContext {
+            config_dir: self.dirs.config_dir.path.clone(),
+            work_dir: self.dirs.work_dir.path.clone(),
+        };
+        let settings = BrokerSettings {
+            provider_name: entry.name.clone(),
+            provider_type: entry.provider_type.clone(),
+            grace_secs: loaded.config.request.default_grace_period,
+            max_machines_per_request: loaded.config.request.max_machines_per_request,
+            default_max_machines: loaded.config.template.max_number,
+        };
+        let broker = Broker {
+            store,
+            provider: ProviderHandle::lazy(move || build_provider(&entry, &provider_context)),
+            settings,
+            catalog,
+            clock: Arc::new(jiff::Timestamp::now),
+        };
+        Ok((broker, warnings))
+    }
+}
+
+/// Runs one parsed command line to completion.
+pub fn run(cli: Cli) -> Output {
+    let session = Session::new(cli.global);
+    let command = cli.command;
+    let result = match command {
+        Command::Completions { shell } => Ok(Output::ok(completions(shell))),
+        Command::Hostfactory(cmd) => hostfactory::run(&session, cmd),
+        Command::Init(args) => init::run(&session, args),
+        Command::Config(cmd) => config::run(&session, cmd),
+        other => match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(async_command(&session, other)),
+            Err(e) => Err(Failure::generic(format!(
+                "cannot start the async runtime: {e}"
+            ))),
+        },
+    };
+    match result {
+        Ok(output) => output,
+        Err(failure) => {
+            let hostfactory = session.scheduler_hint() == SchedulerKind::Hostfactory;
+            let stdout = if hostfactory {
+                render::json(&ErrorReply {
+                    message: failure.message.clone(),
+                })
+                .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            Output {
+                stdout,
+                stderr: vec![format!("error: {}", failure.message)],
+                exit: failure.code(),
+            }
+        }
+    }
+}
+
+async fn async_command(session: &Session, command: Command) -> CliResult<Output> {
+    match command {
+        Command::Templates(cmd) => templates::run(session, cmd).await,
+        Command::Machines(cmd) => machines::run(session, cmd).await,
+        Command::Requests(cmd) => requests::run(session, cmd).await,
+        _ => Err(Failure::generic(
+            "internal error: command routed to the wrong runner",
+        )),
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> String {
+    use clap::CommandFactory;
+    let mut buffer = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "orb", &mut buffer);
+    String::from_utf8_lossy(&buffer).into_owned()
+}

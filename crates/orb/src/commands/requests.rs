@@ -1,0 +1,184 @@
+//! `orb requests status|list|cancel|list-returns`.
+
+use orb_core::hostfactory::input::{RequestStatusQuery, ReturnRequestsQuery};
+use orb_core::hostfactory::output::{
+    ReclaimEntry, StatusReply, request_status_entry, return_requests_reply, unknown_request_entry,
+};
+use orb_core::ids::RequestId;
+use orb_core::request::RequestType;
+use orb_store::RequestFilter;
+use serde_json::json;
+
+use super::machines::view_table;
+use super::{Output, Session};
+use crate::cli::RequestsCommand;
+use crate::context;
+use crate::failure::{CliResult, Failure};
+use crate::render::{self, Table, or_dash};
+
+pub async fn run(session: &Session, command: RequestsCommand) -> CliResult<Output> {
+    match command {
+        RequestsCommand::Status { request_ids } => status(session, request_ids).await,
+        RequestsCommand::List { limit } => list(session, limit).await,
+        RequestsCommand::Cancel { request_id } => cancel(session, &request_id).await,
+        RequestsCommand::ListReturns => list_returns(session).await,
+    }
+}
+
+async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output> {
+    let ids = match context::hostfactory_input(&session.global)? {
+        Some(value) => {
+            RequestStatusQuery::parse(&value)
+                .map_err(|e| Failure::invalid(e.to_string()))?
+                .request_ids
+        }
+        None if !positional.is_empty() => positional,
+        None => {
+            return Err(Failure::invalid(
+                "name the requests (`orb requests status <id>...`) or pass HostFactory JSON via -f/-d",
+            ));
+        }
+    };
+    let loaded = session.config()?;
+    let hostfactory = session.is_hostfactory(&loaded);
+    let (broker, _) = session.broker(&loaded).await?;
+    let mut entries = Vec::new();
+    let mut views = Vec::new();
+    let mut unknown = Vec::new();
+    let mut notes = Vec::new();
+    for raw in &ids {
+        let view = match RequestId::parse(raw) {
+            Ok(id) => broker.refresh(&id).await?,
+            Err(_) => None,
+        };
+        match view {
+            Some(view) => {
+                if let Some(note) = &view.note {
+                    notes.push(format!("warning: {}: {note}", view.request.request_id));
+                }
+                entries.push(request_status_entry(&view.request, &view.machines));
+                views.push(view);
+            }
+            None => {
+                entries.push(unknown_request_entry(raw));
+                unknown.push(raw.clone());
+            }
+        }
+    }
+    if hostfactory {
+        // HostFactory gets an answer for every id; an unknown one is finished with an error.
+        return Ok(Output {
+            stdout: render::json(&StatusReply { requests: entries })?,
+            stderr: notes,
+            exit: 0,
+        });
+    }
+    if !unknown.is_empty() {
+        return Err(Failure::invalid(format!(
+            "request {} not found; `orb requests list` shows recent requests",
+            unknown.join(", ")
+        )));
+    }
+    let stdout = render::render(&views, session.global.output, || {
+        let mut all = Table::default();
+        for view in &views {
+            let t = view_table(view);
+            all.headers = t.headers;
+            all.rows.extend(t.rows);
+        }
+        all
+    })?;
+    Ok(Output {
+        stdout,
+        stderr: notes,
+        exit: 0,
+    })
+}
+
+async fn list(session: &Session, limit: u32) -> CliResult<Output> {
+    let loaded = session.config()?;
+    let store = context::open_store(&loaded.config, &session.dirs).await?;
+    let requests = store
+        .list_requests(&RequestFilter {
+            limit: Some(limit),
+            ..Default::default()
+        })
+        .await?;
+    Ok(Output::ok(render::render(
+        &requests,
+        session.global.output,
+        || {
+            let mut t = Table::new(vec![
+                "REQUEST", "TYPE", "STATUS", "DONE", "TEMPLATE", "CREATED", "MESSAGE",
+            ]);
+            for r in &requests {
+                t.row(vec![
+                    r.request_id.to_string(),
+                    r.request_type.as_str().into(),
+                    r.status.to_string(),
+                    format!("{}/{}", r.fulfilled_count, r.requested_count),
+                    or_dash(r.template_id.as_deref()),
+                    r.created_at.to_string(),
+                    or_dash(r.status_message.as_deref()),
+                ]);
+            }
+            t
+        },
+    )?))
+}
+
+async fn cancel(session: &Session, raw: &str) -> CliResult<Output> {
+    let id = RequestId::parse(raw).map_err(|e| Failure::invalid(e.to_string()))?;
+    let loaded = session.config()?;
+    let (broker, _) = session.broker(&loaded).await?;
+    let view = broker.cancel(&id).await?;
+    Ok(Output::ok(render::render(
+        &view,
+        session.global.output,
+        || view_table(&view),
+    )?))
+}
+
+async fn list_returns(session: &Session) -> CliResult<Output> {
+    let query = match context::hostfactory_input(&session.global)? {
+        Some(value) => {
+            ReturnRequestsQuery::parse(&value).map_err(|e| Failure::invalid(e.to_string()))?
+        }
+        None => ReturnRequestsQuery { machines: vec![] },
+    };
+    let loaded = session.config()?;
+    let (broker, _) = session.broker(&loaded).await?;
+    let (reclaims, note) = broker.reclaims(&query.machines).await?;
+    let note = note.map(|n| format!("warning: {n}"));
+    if session.is_hostfactory(&loaded) {
+        let entries = reclaims
+            .iter()
+            .map(|r| ReclaimEntry {
+                machine: r.name.clone(),
+                grace_period: r.grace_period_secs,
+            })
+            .collect();
+        return Ok(Output::ok(render::json(&return_requests_reply(entries))?).note(note));
+    }
+    let returns = broker
+        .store
+        .list_requests(&RequestFilter {
+            request_type: Some(RequestType::Return),
+            limit: Some(50),
+            ..Default::default()
+        })
+        .await?;
+    let reply = json!({"reclaimed_by_cluster": reclaims, "return_requests": returns});
+    let stdout = render::render(&reply, session.global.output, || {
+        let mut t = Table::new(vec!["MACHINE", "GRACE", "REASON"]);
+        for r in &reclaims {
+            t.row(vec![
+                r.name.clone(),
+                r.grace_period_secs.to_string(),
+                r.reason.clone(),
+            ]);
+        }
+        t
+    })?;
+    Ok(Output::ok(stdout).note(note))
+}

@@ -1,0 +1,208 @@
+//! Loading what a command needs from disk: directories, config.json, the template file and
+//! the store. Thin IO around orb-core's pure parsers.
+
+use std::path::{Path, PathBuf};
+
+use orb_core::config::{AppConfig, ProviderEntry};
+use orb_core::dirs::{DirFlags, Dirs, resolve_dirs};
+use orb_core::template::Template;
+use orb_core::template::file::{parse_template_file, template_file_candidates};
+use orb_store::Store;
+use serde_json::Value;
+
+use crate::cli::{GlobalArgs, SchedulerKind};
+use crate::failure::{CliResult, Failure};
+
+pub fn resolve(global: &GlobalArgs) -> Dirs {
+    let flags = DirFlags {
+        config_file: global.config.clone(),
+        ..Default::default()
+    };
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    resolve_dirs(&flags, &|name| std::env::var(name).ok(), &home)
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub file: PathBuf,
+    pub raw: Value,
+    pub config: AppConfig,
+}
+
+pub fn load_config(dirs: &Dirs) -> CliResult<LoadedConfig> {
+    let file = dirs.config_file.path.clone();
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Failure::invalid(format!(
+                "no configuration at {} ({}); run `orb init` to write one, or point ORB_CONFIG_DIR / --config at yours",
+                file.display(),
+                dirs.config_file.origin
+            )));
+        }
+        Err(e) => {
+            return Err(Failure::generic(format!(
+                "cannot read {}: {e}",
+                file.display()
+            )));
+        }
+    };
+    let label = file.display().to_string();
+    let config = AppConfig::parse(&label, &text).map_err(|e| Failure::invalid(e.to_string()))?;
+    let raw = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Ok(LoadedConfig { file, raw, config })
+}
+
+pub fn scheduler(global: &GlobalArgs, config: Option<&AppConfig>) -> SchedulerKind {
+    match global.scheduler {
+        Some(kind) => kind,
+        None if config.is_some_and(AppConfig::is_hostfactory_scheduler) => {
+            SchedulerKind::Hostfactory
+        }
+        None => SchedulerKind::Default,
+    }
+}
+
+/// The provider entry: `--provider-name`, else `HF_PROVIDER_NAME` when it names a configured
+/// provider, else the config's default.
+pub fn select_provider<'c>(
+    global: &GlobalArgs,
+    loaded: &'c LoadedConfig,
+) -> CliResult<&'c ProviderEntry> {
+    let label = loaded.file.display().to_string();
+    let hf_name = std::env::var("HF_PROVIDER_NAME").ok().filter(|name| {
+        loaded
+            .config
+            .provider_entries()
+            .iter()
+            .any(|e| &e.name == name)
+    });
+    let wanted = global.provider_name.as_deref().or(hf_name.as_deref());
+    loaded
+        .config
+        .select_provider(wanted, &label)
+        .map_err(|e| Failure::invalid(e.to_string()))
+}
+
+/// Templates of one provider, as read from its template file.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub file: Option<PathBuf>,
+    pub templates: Vec<Template>,
+    /// Templates that could not be read, and spelling warnings; shown on stderr.
+    pub warnings: Vec<String>,
+}
+
+impl Catalog {
+    pub fn get(&self, template_id: &str) -> Option<&Template> {
+        self.templates.iter().find(|t| t.template_id == template_id)
+    }
+
+    pub fn ids(&self) -> String {
+        if self.templates.is_empty() {
+            return "none".into();
+        }
+        self.templates
+            .iter()
+            .map(|t| t.template_id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+pub fn find_template_file(config_dir: &Path, provider: &ProviderEntry) -> CliResult<PathBuf> {
+    let candidates = template_file_candidates(&provider.name, &provider.provider_type);
+    candidates
+        .iter()
+        .map(|name| config_dir.join(name))
+        .find(|path| path.is_file())
+        .ok_or_else(|| {
+            Failure::invalid(format!(
+                "no template file in {} (looked for {}); run `orb init` or `orb templates generate > {}`",
+                config_dir.display(),
+                candidates.join(", "),
+                config_dir.join("templates.json").display()
+            ))
+        })
+}
+
+pub fn load_catalog_from(path: &Path, provider: &ProviderEntry) -> CliResult<Catalog> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::invalid(format!("cannot read template file {}: {e}", path.display()))
+    })?;
+    let label = path.display().to_string();
+    let parsed = parse_template_file(&label, &text, Some(&provider.template_defaults))
+        .map_err(|e| Failure::invalid(e.to_string()))?;
+    let mut catalog = Catalog {
+        file: Some(path.to_path_buf()),
+        ..Default::default()
+    };
+    for entry in parsed.entries {
+        match entry {
+            Ok(normalized) => {
+                let id = normalized.template.template_id.clone();
+                catalog.warnings.extend(
+                    normalized
+                        .warnings
+                        .into_iter()
+                        .map(|w| format!("template {id:?}: {w}")),
+                );
+                catalog.templates.push(normalized.template);
+            }
+            Err(e) => catalog.warnings.push(e.to_string()),
+        }
+    }
+    Ok(catalog)
+}
+
+pub fn load_catalog(dirs: &Dirs, provider: &ProviderEntry) -> CliResult<Catalog> {
+    let path = find_template_file(&dirs.config_dir.path, provider)?;
+    load_catalog_from(&path, provider)
+}
+
+/// `ORB_STORAGE_URL`, else the config's `storage.url`, else `<work dir>/orb.db`.
+pub fn storage_url(config: &AppConfig, dirs: &Dirs) -> String {
+    std::env::var("ORB_STORAGE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| config.storage.url.clone())
+        .unwrap_or_else(|| {
+            orb_store::sqlite_url(&dirs.work_dir.path.join(orb_store::DEFAULT_SQLITE_FILE))
+        })
+}
+
+pub async fn open_store(config: &AppConfig, dirs: &Dirs) -> CliResult<Store> {
+    let url = storage_url(config, dirs);
+    if url.starts_with("sqlite:") {
+        std::fs::create_dir_all(&dirs.work_dir.path).map_err(|e| {
+            Failure::generic(format!(
+                "cannot create the work directory {} ({}): {e}",
+                dirs.work_dir.path.display(),
+                dirs.work_dir.origin
+            ))
+        })?;
+    }
+    Ok(Store::open(&url).await?)
+}
+
+/// Reads HostFactory JSON from `-f` or `-d`; `None` when neither was given.
+pub fn hostfactory_input(global: &GlobalArgs) -> CliResult<Option<Value>> {
+    let (text, origin) = match (&global.file, &global.data) {
+        (Some(path), _) => (
+            std::fs::read_to_string(path).map_err(|e| {
+                Failure::invalid(format!("cannot read input file {}: {e}", path.display()))
+            })?,
+            format!("input file {}", path.display()),
+        ),
+        (None, Some(data)) => (data.clone(), "-d input".to_string()),
+        (None, None) => return Ok(None),
+    };
+    if text.trim().is_empty() {
+        return Ok(Some(Value::Object(Default::default())));
+    }
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Failure::invalid(format!("{origin} is not valid JSON: {e}")))
+}

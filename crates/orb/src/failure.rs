@@ -1,0 +1,64 @@
+//! How a command fails: one readable line and an exit code that says whose fault it was.
+
+use orb_core::provider::ProviderError;
+use orb_store::StoreError;
+
+/// Exit codes: 1 = could not be served (storage, internal), 2 = invalid input (nothing was
+/// stored or created), 3 = provider or cluster error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    Generic = 1,
+    InvalidInput = 2,
+    Provider = 3,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub kind: ExitKind,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self {
+            kind: ExitKind::InvalidInput,
+            message: message.into(),
+        }
+    }
+
+    pub fn provider(message: impl Into<String>) -> Self {
+        Self {
+            kind: ExitKind::Provider,
+            message: message.into(),
+        }
+    }
+
+    pub fn generic(message: impl Into<String>) -> Self {
+        Self {
+            kind: ExitKind::Generic,
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> i32 {
+        self.kind as i32
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(err: StoreError) -> Self {
+        Self::generic(err.to_string())
+    }
+}
+
+impl From<ProviderError> for Failure {
+    fn from(err: ProviderError) -> Self {
+        match err {
+            ProviderError::Rejected(message) => Self::invalid(message),
+            other => Self::provider(other.to_string()),
+        }
+    }
+}
+
+pub type CliResult<T> = Result<T, Failure>;
