@@ -249,12 +249,12 @@ pub struct CustomPdbConfig {
     /// Integer >= 0 or "N%" with 0 <= N <= 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = "^(100|[1-9]?[0-9])%$", "maxLength" = 4))]
-    #[x_kube(validation = Rule::new("type(self) != int || self >= 0").message("must be an integer >= 0 or a percentage \"N%\" with 0 <= N <= 100"))]
+    #[x_kube(validation = Rule::new("!string(self).startsWith('-')").message("must be an integer >= 0 or a percentage \"N%\" with 0 <= N <= 100"))]
     pub min_available: Option<IntOrString>,
     /// Integer >= 0 or "N%" with 0 <= N <= 100. Written to the PDB as maxUnavailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = "^(100|[1-9]?[0-9])%$", "maxLength" = 4))]
-    #[x_kube(validation = Rule::new("type(self) != int || self >= 0").message("must be an integer >= 0 or a percentage \"N%\" with 0 <= N <= 100"))]
+    #[x_kube(validation = Rule::new("!string(self).startsWith('-')").message("must be an integer >= 0 or a percentage \"N%\" with 0 <= N <= 100"))]
     pub max_unavailable: Option<IntOrString>,
     /// Copied to every PDB produced under this policy.
     #[serde(default)]
