@@ -43,7 +43,8 @@ pub fn script_text(name: &str, args: &str, purpose: &str, orb_path: &Path) -> St
          # Written by `orb hostfactory install`. HostFactory runs it as `{name} -f <input.json>`;\n\
          # the reply is one JSON document on stdout, diagnostics go to stderr.\n\
          # ORB_COMMAND overrides the orb binary below.\n\
-         exec \"${{ORB_COMMAND:-{}}}\" --scheduler hostfactory {args} \"$@\"\n",
+         orb_binary={}\n\
+         exec \"${{ORB_COMMAND:-$orb_binary}}\" --scheduler hostfactory {args} \"$@\"\n",
         shell_quote(&orb_path.display().to_string())
     )
 }
@@ -66,17 +67,33 @@ mod tests {
         insta::assert_snapshot!(all);
     }
 
+    #[cfg(unix)]
     #[test]
-    fn odd_paths_are_quoted_for_the_shell() {
-        let text = script_text(
-            "x.sh",
-            "templates list",
-            "p",
-            Path::new("/opt/it's here/orb"),
-        );
-        assert!(
-            text.contains(r#"${ORB_COMMAND:-'/opt/it'\''s here/orb'}"#),
-            "{text}"
+    fn the_script_runs_orb_even_from_a_path_with_spaces_and_quotes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin_dir = dir.path().join("it's here");
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        let fake_orb = bin_dir.join("orb");
+        std::fs::write(&fake_orb, "#!/bin/sh\necho \"args: $*\"\n").unwrap();
+        std::fs::set_permissions(&fake_orb, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = dir.path().join("getRequestStatus.sh");
+        std::fs::write(
+            &script,
+            script_text("getRequestStatus.sh", "requests status", "p", &fake_orb),
+        )
+        .unwrap();
+        let out = std::process::Command::new("sh")
+            .arg(&script)
+            .args(["-f", "in.json"])
+            .env_remove("ORB_COMMAND")
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "args: --scheduler hostfactory requests status -f in.json\n",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }

@@ -296,10 +296,9 @@ pub fn return_requests_reply(entries: Vec<ReclaimEntry>) -> ReturnRequestsReply 
     let message = if entries.is_empty() {
         "No machines to return.".to_string()
     } else {
-        format!(
-            "{} machines are being reclaimed by the cluster",
-            entries.len()
-        )
+        let n = entries.len();
+        let noun = if n == 1 { "machine is" } else { "machines are" };
+        format!("{n} {noun} being reclaimed by the cluster")
     };
     ReturnRequestsReply {
         status: "complete",

@@ -1,0 +1,574 @@
+//! The `orb` binary end to end, without a cluster: templates, validation, bad input, status of
+//! stored requests, the HostFactory scripts. Every refusal is checked for its message, its
+//! exit code and for leaving storage untouched.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+use jiff::Timestamp;
+use orb_core::ids::RequestId;
+use orb_core::machine::{Machine, MachineStatus};
+use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_store::{RequestFilter, Store};
+use serde_json::{Value, json};
+
+struct Env {
+    root: tempfile::TempDir,
+}
+
+const TEMPLATES: &str = r#"{"scheduler_type": "hostfactory", "templates": [
+  {"templateId": "worker", "maxNumber": 3, "imageId": "busybox:1.36", "instanceTags": "team=hpc",
+   "resourceRequests": {"cpu": "2", "memory": "4Gi"}},
+  {"templateId": "gpu", "maxNumber": -1, "imageId": "cuda:12", "providerApi": "Job",
+   "attributes": {"type": ["String", "X86_64"], "ncpus": ["Numeric", "8"], "nram": ["Numeric", "65536"]}},
+  {"templateId": "broken", "maxNumber": 2, "namespace": "Bad_Namespace"}
+]}"#;
+
+impl Env {
+    fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let config = root.path().join("config");
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::write(
+            config.join("config.json"),
+            json!({
+                "providers": [{"name": "kube", "type": "k8s", "config": {"namespace": "batch"}}],
+                "request": {"max_machines_per_request": 5}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::write(config.join("kube_templates.json"), TEMPLATES).unwrap();
+        Self { root }
+    }
+
+    fn path(&self) -> &Path {
+        self.root.path()
+    }
+
+    fn db(&self) -> PathBuf {
+        self.path().join("work/orb.db")
+    }
+
+    fn orb(&self) -> Command {
+        let mut cmd = Command::cargo_bin("orb").unwrap();
+        for var in [
+            "ORB_CONFIG_DIR",
+            "ORB_WORK_DIR",
+            "ORB_LOG_DIR",
+            "ORB_CONFIG_FILE",
+            "ORB_SCHEDULER",
+            "ORB_STORAGE_URL",
+            "HF_PROVIDER_NAME",
+            "HF_PROVIDER_CONFDIR",
+            "HF_PROVIDER_WORKDIR",
+            "HF_PROVIDER_LOGDIR",
+            "HF_CONFDIR",
+            "HF_WORKDIR",
+            "HF_LOGDIR",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("ORB_ROOT_DIR", self.path())
+            .env("HOME", self.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.orb().args(args).output().unwrap()
+    }
+
+    fn hf(&self, args: &[&str], input: &str) -> Output {
+        let file = self.path().join("hf_in.json");
+        std::fs::write(&file, input).unwrap();
+        let mut all = vec!["--scheduler", "hostfactory"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-f", file.to_str().unwrap()]);
+        self.run(&all)
+    }
+
+    async fn store(&self) -> Store {
+        Store::open_sqlite_file(&self.db()).await.unwrap()
+    }
+
+    async fn request_count(&self) -> usize {
+        if !self.db().exists() {
+            return 0;
+        }
+        self.store()
+            .await
+            .list_requests(&RequestFilter::default())
+            .await
+            .unwrap()
+            .len()
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", stdout(out)))
+}
+
+/// A refusal: the given code, one `error:` line naming the problem, and for HostFactory a
+/// `{"message"}` reply without a requestId.
+fn assert_refused(out: &Output, code: i32, needle: &str, hostfactory: bool) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(out),
+        stderr(out)
+    );
+    let err = stderr(out);
+    assert_eq!(err.lines().count(), 1, "exactly one error line: {err}");
+    assert!(err.starts_with("error: ") && err.contains(needle), "{err}");
+    if hostfactory {
+        let reply = json_of(out);
+        assert!(reply["message"].as_str().unwrap().contains(needle));
+        assert!(reply.get("requestId").is_none());
+    } else {
+        assert!(out.stdout.is_empty(), "nothing on stdout: {}", stdout(out));
+    }
+}
+
+#[test]
+fn version_answers_without_config() {
+    let env = Env::new();
+    let out = env
+        .orb()
+        .env("ORB_ROOT_DIR", "/nonexistent")
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(stdout(&out).starts_with("orb "));
+}
+
+#[test]
+fn hostfactory_template_list_is_the_documented_reply() {
+    let env = Env::new();
+    let out = env.hf(&["templates", "list"], "{}");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    insta::assert_json_snapshot!("hf_templates_list", json_of(&out));
+    assert!(
+        stderr(&out).contains("template \"broken\" is skipped"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn default_template_list_uses_internal_names() {
+    let env = Env::new();
+    let out = env.run(&["templates", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list = json_of(&out);
+    assert_eq!(list[0]["template_id"], "worker");
+    assert_eq!(list[0]["available_number"], 3);
+    assert_eq!(list[0]["attributes"]["ncpus"], json!(["Numeric", "2"]));
+    let table = env.run(&["templates", "list", "-o", "table"]);
+    assert!(stdout(&table).starts_with("TEMPLATE"), "{}", stdout(&table));
+}
+
+#[test]
+fn showing_an_unknown_template_lists_the_known_ones() {
+    let env = Env::new();
+    let out = env.run(&["templates", "show", "nope"]);
+    assert_refused(
+        &out,
+        2,
+        "template \"nope\" is not defined; available templates: worker, gpu, broken",
+        false,
+    );
+}
+
+#[test]
+fn validate_reports_every_problem_with_exit_2() {
+    let env = Env::new();
+    let out = env.run(&["templates", "validate"]);
+    assert_eq!(out.status.code(), Some(2));
+    let reply = json_of(&out);
+    assert_eq!(reply["valid"], json!(["worker", "gpu"]));
+    let problems = reply["invalid"][0]["problems"].to_string();
+    assert!(
+        problems.contains("imageId") && problems.contains("namespace"),
+        "{problems}"
+    );
+    let good = env.path().join("good.json");
+    std::fs::write(&good, r#"[{"templateId": "a", "imageId": "x"}]"#).unwrap();
+    let ok = env.run(&["templates", "validate", "-f", good.to_str().unwrap()]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+}
+
+#[tokio::test]
+async fn bad_acquire_input_is_refused_and_nothing_is_stored() {
+    let env = Env::new();
+    let cases: [(&str, &str); 6] = [
+        ("{\"template\": ", "is not valid JSON"),
+        (
+            r#"{"template": {"templateId": "nope", "machineCount": 1}}"#,
+            "template \"nope\" is not defined",
+        ),
+        (
+            r#"{"template": {"templateId": "worker", "machineCount": 0}}"#,
+            "machineCount must be at least 1, got 0",
+        ),
+        (
+            r#"{"template": {"templateId": "worker", "machineCount": 4}}"#,
+            "at most 3 more can be requested, not 4",
+        ),
+        (
+            r#"{"template": {"templateId": "gpu", "machineCount": 6}}"#,
+            "more than request.max_machines_per_request (5)",
+        ),
+        (
+            r#"{"template": {"templateId": "broken", "machineCount": 1}}"#,
+            "Bad_Namespace",
+        ),
+    ];
+    for (input, needle) in cases {
+        let out = env.hf(&["machines", "request"], input);
+        assert_refused(&out, 2, needle, true);
+    }
+    let out = env.run(&["machines", "request", "worker", "0"]);
+    assert_refused(&out, 2, "at least 1", false);
+    assert_eq!(env.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_valid_request_without_a_provider_fails_with_exit_3_and_stores_nothing() {
+    let env = Env::new();
+    let out = env.hf(
+        &["machines", "request"],
+        r#"{"template": {"templateId": "worker", "machineCount": 1}}"#,
+    );
+    assert_refused(
+        &out,
+        3,
+        "provider type 'k8s' is not available in this build yet",
+        true,
+    );
+    assert_eq!(env.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn returning_unknown_machines_is_refused_and_nothing_is_stored() {
+    let env = Env::new();
+    let out = env.run(&["machines", "return", "ghost-1"]);
+    assert_refused(&out, 2, "orb does not manage this machine: ghost-1", false);
+    let out = env.hf(
+        &["machines", "return"],
+        r#"{"machines": [{"name": "ghost-1"}, {"name": "ghost-2"}]}"#,
+    );
+    assert_refused(&out, 2, "ghost-1, ghost-2", true);
+    let out = env.hf(&["machines", "return"], r#"{"machines": []}"#);
+    assert_refused(&out, 2, "list is empty", true);
+    let out = env.run(&[
+        "machines",
+        "return",
+        "--request-id",
+        "req-00000000-0000-4000-8000-000000000000",
+    ]);
+    assert_refused(
+        &out,
+        2,
+        "request req-00000000-0000-4000-8000-000000000000 not found",
+        false,
+    );
+    assert_eq!(env.request_count().await, 0);
+}
+
+#[test]
+fn unknown_request_ids() {
+    let env = Env::new();
+    let out = env.run(&[
+        "requests",
+        "status",
+        "req-00000000-0000-4000-8000-000000000000",
+    ]);
+    assert_refused(
+        &out,
+        2,
+        "request req-00000000-0000-4000-8000-000000000000 not found",
+        false,
+    );
+    let out = env.run(&[
+        "requests",
+        "cancel",
+        "req-00000000-0000-4000-8000-000000000000",
+    ]);
+    assert_refused(&out, 2, "not found", false);
+    let out = env.run(&["requests", "cancel", "not an id"]);
+    assert_refused(&out, 2, "is not valid", false);
+    let out = env.hf(&["requests", "status"], r#"{"requests": []}"#);
+    assert_refused(&out, 2, "no request ids given", true);
+}
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_767_225_600 + secs).unwrap()
+}
+
+fn machine(request: &Request, name: &str, status: MachineStatus, ip: Option<&str>) -> Machine {
+    Machine {
+        machine_id: name.into(),
+        name: name.into(),
+        request_id: request.request_id.clone(),
+        return_request_id: None,
+        template_id: "worker".into(),
+        provider_name: "kube".into(),
+        provider_api: Some("Pod".into()),
+        resource_id: Some(name.into()),
+        uid: None,
+        status,
+        status_reason: None,
+        private_ip: ip.map(String::from),
+        public_ip: None,
+        launch_time: ip.map(|_| at(20)),
+        instance_type: Some("k8s/Pod".into()),
+        price_type: None,
+        tags: BTreeMap::from([("orb.io/managed".into(), "true".into())]),
+        provider_data: json!({}),
+        created_at: at(1),
+        updated_at: at(20),
+        version: 0,
+    }
+}
+
+fn acquire(id: &str, status: RequestStatus, wanted: u32) -> Request {
+    let mut r = Request::new(
+        RequestId::parse(id).unwrap(),
+        RequestType::Acquire,
+        Some("worker".into()),
+        "kube",
+        "k8s",
+        wanted,
+        at(0),
+    );
+    r.status = status;
+    r.provider_api = Some("Pod".into());
+    r.started_at = Some(at(0));
+    r.deadline_at = Some(at(300));
+    r
+}
+
+const DONE: &str = "req-11111111-1111-4111-8111-111111111111";
+const FAILED: &str = "req-22222222-2222-4222-8222-222222222222";
+const STUCK: &str = "req-33333333-3333-4333-8333-333333333333";
+
+async fn seed(env: &Env) {
+    let store = env.store().await;
+    let mut done = acquire(DONE, RequestStatus::Complete, 2);
+    done.fulfilled_count = 2;
+    let mut machines = vec![
+        machine(
+            &done,
+            "orb-111111111111-0000",
+            MachineStatus::Running,
+            Some("10.0.0.1"),
+        ),
+        machine(
+            &done,
+            "orb-111111111111-0001",
+            MachineStatus::Terminated,
+            Some("10.0.0.2"),
+        ),
+    ];
+    machines[1].status_reason = Some("Evicted".into());
+    store
+        .insert_request(&mut done, &mut machines)
+        .await
+        .unwrap();
+    let mut failed = acquire(FAILED, RequestStatus::Failed, 1);
+    failed.status_message = Some("image registry.invalid/x:1 cannot be pulled".into());
+    store.insert_request(&mut failed, &mut []).await.unwrap();
+    // In progress, deadline long past: any read settles it without needing the cluster.
+    let mut stuck = acquire(STUCK, RequestStatus::InProgress, 3);
+    store.insert_request(&mut stuck, &mut []).await.unwrap();
+}
+
+#[tokio::test]
+async fn hostfactory_status_of_stored_requests() {
+    let env = Env::new();
+    seed(&env).await;
+    let input = json!({"requests": [
+        {"requestId": DONE}, {"requestId": FAILED}, {"requestId": STUCK},
+        {"requestId": "req-00000000-0000-4000-8000-000000000000"}, {"requestId": "bad id"}
+    ]});
+    let out = env.hf(&["requests", "status"], &input.to_string());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    insta::assert_json_snapshot!("hf_request_status", json_of(&out));
+    let stored = env
+        .store()
+        .await
+        .get_request(&RequestId::parse(STUCK).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.status,
+        RequestStatus::Timeout,
+        "the settled state was stored"
+    );
+}
+
+#[tokio::test]
+async fn default_status_shows_stored_requests() {
+    let env = Env::new();
+    seed(&env).await;
+    let out = env.run(&["requests", "status", DONE]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let views = json_of(&out);
+    assert_eq!(views[0]["request"]["status"], "complete");
+    assert_eq!(views[0]["machines"].as_array().unwrap().len(), 2);
+    let listed = json_of(&env.run(&["requests", "list"]));
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+    let machines = json_of(&env.run(&["machines", "list"]));
+    assert_eq!(machines.as_array().unwrap().len(), 1, "live machines only");
+    let all = json_of(&env.run(&["machines", "list", "--all"]));
+    assert_eq!(all.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn hostfactory_return_requests_lists_hosts_the_cluster_took() {
+    let env = Env::new();
+    seed(&env).await;
+    let out = env.hf(&["requests", "list-returns"], "{}");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    insta::assert_json_snapshot!("hf_return_requests", json_of(&out));
+    assert!(
+        stderr(&out).contains("live machines were not checked"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
+async fn hostfactory_return_of_a_machine_the_cluster_already_removed_completes() {
+    let env = Env::new();
+    seed(&env).await;
+    let out = env.hf(
+        &["machines", "return"],
+        r#"{"machines": [{"name": "orb-111111111111-0001"}]}"#,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let reply = json_of(&out);
+    let id = reply["requestId"].as_str().unwrap().to_string();
+    assert!(id.starts_with("ret-"));
+    let status = env.hf(
+        &["requests", "status"],
+        &json!({"requests": [{"requestId": id}]}).to_string(),
+    );
+    let entry = &json_of(&status)["requests"][0];
+    assert_eq!(entry["status"], "complete");
+    assert_eq!(entry["machines"][0]["result"], "succeed");
+}
+
+#[test]
+fn installed_scripts_run_orb_in_hostfactory_mode() {
+    let env = Env::new();
+    let dir = env.path().join("hf/providers/kube");
+    let out = env.run(&["hostfactory", "install", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for name in [
+        "getAvailableTemplates.sh",
+        "requestMachines.sh",
+        "requestReturnMachines.sh",
+        "getRequestStatus.sh",
+        "getReturnRequests.sh",
+    ] {
+        let meta = std::fs::metadata(dir.join(name)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            meta.permissions().mode() & 0o111,
+            0o111,
+            "{name} is executable"
+        );
+    }
+    let input = env.path().join("in.json");
+    std::fs::write(&input, "{}").unwrap();
+    let script = std::process::Command::new(dir.join("getAvailableTemplates.sh"))
+        .args(["-f", input.to_str().unwrap()])
+        .env("ORB_ROOT_DIR", env.path())
+        .env_remove("ORB_CONFIG_DIR")
+        .env_remove("HF_PROVIDER_CONFDIR")
+        .output()
+        .unwrap();
+    assert!(script.status.success(), "{}", stderr(&script));
+    assert_eq!(json_of(&script)["templates"][0]["templateId"], "worker");
+    let again = env.run(&["hostfactory", "install", dir.to_str().unwrap()]);
+    assert_refused(&again, 2, "--force", false);
+}
+
+#[test]
+fn init_writes_a_loadable_config_once() {
+    let env = Env::new();
+    let dir = env.path().join("fresh");
+    let out = env.run(&[
+        "init",
+        "--config-dir",
+        dir.to_str().unwrap(),
+        "--namespace",
+        "batch",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["providers"][0]["config"]["namespace"], "batch");
+    let listed = env
+        .orb()
+        .env("ORB_CONFIG_DIR", &dir)
+        .args(["templates", "list"])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert_eq!(json_of(&listed).as_array().unwrap().len(), 4);
+    let again = env.run(&["init", "--config-dir", dir.to_str().unwrap()]);
+    assert_refused(&again, 2, "--force", false);
+    let missing = env.run(&[
+        "init",
+        "--config-dir",
+        dir.to_str().unwrap(),
+        "--force",
+        "--kubeconfig",
+        "/no/such/file",
+    ]);
+    assert_refused(&missing, 2, "/no/such/file does not exist", false);
+}
+
+#[test]
+fn missing_config_points_at_orb_init() {
+    let env = Env::new();
+    let out = env
+        .orb()
+        .env("ORB_CONFIG_DIR", env.path().join("empty"))
+        .args(["templates", "list"])
+        .output()
+        .unwrap();
+    assert_refused(&out, 2, "run `orb init`", false);
+    let show = env
+        .orb()
+        .env("ORB_CONFIG_DIR", env.path().join("empty"))
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert!(show.status.success());
+    assert_eq!(json_of(&show)["config_file"]["exists"], false);
+}
+
+#[test]
+fn completions_are_generated() {
+    let env = Env::new();
+    let out = env.run(&["completions", "bash"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("_orb()"), "{}", &stdout(&out)[..200]);
+}
