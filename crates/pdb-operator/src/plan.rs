@@ -345,6 +345,13 @@ mod tests {
     }
 
     #[test]
+    fn deployments_policies_and_windows() {
+        let yaml = include_str!("../tests/data/deployments-and-policies.yaml");
+        let report = plan_report(yaml, "2026-06-24T03:00:00Z".parse().unwrap()).unwrap();
+        insta::assert_snapshot!("plan_deployments_and_policies", report);
+    }
+
+    #[test]
     fn malformed_document_names_index_and_kind() {
         let err = plan_report(
             "kind: Deployment\nmetadata:\n  name: a\nspec:\n  replicas: many\n",
