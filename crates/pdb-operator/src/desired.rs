@@ -305,11 +305,17 @@ pub(crate) fn finish(
 ) -> Decision {
     let windows = collect_windows(meta, &config, &mut events);
     let window = evaluate_windows(&windows, now);
+    let at = |t: Option<Timestamp>| t.map_or_else(|| "-".to_string(), crate::pdb::rfc3339);
     if window.open {
-        steps.push(step(
-            "maintenance window",
-            "open: minAvailable 0 while it lasts",
-        ));
+        let text = format!(
+            "open since {} until {}: minAvailable 0",
+            at(window.open_since),
+            at(window.next_transition)
+        );
+        steps.push(step("maintenance window", text));
+    } else if !windows.is_empty() {
+        let text = format!("closed; next opens {}", at(window.next_transition));
+        steps.push(step("maintenance window", text));
     }
     let pdb = build_pdb(owner, meta, &config, budget, selector, &window);
     let requeue_after = window.requeue_after(now);
