@@ -16,7 +16,12 @@ pub const DEFAULT_MAX_MACHINES_PER_REQUEST: u32 = 100;
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct AppConfig {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// A list of entries, or a map from provider name to entry.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "providers_from_list_or_map"
+    )]
     pub providers: Vec<ProviderEntry>,
     /// The reference's nesting: `{"provider": {"providers": [...]}}`. Merged into
     /// `providers` by [`AppConfig::provider_entries`].
@@ -36,31 +41,112 @@ pub struct AppConfig {
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ProviderSection {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "providers_from_list_or_map")]
     pub providers: Vec<ProviderEntry>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProviderEntry {
     pub name: String,
     #[serde(rename = "type")]
     pub provider_type: String,
-    #[serde(default = "yes")]
     pub enabled: bool,
-    #[serde(default)]
     pub default: bool,
     /// Provider-specific settings, parsed by the provider crate.
-    #[serde(default)]
     pub config: Value,
     /// Template keys applied under every template of this provider.
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[serde(skip_serializing_if = "Map::is_empty")]
     pub template_defaults: Map<String, Value>,
 }
 
-fn yes() -> bool {
-    true
+/// Keys of a provider entry that are orb's bookkeeping, not provider settings.
+const ENTRY_KEYS: &[&str] = &[
+    "name",
+    "type",
+    "provider_type",
+    "enabled",
+    "default",
+    "config",
+    "template_defaults",
+];
+
+impl ProviderEntry {
+    /// Reads one entry. Settings may sit in `config` or directly on the entry (both are
+    /// merged into `config`, so the provider sees and checks every key).
+    pub fn from_value(name_hint: Option<&str>, value: &Value) -> Result<Self, String> {
+        let Some(object) = value.as_object() else {
+            return Err(format!("a provider entry must be an object, got {value}"));
+        };
+        let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_string);
+        let flag = |key: &str, default: bool| -> Result<bool, String> {
+            match object.get(key) {
+                None | Some(Value::Null) => Ok(default),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(other) => Err(format!(
+                    "provider \"{key}\" must be true or false, got {other}"
+                )),
+            }
+        };
+        let name = text("name")
+            .or_else(|| name_hint.map(str::to_string))
+            .ok_or("every provider needs a \"name\"")?;
+        let provider_type = text("type")
+            .or_else(|| text("provider_type"))
+            .ok_or_else(|| format!("provider {name:?} needs a \"type\" (e.g. \"k8s\")"))?;
+        let mut config = match object.get("config") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(map)) => map.clone(),
+            Some(other) => {
+                return Err(format!(
+                    "provider {name:?}: \"config\" must be an object, got {other}"
+                ));
+            }
+        };
+        for (key, v) in object {
+            if !ENTRY_KEYS.contains(&key.as_str()) {
+                config.insert(key.clone(), v.clone());
+            }
+        }
+        let template_defaults = match object.get("template_defaults") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(map)) => map.clone(),
+            Some(other) => {
+                return Err(format!(
+                    "provider {name:?}: \"template_defaults\" must be an object, got {other}"
+                ));
+            }
+        };
+        Ok(Self {
+            enabled: flag("enabled", true)?,
+            default: flag("default", false)?,
+            name,
+            provider_type,
+            config: Value::Object(config),
+            template_defaults,
+        })
+    }
+}
+
+fn providers_from_list_or_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<ProviderEntry>, D::Error> {
+    use serde::de::Error;
+    match Value::deserialize(d)? {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| ProviderEntry::from_value(None, v).map_err(D::Error::custom))
+            .collect(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(name, v)| ProviderEntry::from_value(Some(name), v).map_err(D::Error::custom))
+            .collect(),
+        other => Err(D::Error::custom(format!(
+            "\"providers\" must be a list or a map of provider entries, got {other}"
+        ))),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -269,6 +355,25 @@ mod tests {
         assert_eq!(c.select_provider(wanted, "c.json").unwrap().name, expected);
     }
 
+    #[rstest]
+    #[case::map_layout(r#"{"providers": {"k8s": {"provider_type": "k8s", "namespace": "orb"}}}"#)]
+    #[case::settings_on_the_entry(
+        r#"{"providers": [{"name": "k8s", "type": "k8s", "namespace": "orb"}]}"#
+    )]
+    #[case::settings_in_config(
+        r#"{"providers": [{"name": "k8s", "type": "k8s", "config": {"namespace": "orb"}}]}"#
+    )]
+    fn every_provider_layout_gives_the_same_entry(#[case] text: &str) {
+        let c = AppConfig::parse("c.json", text).unwrap();
+        let entry = c.select_provider(None, "c.json").unwrap();
+        assert_eq!(
+            (entry.name.as_str(), entry.provider_type.as_str()),
+            ("k8s", "k8s")
+        );
+        assert_eq!(entry.config, serde_json::json!({"namespace": "orb"}));
+        assert!(entry.enabled);
+    }
+
     #[test]
     fn unknown_provider_lists_the_known_ones() {
         let c = AppConfig::parse("c.json", TWO).unwrap();
@@ -298,6 +403,12 @@ mod tests {
         "used twice"
     )]
     #[case::blank_type(r#"{"providers": [{"name": "a", "type": ""}]}"#, "non-empty")]
+    #[case::no_type(r#"{"providers": [{"name": "a"}]}"#, "needs a \"type\"")]
+    #[case::bad_flag(
+        r#"{"providers": [{"name": "a", "type": "k8s", "enabled": "yes"}]}"#,
+        "true or false"
+    )]
+    #[case::not_a_list(r#"{"providers": 3}"#, "list or a map")]
     fn broken_configs_are_explained(#[case] text: &str, #[case] needle: &str) {
         let err = AppConfig::parse("c.json", text).unwrap_err().to_string();
         assert!(err.contains(needle), "{err}");
