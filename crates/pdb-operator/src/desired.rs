@@ -247,6 +247,33 @@ pub enum Decision {
     NoPdb(NoPdb),
 }
 
+impl Decision {
+    /// When to reconcile again without any change: the next maintenance-window boundary for a
+    /// PDB, or the 30 s retry of a deferred / unresolvable decision.
+    pub fn requeue_after(&self) -> Option<Duration> {
+        match self {
+            Self::Apply(d) => Some(d.requeue_after),
+            Self::NoPdb(n) => n.retry_after,
+        }
+    }
+
+    /// Every event to post on the workload for this decision, main event first.
+    pub fn events(&self) -> Vec<&EventNote> {
+        match self {
+            Self::Apply(d) => d.events.iter().collect(),
+            Self::NoPdb(n) => n.event.iter().chain(&n.events).collect(),
+        }
+    }
+
+    /// The enforcement steps and arithmetic behind the decision.
+    pub fn steps(&self) -> &[Step] {
+        match self {
+            Self::Apply(d) => &d.steps,
+            Self::NoPdb(n) => &n.steps,
+        }
+    }
+}
+
 pub(crate) fn no_pdb(
     event: Option<EventNote>,
     resolved_events: Vec<EventNote>,

@@ -377,3 +377,25 @@ fn scenario_43_leader_worker_set_edges(
         (other, want) => panic!("got {other:?}, wanted {want:?}"),
     }
 }
+
+#[test]
+fn decision_helpers_expose_requeue_and_events() {
+    let d = desired_pdb_for_workload(
+        &deployment("a", Some(3), &[(CLASS, "mission-critical")]),
+        &Policies::default(),
+        now(),
+    );
+    assert_eq!(d.requeue_after(), Some(Duration::from_secs(3600)));
+    assert_eq!(
+        d.events().iter().map(|e| e.reason).collect::<Vec<_>>(),
+        vec![reasons::BUDGET_CLAMPED]
+    );
+    assert!(
+        d.steps()
+            .iter()
+            .any(|s| s.label == "clamped to pods - 1" && s.value == "2")
+    );
+    let n = desired_pdb_for_workload(&deployment("a", Some(3), &[]), &Policies::default(), now());
+    assert_eq!(n.requeue_after(), None);
+    assert_eq!(n.events()[0].reason, reasons::DEPLOYMENT_UNMANAGED);
+}

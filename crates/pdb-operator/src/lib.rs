@@ -1,8 +1,27 @@
 //! pdb-operator library: the PDBPolicy CRD types and every pure decision the controllers make
 //! (budget math, policy resolution, enforcement, maintenance windows, gang shapes, desired PDB).
-//! The reconcile loops only gather inputs, call [`desired::desired_pdb_for_workload`],
-//! [`desired::desired_pdb_for_leader_worker_set`] or [`workload_api::desired_pdb_for_gang`],
-//! and carry out the returned [`desired::Decision`].
+//!
+//! A reconcile loop stays thin: build a view, ask for a [`desired::Decision`], carry it out.
+//!
+//! ```text
+//! let view = WorkloadView::from_deployment(&deployment)?;            // or from_stateful_set,
+//! let policies = Policies { namespaced, cluster, legacy_cross_namespace }; // LeaderWorkerSetView,
+//! match desired_pdb_for_workload(&view, &policies, Timestamp::now()) {    // desired_pdb_for_gang
+//!     Decision::Apply(want) => {
+//!         // 1. find_pdb_conflict(&view.uid, name, &[view.pod_labels], &pdbs_in_namespace)
+//!         //    → post PDBConflict, requeue RETRY_AFTER, write nothing.
+//!         // 2. want.only_if_exists && no owned PDB → write nothing (window open).
+//!         // 3. add pdboperator.io/creation-time (live value, or now), server-side apply
+//!         //    want.pdb with field manager "pdb-operator" and force.
+//!         // 4. post want.events, want.window_transition_event(live), PDBCreated/PDBUpdated.
+//!         // 5. requeue after want.requeue_after (next window boundary, ≤ 1 h).
+//!     }
+//!     Decision::NoPdb(none) => {
+//!         // delete the PDB this workload owns (pdb::is_owned_by) when none.delete_owned_pdb,
+//!         // post none.event + none.events, requeue none.retry_after or await a change.
+//!     }
+//! }
+//! ```
 
 pub mod budget;
 pub mod class;
