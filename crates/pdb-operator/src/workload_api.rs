@@ -165,6 +165,34 @@ pub fn derive_gang_selector(
     }
 }
 
+/// The PodGroups created from `template` of Workload `workload_name`, and the pods whose
+/// `spec.schedulingGroup.podGroupName` names one of them. The controller also uses the member
+/// pods' labels for its PDB overlap check (`pdb::find_pdb_conflict`).
+pub fn gang_members<'a, 'p>(
+    workload_name: &str,
+    template: &str,
+    pod_groups: &'a [PodGroupView],
+    namespace_pods: &'p [PodView],
+) -> (Vec<&'a PodGroupView>, Vec<&'p PodView>) {
+    let groups: Vec<&PodGroupView> = pod_groups
+        .iter()
+        .filter(|g| {
+            g.workload_name.as_deref() == Some(workload_name)
+                && g.template_name.as_deref() == Some(template)
+        })
+        .collect();
+    let group_names: BTreeSet<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+    let members = namespace_pods
+        .iter()
+        .filter(|p| {
+            p.pod_group_name
+                .as_deref()
+                .is_some_and(|g| group_names.contains(g))
+        })
+        .collect();
+    (groups, members)
+}
+
 fn render_selector(s: &BTreeMap<String, String>) -> String {
     s.iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -280,22 +308,7 @@ pub fn desired_pdb_for_gang(
         "gang template",
         format!("{template} (minCount {template_min}, mode {mode})"),
     ));
-    let groups: Vec<&PodGroupView> = pod_groups
-        .iter()
-        .filter(|g| {
-            g.workload_name.as_deref() == Some(name.as_str())
-                && g.template_name.as_deref() == Some(template.as_str())
-        })
-        .collect();
-    let group_names: BTreeSet<&str> = groups.iter().map(|g| g.name.as_str()).collect();
-    let members: Vec<&PodView> = namespace_pods
-        .iter()
-        .filter(|p| {
-            p.pod_group_name
-                .as_deref()
-                .is_some_and(|g| group_names.contains(g))
-        })
-        .collect();
+    let (groups, members) = gang_members(name, &template, pod_groups, namespace_pods);
     if members.is_empty() {
         let msg = format!(
             "No pods for Workload {name} yet ({} pod group(s) found); PDB deferred until they exist, retrying every 30s",

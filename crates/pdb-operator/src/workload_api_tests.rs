@@ -326,3 +326,26 @@ fn uneven_all_mode_groups() {
     ));
     assert_eq!(d.pdb.spec.unwrap().min_available, Some(IntOrString::Int(4)));
 }
+
+#[test]
+fn members_come_from_the_workloads_own_groups() {
+    let mut all = pods(&[2, 2]);
+    // A pod of another Workload's group with the same labels is not a member.
+    all.push(PodView {
+        name: "other-0".into(),
+        uid: "uid-other".into(),
+        labels: BTreeMap::from([("app".to_string(), "trainer".to_string())]),
+        pod_group_name: Some("other-workers-0".into()),
+    });
+    let mut g = groups(2, 2);
+    g.push(PodGroupView {
+        name: "other-workers-0".into(),
+        workload_name: Some("other".into()),
+        template_name: Some("workers".into()),
+        min_count: Some(1),
+    });
+    let (found, members) = gang_members("trainer", "workers", &g, &all);
+    assert_eq!(found.len(), 2);
+    assert_eq!(members.len(), 4);
+    assert!(members.iter().all(|p| p.name.starts_with("trainer-")));
+}
