@@ -422,6 +422,24 @@ async fn hostfactory_status_of_stored_requests() {
 }
 
 #[tokio::test]
+async fn status_works_without_a_template_file_but_requests_say_it_is_missing() {
+    let env = Env::new();
+    seed(&env).await;
+    std::fs::remove_file(env.path().join("config/kube_templates.json")).unwrap();
+    let out = env.hf(
+        &["requests", "status"],
+        &json!({"requests": [{"requestId": DONE}]}).to_string(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["requests"][0]["status"], "complete");
+    let out = env.hf(
+        &["machines", "request"],
+        r#"{"template": {"templateId": "worker", "machineCount": 1}}"#,
+    );
+    assert_refused(&out, 2, "no template file in", true);
+}
+
+#[tokio::test]
 async fn default_status_shows_stored_requests() {
     let env = Env::new();
     seed(&env).await;

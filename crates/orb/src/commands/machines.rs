@@ -63,6 +63,9 @@ async fn request(
     };
     let loaded = session.config()?;
     let (broker, warnings) = session.broker(&loaded).await?;
+    if broker.catalog.templates.is_empty() && !warnings.is_empty() {
+        return Err(Failure::invalid(warnings.join("; ")));
+    }
     let mut view = broker.request_machines(&template_id, count).await?;
     if let Some(timeout) = wait {
         let secs = timeout.unwrap_or(loaded.config.request.default_timeout);

@@ -76,8 +76,15 @@ impl Session {
     /// A broker on the configured store and provider (built lazily).
     pub async fn broker(&self, loaded: &LoadedConfig) -> CliResult<(Broker, Vec<String>)> {
         let entry = context::select_provider(&self.global, loaded)?.clone();
-        let catalog = context::load_catalog(&self.dirs, &entry)?;
-        let warnings = catalog.warnings.clone();
+        // Status, returns and cancels work on stored requests even when the template file is
+        // missing or broken; an acquire then finds no template and says which exist.
+        let (catalog, warnings) = match context::load_catalog(&self.dirs, &entry) {
+            Ok(catalog) => {
+                let warnings = catalog.warnings.clone();
+                (catalog, warnings)
+            }
+            Err(failure) => (Default::default(), vec![failure.message]),
+        };
         let store = context::open_store(&loaded.config, &self.dirs).await?;
         let provider_context = ProviderContext {
             config_dir: self.dirs.config_dir.path.clone(),
