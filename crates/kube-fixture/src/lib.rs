@@ -102,7 +102,10 @@ impl TestCluster {
 /// Builds a client from a kubeconfig file (current context).
 pub async fn client_from(kubeconfig: &std::path::Path) -> anyhow::Result<Client> {
     let kc = Kubeconfig::read_from(kubeconfig)?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    // Tests must see the apiserver's answers as they are (a 429 from the eviction API is the
+    // behaviour under test), so kube's built-in retry of 429/503/504 is off.
+    config.default_retry = false;
     Ok(Client::try_from(config)?)
 }
 
