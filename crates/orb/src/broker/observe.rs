@@ -39,6 +39,15 @@ pub(super) fn machine_from_observation(
         },
     };
     let before = machine.clone();
+    // A StatefulSet reuses pod names: a different UID is a new incarnation of the host, and
+    // nothing learned about the old one (address, start time) may leak into it.
+    let reincarnated =
+        matches!((&machine.uid, &observation.uid), (Some(old), Some(new)) if old != new);
+    if reincarnated {
+        machine.private_ip = None;
+        machine.public_ip = None;
+        machine.launch_time = None;
+    }
     machine.name = observation.name.clone();
     machine.status = observation.status;
     machine.status_reason = observation.status_reason.clone();
@@ -117,5 +126,24 @@ mod tests {
         );
         assert_eq!(m.created_at, t(5));
         assert_eq!(m.updated_at, t(9));
+    }
+
+    #[test]
+    fn a_new_pod_uid_is_a_new_incarnation() {
+        let r = request();
+        let mut first = MachineObservation::new("sts-0", MachineStatus::Running);
+        first.uid = Some("uid-1".into());
+        first.private_ip = Some("10.0.0.1".into());
+        first.launch_time = Some(t(5));
+        let stored = machine_from_observation(&first, &r, None, t(5));
+        let mut again = MachineObservation::new("sts-0", MachineStatus::Pending);
+        again.uid = Some("uid-2".into());
+        let m = machine_from_observation(&again, &r, Some(&stored), t(9));
+        assert_eq!(m.uid.as_deref(), Some("uid-2"));
+        assert_eq!(
+            m.private_ip, None,
+            "the old pod's address is not the new pod's"
+        );
+        assert_eq!(m.launch_time, None);
     }
 }
