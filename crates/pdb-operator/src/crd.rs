@@ -48,6 +48,7 @@ pub const VERSION: &str = "v1alpha1";
 pub struct PDBPolicySpec {
     /// Class applied to matched workloads: non-critical (20%), standard (50%), high-availability
     /// (75%), mission-critical (90%) or custom (customPDBConfig).
+    #[schemars(schema_with = "class_schema")]
     #[x_kube(validation = Rule::new("self in ['non-critical', 'standard', 'high-availability', 'mission-critical', 'custom']").message("must be one of: non-critical, standard, high-availability, mission-critical, custom"))]
     pub availability_class: AvailabilityClass,
 
@@ -76,14 +77,17 @@ pub struct PDBPolicySpec {
     #[x_kube(validation = Rule::new("self >= 0 && self <= 1000").message("priority must be between 0 and 1000"))]
     pub priority: i32,
 
-    /// How pdboperator.io/availability-class annotations interact with the policy.
+    /// How pdboperator.io/availability-class annotations interact with the policy: strict,
+    /// flexible or advisory.
     #[serde(default)]
+    #[schemars(schema_with = "short_string_schema")]
     #[x_kube(validation = Rule::new("self in ['strict', 'flexible', 'advisory']").message("must be one of: strict, flexible, advisory"))]
     pub enforcement: EnforcementMode,
 
-    /// Flexible mode: the lowest class an annotation may choose (default: availabilityClass).
+    /// Flexible mode: the lowest class an annotation may choose (default: availabilityClass);
+    /// one of the five availability classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "optional_class_schema")]
+    #[schemars(schema_with = "class_schema")]
     #[x_kube(validation = Rule::new("self in ['non-critical', 'standard', 'high-availability', 'mission-critical', 'custom']").message("must be a valid availability class"))]
     pub minimum_class: Option<AvailabilityClass>,
 
@@ -101,13 +105,20 @@ pub struct PDBPolicySpec {
     pub override_requires_reason: bool,
 }
 
-// schemars lists `null` among the enum values of an Option<enum>; the API server wants only the
-// class names (an omitted field already means "not set").
-fn optional_class_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "string",
-        "enum": AvailabilityClass::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
-    })
+// Enumerated fields are plain bounded strings in the schema and checked by CEL rules instead of
+// an OpenAPI `enum`: the API server skips CEL rules once an enum check fails, which would lose
+// the messages admission is expected to give ("must be one of: ..."). The bounds keep the
+// rules' estimated cost low.
+fn short_string_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "maxLength": 32 })
+}
+
+fn class_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    short_string_schema(g)
+}
+
+fn function_list_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "array", "maxItems": 3, "items": short_string_schema(g) })
 }
 
 fn default_true() -> bool {
@@ -180,9 +191,10 @@ pub struct WorkloadSelector {
     #[schemars(length(max = 64), inner(length(max = 253)))]
     pub workload_names: Vec<String>,
 
-    /// Compared with annotation pdboperator.io/workload-function, else core.
+    /// core, management or security; compared with annotation pdboperator.io/workload-function,
+    /// else core.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 3))]
+    #[schemars(schema_with = "function_list_schema")]
     #[x_kube(validation = Rule::new("self.all(f, f in ['core', 'management', 'security'])").message("must be one of: core, management, security"))]
     pub workload_functions: Vec<WorkloadFunction>,
 
