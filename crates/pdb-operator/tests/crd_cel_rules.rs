@@ -1,8 +1,7 @@
 //! The CRD's CEL rules (`x-kubernetes-validations`) evaluated client-side with kube's CEL
 //! engine: every rule compiles, the note's admission rejections are rejected with the expected
 //! wording, and valid policies pass. (The OpenAPI `pattern` on customPDBConfig values, which
-//! rejects "3" and "120%", is the API server's job
-//! and is not exercised here.)
+//! rejects "3" and "120%", is the API server's job and is not exercised here.)
 
 use kube::CustomResourceExt;
 use kube::core::cel::{Validator, compile_schema};
