@@ -9,7 +9,9 @@ source scripts/lib/prereqs.sh
 source scripts/lib/postgres.sh
 t0=$(date +%s)
 state="$repo/.state"
-export ORB_CP_STATE_DIR="$state/control-plane"
+# Its own control plane (state dir and ports), so a developer's `cp up` cluster keeps running.
+export ORB_CP_STATE_DIR="$state/test-control-plane"
+export ORB_CP_PORT_OFFSET="${ORB_CP_PORT_OFFSET:-100}"
 pg_dir="${TMPDIR:-/tmp}/orb-rs-postgres-$$"
 
 cleanup() {
