@@ -20,9 +20,11 @@ pub fn default_kubeconfig_path() -> PathBuf {
     if let Ok(p) = std::env::var("KUBECONFIG") {
         return PathBuf::from(p);
     }
-    let state = std::env::var("ORB_CP_STATE_DIR").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.state/control-plane")
-    });
+    let state = std::env::var("ORB_CP_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.state/control-plane")
+        });
     state.join("admin.kubeconfig")
 }
 
@@ -125,7 +127,10 @@ impl TestNamespace {
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         if self.keep {
-            eprintln!("keeping test namespace {} (ORB_TEST_KEEP_NAMESPACES)", self.name);
+            eprintln!(
+                "keeping test namespace {} (ORB_TEST_KEEP_NAMESPACES)",
+                self.name
+            );
             return;
         }
         // Drop cannot await, and the test's runtime may be shutting down (or panicking), so the
@@ -134,7 +139,9 @@ impl Drop for TestNamespace {
         let name = self.name.clone();
         let kubeconfig = self.kubeconfig.clone();
         let handle = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
             let Ok(rt) = rt else { return };
             rt.block_on(async move {
                 if let Ok(client) = client_from(&kubeconfig).await {

@@ -60,7 +60,9 @@ async fn create_deployment(api: &Api<Deployment>, name: &str, replicas: i32) {
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": pod_template(name)}
     }))
     .unwrap();
-    api.create(&PostParams::default(), &d).await.expect("create deployment");
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("create deployment");
 }
 
 #[tokio::test]
@@ -75,13 +77,24 @@ async fn deployment_of_three_reaches_three_ready_pods() {
     assert_eq!(ready.len(), 3);
     for p in &ready {
         let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
-        assert!(ip.is_some(), "pod {} is Ready but has no pod IP", p.name_any());
-        assert!(p.spec.as_ref().and_then(|s| s.node_name.clone()).is_some(), "pod not bound");
+        assert!(
+            ip.is_some(),
+            "pod {} is Ready but has no pod IP",
+            p.name_any()
+        );
+        assert!(
+            p.spec.as_ref().and_then(|s| s.node_name.clone()).is_some(),
+            "pod not bound"
+        );
     }
     wait_for("Deployment status readyReplicas=3", WAIT, || async {
         let d = deployments.get("web").await.expect("get deployment");
         let r = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
-        if r == 3 { Check::Done(()) } else { Check::NotYet(format!("readyReplicas={r}")) }
+        if r == 3 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("readyReplicas={r}"))
+        }
     })
     .await;
 }
@@ -108,7 +121,11 @@ async fn scale_down_removes_exactly_the_pod_with_lowest_deletion_cost() {
     .await
     .expect("annotate victim");
     deployments
-        .patch("cost", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 2}})))
+        .patch(
+            "cost",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
         .await
         .expect("scale to 2");
 
@@ -117,7 +134,10 @@ async fn scale_down_removes_exactly_the_pod_with_lowest_deletion_cost() {
     remaining.sort();
     let mut expected: Vec<String> = names.iter().filter(|n| **n != victim).cloned().collect();
     expected.sort();
-    assert_eq!(remaining, expected, "the annotated pod {victim} should be the one removed");
+    assert_eq!(
+        remaining, expected,
+        "the annotated pod {victim} should be the one removed"
+    );
 }
 
 #[tokio::test]
@@ -132,12 +152,18 @@ async fn statefulset_scale_down_removes_the_highest_ordinal() {
                  "selector": {"matchLabels": {"app": "db"}}, "template": pod_template("db")}
     }))
     .unwrap();
-    sets.create(&PostParams::default(), &sts).await.expect("create statefulset");
+    sets.create(&PostParams::default(), &sts)
+        .await
+        .expect("create statefulset");
     wait_ready_pods(&pods, "db", 3).await;
 
-    sets.patch("db", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 2}})))
-        .await
-        .expect("scale to 2");
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .expect("scale to 2");
     let after = wait_ready_pods(&pods, "db", 2).await;
     let mut names: Vec<String> = after.iter().map(|p| p.name_any()).collect();
     names.sort();
@@ -157,23 +183,29 @@ async fn job_with_two_completions_reaches_complete() {
                                        "containers": [{"name": "w", "image": "busybox:1.36", "command": ["true"]}]}}}
     }))
     .unwrap();
-    jobs.create(&PostParams::default(), &job).await.expect("create job");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create job");
 
-    wait_for("Job condition Complete=True with 2 succeeded", WAIT, || async {
-        let j = jobs.get("batch").await.expect("get job");
-        let st = j.status.unwrap_or_default();
-        let complete = st
-            .conditions
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True");
-        let ok = st.succeeded.unwrap_or(0);
-        if complete && ok == 2 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("succeeded={ok}, complete={complete}"))
-        }
-    })
+    wait_for(
+        "Job condition Complete=True with 2 succeeded",
+        WAIT,
+        || async {
+            let j = jobs.get("batch").await.expect("get job");
+            let st = j.status.unwrap_or_default();
+            let complete = st
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True");
+            let ok = st.succeeded.unwrap_or(0);
+            if complete && ok == 2 {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("succeeded={ok}, complete={complete}"))
+            }
+        },
+    )
     .await;
 }
 
@@ -185,7 +217,11 @@ async fn workload_api_is_served_and_accepts_a_workload_and_a_podgroup() {
         .list_api_group_resources("scheduling.k8s.io/v1beta1")
         .await
         .expect("discovery of scheduling.k8s.io/v1beta1");
-    let names: Vec<&str> = resources.resources.iter().map(|r| r.name.as_str()).collect();
+    let names: Vec<&str> = resources
+        .resources
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
     assert!(names.contains(&"workloads"), "served resources: {names:?}");
     assert!(names.contains(&"podgroups"), "served resources: {names:?}");
 
@@ -198,21 +234,37 @@ async fn workload_api_is_served_and_accepts_a_workload_and_a_podgroup() {
                                         "disruptionMode": {"all": {}}}]}
     }))
     .unwrap();
-    workloads.create(&PostParams::default(), &w).await.expect("create Workload");
+    workloads
+        .create(&PostParams::default(), &w)
+        .await
+        .expect("create Workload");
     let g: PodGroup = serde_json::from_value(json!({
         "metadata": {"name": "trainer-workers-0"},
         "spec": {"workloadRef": {"workloadName": "trainer", "templateName": "workers"},
                  "schedulingPolicy": {"gang": {"minCount": 2}}}
     }))
     .unwrap();
-    let created = groups.create(&PostParams::default(), &g).await.expect("create PodGroup");
-    let back = groups.get("trainer-workers-0").await.expect("read PodGroup back");
+    let created = groups
+        .create(&PostParams::default(), &g)
+        .await
+        .expect("create PodGroup");
+    let back = groups
+        .get("trainer-workers-0")
+        .await
+        .expect("read PodGroup back");
     assert_eq!(
-        back.spec.workload_ref.as_ref().map(|r| r.workload_name.as_str()),
+        back.spec
+            .workload_ref
+            .as_ref()
+            .map(|r| r.workload_name.as_str()),
         Some("trainer")
     );
     // A real 1.37 apiserver defaults disruptionMode and stamps the protection finalizer.
-    assert!(back.spec.disruption_mode.is_some(), "disruptionMode was not defaulted: {:?}", back.spec);
+    assert!(
+        back.spec.disruption_mode.is_some(),
+        "disruptionMode was not defaulted: {:?}",
+        back.spec
+    );
     assert!(created.metadata.uid.is_some());
 }
 
@@ -231,20 +283,29 @@ async fn pdb_refuses_an_eviction_that_would_break_min_available() {
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}}
     }))
     .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.expect("create pdb");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("create pdb");
     // The disruption controller must have observed the pods before the budget is enforced.
-    wait_for("PDB status currentHealthy=2, disruptionsAllowed=0", WAIT, || async {
-        let p = pdbs.get("guarded").await.expect("get pdb");
-        let st = p.status.unwrap_or_default();
-        let (healthy, allowed) = (st.current_healthy.unwrap_or(0), st.disruptions_allowed.unwrap_or(-1));
-        if healthy == 2 && allowed == 0 && st.observed_generation.is_some() {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!(
-                "currentHealthy={healthy}, disruptionsAllowed={allowed}"
-            ))
-        }
-    })
+    wait_for(
+        "PDB status currentHealthy=2, disruptionsAllowed=0",
+        WAIT,
+        || async {
+            let p = pdbs.get("guarded").await.expect("get pdb");
+            let st = p.status.unwrap_or_default();
+            let (healthy, allowed) = (
+                st.current_healthy.unwrap_or(0),
+                st.disruptions_allowed.unwrap_or(-1),
+            );
+            if healthy == 2 && allowed == 0 && st.observed_generation.is_some() {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!(
+                    "currentHealthy={healthy}, disruptionsAllowed={allowed}"
+                ))
+            }
+        },
+    )
     .await;
 
     let victim = ready[0].name_any();
@@ -256,7 +317,13 @@ async fn pdb_refuses_an_eviction_that_would_break_min_available() {
         kube::Error::Api(status) => assert_eq!(status.code, 429, "unexpected refusal: {status:?}"),
         other => panic!("expected HTTP 429 from the eviction API, got {other}"),
     }
-    let still: BTreeMap<String, bool> =
-        live_pods(&pods, "guarded").await.iter().map(|p| (p.name_any(), is_ready(p))).collect();
-    assert!(still.contains_key(&victim), "the refused eviction removed {victim} anyway");
+    let still: BTreeMap<String, bool> = live_pods(&pods, "guarded")
+        .await
+        .iter()
+        .map(|p| (p.name_any(), is_ready(p)))
+        .collect();
+    assert!(
+        still.contains_key(&victim),
+        "the refused eviction removed {victim} anyway"
+    );
 }
