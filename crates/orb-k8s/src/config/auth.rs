@@ -230,6 +230,9 @@ pub async fn kube_config_for(plan: &AuthPlan, namespace: &str) -> Result<Config,
         }
     };
     config.default_namespace = namespace.to_string();
+    // orb has exactly one retry layer of its own; kube's silent retry of 429/503/504 would
+    // stack under it (reference defect 17) and hide the apiserver's real answers.
+    config.default_retry = false;
     Ok(config)
 }
 

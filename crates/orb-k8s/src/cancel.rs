@@ -1,0 +1,153 @@
+//! Cancel (delete everything labelled with the request id, whatever its kind) and reclaims
+//! (hosts the cluster removed or is removing on its own).
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use orb_core::provider::{CancelInput, CancelOutcome, MachineFailure, ReclaimNotice, ReclaimQuery};
+use serde::de::DeserializeOwned;
+
+use crate::error::{K8sError, is_not_found};
+use crate::handlers::request_pods;
+use crate::labels::LabelKeys;
+use crate::provider::K8sProvider;
+use crate::provider_data::RequestRecord;
+
+/// Seconds Kubernetes gives a pod to stop when the spec names none.
+const DEFAULT_TERMINATION_GRACE_SECS: u64 = 30;
+
+async fn delete_labelled<K>(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+    outcome: &mut CancelOutcome,
+) -> Result<(), K8sError>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let kind = K::kind(&()).to_string();
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let found = api
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| K8sError::api(format!("listing {kind}s labelled {selector}"), e))?;
+    for object in found.items {
+        let name = object.name_any();
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => outcome.deleted.push(name),
+            Err(e) if is_not_found(&e) => outcome.already_gone.push(name),
+            Err(e) => outcome.failed.push(MachineFailure {
+                reason: K8sError::api(format!("deleting {kind} {name}"), e).to_string(),
+                machine_id: name,
+            }),
+        }
+    }
+    Ok(())
+}
+
+impl K8sProvider {
+    pub(crate) async fn cancel_inner(&self, input: CancelInput) -> Result<CancelOutcome, K8sError> {
+        let record = RequestRecord::from_value(&input.provider_data);
+        let namespace = record
+            .as_ref()
+            .map(|r| r.namespace.clone())
+            .unwrap_or_else(|| self.config().default_namespace("default"));
+        let prefix = record
+            .as_ref()
+            .map(|r| r.label_prefix.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| self.config().label_prefix.clone());
+        let selector = LabelKeys::new(&prefix).request_selector(input.request_id.as_str());
+        let client = self.client().await?;
+        let mut outcome = CancelOutcome::default();
+        // Controllers first, so none of them recreates a pod deleted below.
+        delete_labelled::<Deployment>(client, &namespace, &selector, &mut outcome).await?;
+        delete_labelled::<StatefulSet>(client, &namespace, &selector, &mut outcome).await?;
+        delete_labelled::<Job>(client, &namespace, &selector, &mut outcome).await?;
+        delete_labelled::<Pod>(client, &namespace, &selector, &mut outcome).await?;
+        delete_labelled::<Service>(client, &namespace, &selector, &mut outcome).await?;
+        Ok(outcome)
+    }
+
+    pub(crate) async fn reclaims_inner(
+        &self,
+        input: ReclaimQuery,
+    ) -> Result<Vec<ReclaimNotice>, K8sError> {
+        let client = self.client().await?;
+        let mut by_request: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for m in input.machines.iter().filter(|m| m.status.is_live()) {
+            by_request
+                .entry(m.request_id.to_string())
+                .or_default()
+                .push(m);
+        }
+        let now = Timestamp::now();
+        let mut notices = Vec::new();
+        for refs in by_request.values() {
+            let Some(record) = RequestRecord::from_value(&refs[0].request_provider_data) else {
+                continue;
+            };
+            let pods = request_pods(client, &record).await?;
+            for m in refs {
+                let pod = pods.iter().find(|p| {
+                    p.name_any() == m.machine_id && (m.uid.is_none() || p.metadata.uid == m.uid)
+                });
+                let notice = |grace: u64, reason: String| ReclaimNotice {
+                    machine_id: m.machine_id.clone(),
+                    name: m.name.clone(),
+                    grace_period_secs: grace,
+                    reason,
+                };
+                let Some(pod) = pod else {
+                    notices.push(notice(0, "the pod was deleted outside orb".into()));
+                    continue;
+                };
+                if let Some(deleting) = &pod.metadata.deletion_timestamp {
+                    let grace = pod
+                        .metadata
+                        .deletion_grace_period_seconds
+                        .unwrap_or(0)
+                        .max(0) as u64;
+                    let deadline = deleting.0 + jiff::SignedDuration::from_secs(grace as i64);
+                    let left = deadline.duration_since(now).as_secs().max(0) as u64;
+                    notices.push(notice(left, "the pod is being deleted".into()));
+                    continue;
+                }
+                let disruption = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|cs| {
+                        cs.iter()
+                            .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+                    });
+                if let Some(c) = disruption {
+                    let grace = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.termination_grace_period_seconds)
+                        .map(|g| g.max(0) as u64)
+                        .unwrap_or(DEFAULT_TERMINATION_GRACE_SECS);
+                    let reason = format!(
+                        "{}: {}",
+                        c.reason.as_deref().unwrap_or("DisruptionTarget"),
+                        c.message
+                            .as_deref()
+                            .unwrap_or("the cluster is removing this pod")
+                    );
+                    notices.push(notice(grace, reason));
+                }
+            }
+        }
+        Ok(notices)
+    }
+}

@@ -1,0 +1,306 @@
+//! Pure decisions of a status read: the pod timeout, a controller's state in brief, and the
+//! verdict of an acquire or a return from what was observed.
+//!
+//! Capacity means live hosts: only `running` machines count as delivered. Exited pods and
+//! pods that timed out are `terminated` and never make a request complete (a Job is the one
+//! exception: its request is fulfilled when the Job completes, which is its whole purpose).
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use orb_core::lifecycle::Verdict;
+use orb_core::machine::MachineStatus;
+use orb_core::provider::MachineObservation;
+
+use crate::machine_state::{pending_reason, pod_age};
+use crate::naming::ResourceKind;
+
+/// `pod_timeout_seconds`, measured from the pod's creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodTimeoutPolicy {
+    pub timeout: Duration,
+}
+
+impl PodTimeoutPolicy {
+    /// Turns a still-pending machine whose pod is older than the timeout into `terminated`
+    /// with the reason it never ran. Returns whether it timed out.
+    pub fn apply(&self, pod: &Pod, observation: &mut MachineObservation, now: Timestamp) -> bool {
+        if observation.status != MachineStatus::Pending {
+            return false;
+        }
+        let Some(age) = pod_age(pod, now) else {
+            return false;
+        };
+        if age <= self.timeout {
+            return false;
+        }
+        let why = pending_reason(pod).unwrap_or_else(|| "still pending".into());
+        observation.status = MachineStatus::Terminated;
+        observation.status_reason = Some(format!(
+            "timed out: pending for more than {}s (pod_timeout_seconds): {why}",
+            self.timeout.as_secs()
+        ));
+        if let Some(data) = observation.provider_data.as_object_mut() {
+            data.insert("timed_out".into(), true.into());
+        }
+        true
+    }
+}
+
+/// What the controller itself says, reduced to what the verdict needs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ControllerState {
+    /// `spec.replicas` (Deployment/StatefulSet) or `spec.completions` (Job).
+    pub desired: u32,
+    pub ready: u32,
+    /// Job only: condition `Complete=True`.
+    pub complete: bool,
+    /// A condition that says the controller gave up (Job `Failed`, Deployment
+    /// `ProgressDeadlineExceeded`, `ReplicaFailure`), with its reason and message.
+    pub failure: Option<String>,
+}
+
+impl ControllerState {
+    /// A state that will not change without someone acting (safe to serve from a cache).
+    pub fn is_settled(&self, requested: u32) -> bool {
+        self.complete
+            || self.failure.is_some()
+            || (self.desired == requested && self.ready >= requested)
+    }
+}
+
+fn count(value: Option<i32>) -> u32 {
+    value.unwrap_or(0).max(0) as u32
+}
+
+fn failing_condition<'a>(
+    conditions: impl Iterator<Item = (&'a str, &'a str, Option<&'a str>, Option<&'a str>)>,
+    failing: &[(&str, &str)],
+) -> Option<String> {
+    for (type_, status, reason, message) in conditions {
+        if failing.iter().any(|(t, s)| *t == type_ && *s == status) {
+            let reason = reason.unwrap_or(type_);
+            return Some(match message {
+                Some(m) => format!("{reason}: {m}"),
+                None => reason.to_string(),
+            });
+        }
+    }
+    None
+}
+
+pub fn deployment_state(d: &Deployment) -> ControllerState {
+    let status = d.status.clone().unwrap_or_default();
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    ControllerState {
+        desired: count(d.spec.replicas),
+        ready: count(status.ready_replicas),
+        complete: false,
+        failure: failing_condition(
+            conditions.iter().map(|c| {
+                (
+                    c.type_.as_deref().unwrap_or(""),
+                    c.status.as_deref().unwrap_or(""),
+                    c.reason.as_deref(),
+                    c.message.as_deref(),
+                )
+            }),
+            &[("Progressing", "False"), ("ReplicaFailure", "True")],
+        ),
+    }
+}
+
+pub fn statefulset_state(s: &StatefulSet) -> ControllerState {
+    let status = s.status.clone().unwrap_or_default();
+    ControllerState {
+        desired: count(s.spec.replicas),
+        ready: count(status.ready_replicas),
+        complete: false,
+        failure: None,
+    }
+}
+
+pub fn job_state(j: &Job) -> ControllerState {
+    let status = j.status.clone().unwrap_or_default();
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let complete = conditions
+        .iter()
+        .any(|c| c.type_ == "Complete" && c.status == "True");
+    ControllerState {
+        desired: count(j.spec.as_ref().and_then(|s| s.completions)),
+        ready: count(status.ready),
+        complete,
+        failure: failing_condition(
+            conditions.iter().map(|c| {
+                (
+                    c.type_.as_str(),
+                    c.status.as_str(),
+                    c.reason.as_deref(),
+                    c.message.as_deref(),
+                )
+            }),
+            &[("Failed", "True")],
+        ),
+    }
+}
+
+/// A verdict with the counts and message the broker stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusDecision {
+    pub verdict: Verdict,
+    pub fulfilled: u32,
+    pub failed: u32,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    running: u32,
+    pending: u32,
+    failed: u32,
+    first_failure: Option<String>,
+}
+
+fn tally(machines: &[MachineObservation]) -> Tally {
+    let mut t = Tally::default();
+    for m in machines {
+        match m.status {
+            MachineStatus::Running => t.running += 1,
+            MachineStatus::Pending | MachineStatus::Launching | MachineStatus::Unknown => {
+                t.pending += 1
+            }
+            MachineStatus::Failed => {
+                t.failed += 1;
+                if t.first_failure.is_none() {
+                    t.first_failure = Some(format!(
+                        "{}: {}",
+                        m.machine_id,
+                        m.status_reason.as_deref().unwrap_or("failed")
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    t
+}
+
+/// Everything the acquire verdict depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireFacts<'a> {
+    pub kind: ResourceKind,
+    pub requested: u32,
+    pub machines: &'a [MachineObservation],
+    /// `None` for bare pods, or when the controller no longer exists.
+    pub controller: Option<&'a ControllerState>,
+    /// Pods whose create call failed (bare pods only), with the first reason.
+    pub create_failures: u32,
+    pub create_failure_reason: Option<&'a str>,
+}
+
+/// The verdict of an acquire's status read.
+pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
+    let t = tally(facts.machines);
+    let failed = t.failed + facts.create_failures;
+    let first_failure = t.first_failure.clone().or_else(|| {
+        facts
+            .create_failure_reason
+            .map(|r| format!("create failed: {r}"))
+    });
+    let progress = format!(
+        "{} of {} running, {} pending, {} failed",
+        t.running, facts.requested, t.pending, failed
+    );
+    let decision = |verdict, message: String| StatusDecision {
+        verdict,
+        fulfilled: t.running,
+        failed,
+        message: Some(message),
+    };
+    let failed_verdict = |reason: String| Verdict::Failed { reason };
+    match facts.kind {
+        ResourceKind::Job => {
+            if let Some(state) = facts.controller {
+                if state.complete {
+                    return StatusDecision {
+                        verdict: Verdict::Fulfilled,
+                        fulfilled: facts.requested,
+                        failed: 0,
+                        message: Some(format!(
+                            "Job complete: {} of {} pods exited 0",
+                            state.desired, facts.requested
+                        )),
+                    };
+                }
+                if let Some(failure) = &state.failure {
+                    let reason = format!("Job failed: {failure}");
+                    return decision(failed_verdict(reason.clone()), reason);
+                }
+            }
+            if let Some(first) = first_failure {
+                let reason = format!("Job failed: {first}");
+                return decision(failed_verdict(reason.clone()), reason);
+            }
+            decision(Verdict::InProgress, progress)
+        }
+        ResourceKind::Pod => {
+            if t.running >= facts.requested && failed == 0 {
+                decision(Verdict::Fulfilled, progress)
+            } else if t.pending > 0 {
+                decision(Verdict::InProgress, progress)
+            } else if t.running == 0 {
+                let reason = first_failure
+                    .unwrap_or_else(|| "no pod of the request is running any more".into());
+                decision(failed_verdict(reason.clone()), reason)
+            } else {
+                // Bare pods are never replaced: waiting longer cannot add hosts.
+                decision(Verdict::Partial { is_final: true }, progress)
+            }
+        }
+        ResourceKind::Deployment | ResourceKind::StatefulSet => {
+            let seen = t.running + t.pending + t.failed;
+            let Some(state) = facts.controller else {
+                let reason = format!("the {} of this request no longer exists", facts.kind);
+                return decision(failed_verdict(reason.clone()), reason);
+            };
+            if t.running >= facts.requested && t.failed == 0 {
+                decision(Verdict::Fulfilled, progress)
+            } else if t.pending > 0 || (seen < state.desired && state.failure.is_none()) {
+                // Replacement pods still coming: never fail a controller while it works.
+                decision(Verdict::InProgress, progress)
+            } else if t.running == 0 {
+                let reason = state
+                    .failure
+                    .clone()
+                    .or(first_failure)
+                    .unwrap_or_else(|| format!("no pod of the {} is running", facts.kind));
+                decision(failed_verdict(reason.clone()), reason)
+            } else {
+                decision(Verdict::Partial { is_final: false }, progress)
+            }
+        }
+    }
+}
+
+/// The verdict of a return: complete once every machine is gone.
+pub fn decide_return(machines: &[MachineObservation]) -> StatusDecision {
+    let released = machines
+        .iter()
+        .filter(|m| m.status == MachineStatus::Terminated)
+        .count() as u32;
+    let total = machines.len() as u32;
+    let message = Some(format!("{released} of {total} machines released"));
+    StatusDecision {
+        verdict: if released == total {
+            Verdict::Fulfilled
+        } else {
+            Verdict::InProgress
+        },
+        fulfilled: released,
+        failed: 0,
+        message,
+    }
+}

@@ -1,0 +1,99 @@
+//! One Job per request. A Job is run-to-completion: it cannot give back single hosts, so a
+//! release deletes the Job (and, through background propagation, its pods) whatever ids are
+//! named; the ids are logged for audit.
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
+use orb_core::provider::AcquireOutcome;
+
+use super::{
+    HandlerCx, ReleaseResult, WorkloadHandler, cached_controller_state, create_or_adopt,
+    deleted_or_gone,
+};
+use crate::error::K8sError;
+use crate::fulfilment::{ControllerState, job_state};
+use crate::labels::LabelKeys;
+use crate::naming::ResourceKind;
+use crate::provider_data::RequestRecord;
+use crate::spec::BuiltWorkload;
+
+pub struct JobHandler;
+
+impl WorkloadHandler for JobHandler {
+    fn kind(&self) -> ResourceKind {
+        ResourceKind::Job
+    }
+
+    fn create<'a>(
+        &'a self,
+        cx: &'a HandlerCx<'a>,
+        built: BuiltWorkload,
+        mut record: RequestRecord,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, K8sError>> {
+        Box::pin(async move {
+            let BuiltWorkload::Job(job) = built else {
+                return Err(K8sError::Refused(format!(
+                    "the Job handler was given a {} to create; this is an orb bug",
+                    built.kind()
+                )));
+            };
+            let api: Api<Job> = Api::namespaced(cx.client.clone(), &record.namespace);
+            let keys = LabelKeys::new(&record.label_prefix);
+            let created = create_or_adopt(&api, &job, &keys, &record.request_id).await?;
+            let name = created.name_any();
+            record.job_name = Some(name.clone());
+            record.parallelism = created
+                .spec
+                .as_ref()
+                .and_then(|s| s.parallelism)
+                .map(|p| p.max(0) as u32);
+            Ok(AcquireOutcome {
+                resource_ids: vec![name],
+                machines: Vec::new(),
+                provider_data: record.to_value(),
+                message: None,
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        cx: &'a HandlerCx<'a>,
+        record: &'a RequestRecord,
+        victims: Vec<String>,
+    ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
+        Box::pin(async move {
+            let name = record.job_name.as_deref().ok_or_else(|| {
+                K8sError::Refused(format!(
+                    "request {} has no job_name in its provider data; it was not created by the Job handler",
+                    record.request_id
+                ))
+            })?;
+            tracing::info!(
+                job = name,
+                namespace = %record.namespace,
+                requested_ids = ?victims,
+                "releasing a Job deletes the whole Job, whatever machine ids were named"
+            );
+            let api: Api<Job> = Api::namespaced(cx.client.clone(), &record.namespace);
+            cx.status_cache.invalidate("Job", &record.namespace, name);
+            deleted_or_gone(api.delete(name, &DeleteParams::background()).await)
+                .map_err(|e| K8sError::api(format!("deleting Job {name}"), e))?;
+            Ok(ReleaseResult {
+                released: victims,
+                message: Some(format!("deleted Job {name} with all its pods")),
+                ..ReleaseResult::default()
+            })
+        })
+    }
+
+    fn controller_state<'a>(
+        &'a self,
+        cx: &'a HandlerCx<'a>,
+        record: &'a RequestRecord,
+    ) -> BoxFuture<'a, Result<Option<ControllerState>, K8sError>> {
+        Box::pin(cached_controller_state::<Job>(cx, record, job_state))
+    }
+}

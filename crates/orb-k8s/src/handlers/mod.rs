@@ -1,0 +1,220 @@
+//! The four handlers behind one trait. The provider picks one by the template's
+//! `provider_api` at request time; each handler only creates its objects, releases named
+//! machines by its pure plan ([`crate::release_plan`]) and reports its controller's state.
+//! Everything shared (listing pods, translating them, deciding verdicts) lives outside them.
+
+mod deployment;
+mod job;
+mod pod;
+mod statefulset;
+
+use std::fmt::Debug;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use orb_core::provider::{AcquireOutcome, MachineFailure};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::error::{K8sError, is_conflict, is_not_found};
+use crate::fulfilment::ControllerState;
+use crate::labels::LabelKeys;
+use crate::naming::ResourceKind;
+use crate::provider_data::RequestRecord;
+use crate::spec::BuiltWorkload;
+use crate::status_cache::ControllerStatusCache;
+
+pub use deployment::DeploymentHandler;
+pub use job::JobHandler;
+pub use pod::PodHandler;
+pub use statefulset::StatefulSetHandler;
+
+/// At most this many create or delete calls in flight for one request.
+pub const MAX_IN_FLIGHT: usize = 50;
+/// Attempts of a read-modify-write of `spec.replicas` that lost a resourceVersion race.
+pub const SCALE_CONFLICT_ATTEMPTS: usize = 5;
+
+/// What a handler needs to talk to the cluster.
+pub struct HandlerCx<'a> {
+    pub client: &'a Client,
+    pub status_cache: &'a ControllerStatusCache,
+}
+
+/// The outcome of releasing machines of one request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReleaseResult {
+    pub released: Vec<String>,
+    pub failed: Vec<MachineFailure>,
+    pub message: Option<String>,
+}
+
+/// One Kubernetes primitive's way of creating and releasing machines.
+pub trait WorkloadHandler: Send + Sync {
+    fn kind(&self) -> ResourceKind;
+
+    /// Creates the built objects. `record` is the bookkeeping so far (namespace, ids); the
+    /// outcome's `provider_data` is the completed record.
+    fn create<'a>(
+        &'a self,
+        cx: &'a HandlerCx<'a>,
+        built: BuiltWorkload,
+        record: RequestRecord,
+    ) -> BoxFuture<'a, Result<AcquireOutcome, K8sError>>;
+
+    /// Releases the named machines (pod names) of the request `record` describes.
+    fn release<'a>(
+        &'a self,
+        cx: &'a HandlerCx<'a>,
+        record: &'a RequestRecord,
+        victims: Vec<String>,
+    ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>>;
+
+    /// The controller's state (`None` for bare pods, or when the controller is gone).
+    fn controller_state<'a>(
+        &'a self,
+        cx: &'a HandlerCx<'a>,
+        record: &'a RequestRecord,
+    ) -> BoxFuture<'a, Result<Option<ControllerState>, K8sError>>;
+}
+
+/// The handler for a kind.
+pub fn handler_for(kind: ResourceKind) -> &'static dyn WorkloadHandler {
+    match kind {
+        ResourceKind::Pod => &PodHandler,
+        ResourceKind::Deployment => &DeploymentHandler,
+        ResourceKind::StatefulSet => &StatefulSetHandler,
+        ResourceKind::Job => &JobHandler,
+    }
+}
+
+/// Creates `object`; a 409 whose existing object carries this request's id label is the same
+/// object from an earlier attempt and is adopted. Any other 409 is an error.
+pub(crate) async fn create_or_adopt<K>(
+    api: &Api<K>,
+    object: &K,
+    keys: &LabelKeys,
+    request_id: &str,
+) -> Result<K, K8sError>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    let name = object.name_any();
+    match api.create(&PostParams::default(), object).await {
+        Ok(created) => Ok(created),
+        Err(e) if is_conflict(&e) => {
+            let existing = api
+                .get(&name)
+                .await
+                .map_err(|e| K8sError::api(format!("reading existing {kind} {name}"), e))?;
+            let owner = existing.labels().get(&keys.request_id()).cloned();
+            if owner.as_deref() == Some(request_id) {
+                Ok(existing)
+            } else {
+                Err(K8sError::Refused(format!(
+                    "{kind} {name} already exists and belongs to {}; delete it or change naming.prefix",
+                    owner.map_or("no orb request".to_string(), |o| format!("request {o}"))
+                )))
+            }
+        }
+        Err(e) => Err(K8sError::api(format!("creating {kind} {name}"), e)),
+    }
+}
+
+/// Live (not being deleted) pods of a request.
+pub(crate) async fn request_pods(
+    client: &Client,
+    record: &RequestRecord,
+) -> Result<Vec<Pod>, K8sError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
+    let selector = LabelKeys::new(&record.label_prefix).request_selector(&record.request_id);
+    let pods = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| K8sError::api(format!("listing pods of {}", record.request_id), e))?;
+    Ok(pods.items)
+}
+
+/// Sets `spec.replicas` guarded by `resource_version` (a 409 means someone changed it first).
+pub(crate) async fn patch_replicas<K>(
+    api: &Api<K>,
+    name: &str,
+    resource_version: &str,
+    replicas: u32,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    let patch = json!({
+        "metadata": {"resourceVersion": resource_version},
+        "spec": {"replicas": replicas},
+    });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// A 404 on delete means the object is already gone: success.
+pub(crate) fn deleted_or_gone<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The controller's state through the TTL cache; `None` when the controller is gone.
+pub(crate) async fn cached_controller_state<K>(
+    cx: &HandlerCx<'_>,
+    record: &RequestRecord,
+    to_state: fn(&K) -> ControllerState,
+) -> Result<Option<ControllerState>, K8sError>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let Some(name) = record.controller_name() else {
+        return Ok(None);
+    };
+    let kind = K::kind(&()).to_string();
+    let now = std::time::Instant::now();
+    let requested = record.requested_count;
+    if let Some(hit) = cx
+        .status_cache
+        .get(&kind, &record.namespace, name, requested, now)
+    {
+        return Ok(Some(hit));
+    }
+    let api: Api<K> = Api::namespaced(cx.client.clone(), &record.namespace);
+    let fetched_at = std::time::Instant::now();
+    match api.get_opt(name).await {
+        Ok(Some(object)) => {
+            let state = to_state(&object);
+            cx.status_cache.put(
+                &kind,
+                &record.namespace,
+                name,
+                requested,
+                state.clone(),
+                fetched_at,
+            );
+            Ok(Some(state))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(K8sError::api(format!("reading {kind} {name}"), e)),
+    }
+}
+
+/// Names of the pods (not being deleted) among `pods`.
+pub(crate) fn live_pod_names(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect()
+}

@@ -1,0 +1,232 @@
+//! One translator from a pod to a machine, used by every path (acquire, status, return,
+//! reclaims). Pure: a pod object in, a [`MachineObservation`] out.
+//!
+//! Rules, first match wins:
+//! - being deleted → `shutting-down`;
+//! - a fatal waiting reason in any container or init container → `failed` with the reason;
+//! - a crash loop (≥ 2 restarts with a non-zero last exit) → `failed`, unless the pod's
+//!   restartPolicy is OnFailure (restarts are then the point);
+//! - phase Running and Ready → `running`; Running but not Ready, and Pending → `pending`;
+//! - Succeeded → `terminated` for Pod and Job, `running` for Deployment/StatefulSet (their
+//!   controller replaces the pod, the host stays);
+//! - Failed → `failed`; Unknown → `unknown`.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use orb_core::machine::MachineStatus;
+use orb_core::provider::MachineObservation;
+use serde_json::json;
+
+use crate::naming::ResourceKind;
+
+/// Waiting reasons a pod does not recover from without a change to its spec.
+pub const FATAL_WAITING_REASONS: &[&str] = &[
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+];
+
+/// Restarts (with a non-zero last exit) that mark a crash loop.
+pub const CRASH_LOOP_RESTARTS: i32 = 2;
+
+fn all_container_statuses(pod: &Pod) -> impl Iterator<Item = (&'static str, &ContainerStatus)> {
+    let status = pod.status.as_ref();
+    let init = status
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| ("init container", c));
+    let main = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| ("container", c));
+    main.chain(init)
+}
+
+fn fatal_waiting(pod: &Pod) -> Option<String> {
+    all_container_statuses(pod).find_map(|(what, c)| {
+        let waiting = c.state.as_ref()?.waiting.as_ref()?;
+        let reason = waiting.reason.as_deref()?;
+        FATAL_WAITING_REASONS.contains(&reason).then(|| {
+            let detail = waiting.message.as_deref().unwrap_or("");
+            format!("{reason}: {what} {} {detail}", c.name)
+                .trim_end()
+                .to_string()
+        })
+    })
+}
+
+fn crash_loop(pod: &Pod) -> Option<String> {
+    let on_failure =
+        pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("OnFailure");
+    if on_failure {
+        return None;
+    }
+    all_container_statuses(pod).find_map(|(what, c)| {
+        let exit = c
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| t.exit_code)?;
+        (c.restart_count >= CRASH_LOOP_RESTARTS && exit != 0).then(|| {
+            format!(
+                "CrashLoop: {what} {} restarted {} times, last exit code {exit}",
+                c.name, c.restart_count
+            )
+        })
+    })
+}
+
+fn condition_true(pod: &Pod, type_: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+/// Why a pod is not running: the main container's terminated or waiting reason, else the
+/// `PodScheduled=False` reason (e.g. `Unschedulable: 0/3 nodes are available…`).
+pub fn pending_reason(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let container = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| {
+            let state = c.state.as_ref()?;
+            if let Some(t) = &state.terminated {
+                return t.reason.clone();
+            }
+            state.waiting.as_ref().and_then(|w| w.reason.clone())
+        });
+    container.or_else(|| {
+        status.conditions.as_ref()?.iter().find_map(|c| {
+            (c.type_ == "PodScheduled" && c.status == "False").then(|| {
+                match (&c.reason, &c.message) {
+                    (Some(r), Some(m)) => format!("{r}: {m}"),
+                    (Some(r), None) => r.clone(),
+                    (None, Some(m)) => m.clone(),
+                    (None, None) => "not scheduled".into(),
+                }
+            })
+        })
+    })
+}
+
+fn failed_reason(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let terminated = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| {
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            Some(format!(
+                "{}: container {} exited with code {}",
+                t.reason.as_deref().unwrap_or("Error"),
+                c.name,
+                t.exit_code
+            ))
+        });
+    terminated
+        .or_else(|| {
+            let s = status?;
+            match (&s.reason, &s.message) {
+                (Some(r), Some(m)) => Some(format!("{r}: {m}")),
+                (Some(r), None) => Some(r.clone()),
+                (None, Some(m)) => Some(m.clone()),
+                (None, None) => None,
+            }
+        })
+        .unwrap_or_else(|| "pod failed".into())
+}
+
+/// The machine status of `pod`, with the reason when it is not plainly running.
+pub fn pod_machine_status(pod: &Pod, kind: ResourceKind) -> (MachineStatus, Option<String>) {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return (
+            MachineStatus::ShuttingDown,
+            Some("pod is being deleted".into()),
+        );
+    }
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    if matches!(phase, "Pending" | "Running") {
+        if let Some(reason) = fatal_waiting(pod).or_else(|| crash_loop(pod)) {
+            return (MachineStatus::Failed, Some(reason));
+        }
+    }
+    match phase {
+        "Running" if condition_true(pod, "Ready") => (MachineStatus::Running, None),
+        "Running" => (
+            MachineStatus::Pending,
+            Some(pending_reason(pod).unwrap_or_else(|| "running, not ready yet".into())),
+        ),
+        "Pending" => (MachineStatus::Pending, pending_reason(pod)),
+        "Succeeded" => match kind {
+            ResourceKind::Pod | ResourceKind::Job => (
+                MachineStatus::Terminated,
+                Some("Completed: every container exited 0".into()),
+            ),
+            ResourceKind::Deployment | ResourceKind::StatefulSet => (
+                MachineStatus::Running,
+                Some("container exited 0; the controller restarts it".into()),
+            ),
+        },
+        "Failed" => (MachineStatus::Failed, Some(failed_reason(pod))),
+        _ => (
+            MachineStatus::Unknown,
+            Some("the node stopped reporting this pod (phase Unknown)".into()),
+        ),
+    }
+}
+
+/// The full observation of one pod: status, IP, node (as `cloud_host_id` in `provider_data`),
+/// creation time as launch time, labels as tags.
+pub fn observe_pod(pod: &Pod, kind: ResourceKind, resource_id: &str) -> MachineObservation {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let (status, reason) = pod_machine_status(pod, kind);
+    let pod_status = pod.status.as_ref();
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let restarts: i32 = pod_status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.restart_count)
+        .sum();
+    let mut observation = MachineObservation::new(&name, status);
+    observation.status_reason = reason;
+    observation.private_ip = pod_status.and_then(|s| s.pod_ip.clone());
+    observation.launch_time = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    observation.instance_type = Some(format!("k8s/{}", kind.as_str()));
+    observation.tags = pod.metadata.labels.clone().unwrap_or_else(BTreeMap::new);
+    observation.resource_id = Some(resource_id.to_string());
+    observation.uid = pod.metadata.uid.clone();
+    observation.provider_data = json!({
+        "namespace": pod.metadata.namespace,
+        "node_name": node,
+        "cloud_host_id": node,
+        "host_ip": pod_status.and_then(|s| s.host_ip.clone()),
+        "phase": pod_status.and_then(|s| s.phase.clone()),
+        "ready": condition_true(pod, "Ready"),
+        "restart_count": restarts,
+    });
+    observation
+}
+
+/// How long `pod` has existed at `now` (creation, not start: unscheduled pods never start).
+pub fn pod_age(pod: &Pod, now: Timestamp) -> Option<std::time::Duration> {
+    let created = pod.metadata.creation_timestamp.as_ref()?.0;
+    let age = now.duration_since(created);
+    std::time::Duration::try_from(age).ok()
+}

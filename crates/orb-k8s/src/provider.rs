@@ -1,0 +1,270 @@
+//! [`K8sProvider`]: orb-core's `Provider` on a Kubernetes cluster. It resolves the effective
+//! config and namespace of each request, builds objects with the pure spec builders, and hands
+//! them to the handler the template's `provider_api` names (Pod when unset), chosen at
+//! request time. The client is built on first use, so commands that never reach the cluster
+//! never load a kubeconfig.
+
+use std::collections::BTreeMap;
+
+use kube::Client;
+use orb_core::provider::{
+    AcquireInput, AcquireOutcome, CancelInput, CancelOutcome, MachineFailure, Provider,
+    ProviderError, ProviderFuture, ReclaimNotice, ReclaimQuery, ReleaseInput, ReleaseOutcome,
+    StatusInput, StatusReport,
+};
+use orb_core::template::Template;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::config::{
+    AuthEnvironment, AuthPlan, K8sProviderConfig, ResolvedConfig, TemplateOverrides,
+    kube_config_for, plan_auth, resolve_default_namespace,
+};
+use crate::error::K8sError;
+use crate::handlers::{HandlerCx, handler_for};
+use crate::naming::ResourceKind;
+use crate::provider_data::RequestRecord;
+use crate::spec::{SpecInputs, build_workload};
+use crate::status_cache::ControllerStatusCache;
+
+/// The provider type names this provider answers to in `config.json`.
+pub const PROVIDER_TYPES: &[&str] = &["k8s", "kubernetes"];
+
+pub struct K8sProvider {
+    resolved: ResolvedConfig,
+    auth: Option<AuthPlan>,
+    detected_namespace: String,
+    client: OnceCell<Client>,
+    pub(crate) status_cache: ControllerStatusCache,
+}
+
+/// The provider API of a template as a resource kind (Pod when unset).
+pub fn kind_of(template: &Template) -> ResourceKind {
+    match template.api() {
+        orb_core::ProviderApi::Pod => ResourceKind::Pod,
+        orb_core::ProviderApi::Deployment => ResourceKind::Deployment,
+        orb_core::ProviderApi::StatefulSet => ResourceKind::StatefulSet,
+        orb_core::ProviderApi::Job => ResourceKind::Job,
+    }
+}
+
+impl K8sProvider {
+    /// A provider for a resolved configuration; decides authentication now (so a bad setting
+    /// is reported at start-up) and connects on first use.
+    pub fn new(resolved: ResolvedConfig) -> Result<Self, ProviderError> {
+        let env = AuthEnvironment::detect();
+        let plan = plan_auth(&resolved.config, &env)
+            .map_err(|e| ProviderError::Misconfigured(e.to_string()))?;
+        let detected_namespace = resolve_default_namespace(&plan, &env);
+        Ok(Self {
+            status_cache: ControllerStatusCache::new(resolved.config.controller_status_cache_ttl()),
+            resolved,
+            auth: Some(plan),
+            detected_namespace,
+            client: OnceCell::new(),
+        })
+    }
+
+    /// A provider around an existing client (tests, embedding). `detected_namespace` is the
+    /// namespace used when the config names none.
+    pub fn with_client(client: Client, resolved: ResolvedConfig, detected_namespace: &str) -> Self {
+        Self {
+            status_cache: ControllerStatusCache::new(resolved.config.controller_status_cache_ttl()),
+            resolved,
+            auth: None,
+            detected_namespace: detected_namespace.to_string(),
+            client: OnceCell::new_with(Some(client)),
+        }
+    }
+
+    pub fn config(&self) -> &K8sProviderConfig {
+        &self.resolved.config
+    }
+
+    pub(crate) async fn client(&self) -> Result<&Client, K8sError> {
+        self.client
+            .get_or_try_init(|| async {
+                let plan = self.auth.as_ref().ok_or_else(|| {
+                    K8sError::Refused("the provider has neither a client nor an auth plan".into())
+                })?;
+                let namespace = self
+                    .resolved
+                    .config
+                    .default_namespace(&self.detected_namespace);
+                let config = kube_config_for(plan, &namespace)
+                    .await
+                    .map_err(|e| K8sError::Refused(e.to_string()))?;
+                Client::try_from(config)
+                    .map_err(|e| K8sError::api("building the Kubernetes client", e))
+            })
+            .await
+    }
+
+    /// The provider config with the template's `provider_config` overrides applied.
+    pub fn effective_config(
+        &self,
+        template: Option<&Template>,
+    ) -> Result<K8sProviderConfig, K8sError> {
+        let Some(template) = template else {
+            return Ok(self.resolved.config.clone());
+        };
+        match &template.provider_config {
+            None | Some(Value::Null) => Ok(self.resolved.config.clone()),
+            Some(Value::Object(values)) => self
+                .resolved
+                .for_template(&TemplateOverrides {
+                    template_id: template.template_id.clone(),
+                    values: values.clone(),
+                })
+                .map(|r| r.config)
+                .map_err(K8sError::TemplateConfig),
+            Some(other) => Err(K8sError::Refused(format!(
+                "template {:?}: provider_config must be an object of provider settings, got {other}",
+                template.template_id
+            ))),
+        }
+    }
+
+    /// The namespace a template's objects go to, checked against the provider's scope.
+    pub fn target_namespace(
+        &self,
+        config: &K8sProviderConfig,
+        template: &Template,
+    ) -> Result<String, K8sError> {
+        let namespace = template
+            .namespace
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| config.default_namespace(&self.detected_namespace));
+        config
+            .namespace_scope(&self.detected_namespace)
+            .check_target(&namespace)?;
+        Ok(namespace)
+    }
+
+    pub(crate) fn cx<'a>(&'a self, client: &'a Client) -> HandlerCx<'a> {
+        HandlerCx {
+            client,
+            status_cache: &self.status_cache,
+        }
+    }
+
+    async fn acquire_inner(&self, input: AcquireInput) -> Result<AcquireOutcome, K8sError> {
+        let config = self.effective_config(Some(&input.template))?;
+        let namespace = self.target_namespace(&config, &input.template)?;
+        let kind = kind_of(&input.template);
+        let built = build_workload(
+            &SpecInputs {
+                template: &input.template,
+                config: &config,
+                request_id: input.request_id.as_str(),
+                namespace: &namespace,
+                count: input.count,
+            },
+            kind,
+        )?;
+        let record = RequestRecord {
+            request_id: input.request_id.to_string(),
+            namespace,
+            provider_api: kind.as_str().to_string(),
+            label_prefix: config.label_prefix.clone(),
+            requested_count: input.count,
+            ..RequestRecord::default()
+        };
+        let client = self.client().await?;
+        handler_for(kind)
+            .create(&self.cx(client), built, record)
+            .await
+    }
+
+    async fn release_inner(&self, input: ReleaseInput) -> Result<ReleaseOutcome, K8sError> {
+        // Machines of one acquire request are released together, by that request's handler.
+        let mut groups: BTreeMap<String, (Value, Option<String>, Vec<String>)> = BTreeMap::new();
+        for m in &input.machines {
+            let entry = groups.entry(m.request_id.to_string()).or_insert_with(|| {
+                (
+                    m.request_provider_data.clone(),
+                    m.provider_api.clone(),
+                    Vec::new(),
+                )
+            });
+            entry.2.push(m.machine_id.clone());
+        }
+        let client = self.client().await?;
+        let cx = self.cx(client);
+        let mut outcome = ReleaseOutcome::default();
+        let mut messages = Vec::new();
+        for (request_id, (data, api, victims)) in groups {
+            let Some(record) = RequestRecord::from_value(&data) else {
+                outcome.failed.extend(victims.into_iter().map(|machine_id| MachineFailure {
+                    machine_id,
+                    reason: format!(
+                        "request {request_id} has no Kubernetes bookkeeping (provider_data), so orb cannot tell which objects to change"
+                    ),
+                }));
+                continue;
+            };
+            let kind = record
+                .kind()
+                .or_else(|| {
+                    api.as_deref()
+                        .and_then(|a| ResourceKind::ALL.into_iter().find(|k| k.as_str() == a))
+                })
+                .unwrap_or(ResourceKind::Pod);
+            match handler_for(kind)
+                .release(&cx, &record, victims.clone())
+                .await
+            {
+                Ok(result) => {
+                    outcome.released.extend(result.released);
+                    outcome.failed.extend(result.failed);
+                    messages.extend(result.message);
+                }
+                // A refused plan changes nothing; with one request the whole return fails
+                // with the reason, otherwise the other requests' machines still go.
+                Err(e) if input.machines.len() == victims.len() => return Err(e),
+                Err(e) => {
+                    outcome
+                        .failed
+                        .extend(victims.into_iter().map(|machine_id| MachineFailure {
+                            machine_id,
+                            reason: e.to_string(),
+                        }))
+                }
+            }
+        }
+        outcome.message = (!messages.is_empty()).then(|| messages.join("; "));
+        outcome.provider_data = json!({"released": outcome.released});
+        Ok(outcome)
+    }
+}
+
+impl Provider for K8sProvider {
+    fn provider_type(&self) -> &str {
+        "k8s"
+    }
+
+    fn acquire(&self, input: AcquireInput) -> ProviderFuture<'_, AcquireOutcome> {
+        Box::pin(async move { self.acquire_inner(input).await.map_err(ProviderError::from) })
+    }
+
+    fn release(&self, input: ReleaseInput) -> ProviderFuture<'_, ReleaseOutcome> {
+        Box::pin(async move { self.release_inner(input).await.map_err(ProviderError::from) })
+    }
+
+    fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport> {
+        Box::pin(async move { self.status_inner(input).await.map_err(ProviderError::from) })
+    }
+
+    fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome> {
+        Box::pin(async move { self.cancel_inner(input).await.map_err(ProviderError::from) })
+    }
+
+    fn reclaims(&self, input: ReclaimQuery) -> ProviderFuture<'_, Vec<ReclaimNotice>> {
+        Box::pin(async move {
+            self.reclaims_inner(input)
+                .await
+                .map_err(ProviderError::from)
+        })
+    }
+}

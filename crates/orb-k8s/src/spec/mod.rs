@@ -1,0 +1,234 @@
+//! Spec builders: a template, the effective provider config and a request become the typed
+//! Kubernetes objects one handler creates. Pure: nothing here talks to the apiserver, so every
+//! rule (defaults, labels, restart policy, naming) is tested on the built objects.
+//!
+//! The shared pod template ([`build_pod_template`]) is the one place template fields become a
+//! pod; the four kinds only wrap it ([`workloads`]).
+
+mod pod_fields;
+pub mod workloads;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use orb_core::template::{RestartPolicy, Template};
+
+use crate::config::{K8sProviderConfig, PodPlacement, apply_pod_defaults};
+use crate::labels::{
+    LabelError, OrbLabelValues, merge_labels, orb_labels, validate_template_labels,
+};
+use crate::naming::{NamingError, ResourceKind};
+
+pub use workloads::{
+    BuiltWorkload, build_deployment, build_headless_service, build_job, build_pods,
+    build_statefulset, build_workload,
+};
+
+/// Name of the one container orb puts in every pod.
+pub const CONTAINER_NAME: &str = "orb";
+
+/// Everything a builder needs about one request.
+#[derive(Debug, Clone, Copy)]
+pub struct SpecInputs<'a> {
+    pub template: &'a Template,
+    /// The effective config for this template (provider config with the template's overrides).
+    pub config: &'a K8sProviderConfig,
+    pub request_id: &'a str,
+    /// Target namespace, already checked against the provider's namespace scope.
+    pub namespace: &'a str,
+    /// Machines requested (pods for Pod, replicas, or Job completions).
+    pub count: u32,
+}
+
+/// Why a template cannot become a Kubernetes object. Nothing is created when this happens.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error(
+        "template {template_id:?} has no container image; set imageId (container_image) to an \
+         image such as busybox:1.36"
+    )]
+    MissingImage { template_id: String },
+    #[error(
+        "template {template_id:?} asks for restartPolicy {asked:?}, but {kind} pods must use \
+         {required:?}; {fix}"
+    )]
+    RestartPolicy {
+        template_id: String,
+        kind: ResourceKind,
+        asked: String,
+        required: &'static str,
+        fix: &'static str,
+    },
+    #[error("template {template_id:?}: {field} is not a valid Kubernetes value: {error}; {fix}")]
+    InvalidField {
+        template_id: String,
+        field: String,
+        error: String,
+        fix: String,
+    },
+    #[error("template {template_id:?}: {error}")]
+    Label {
+        template_id: String,
+        error: LabelError,
+    },
+    #[error(transparent)]
+    Naming(#[from] NamingError),
+    #[error(
+        "template {template_id:?} sets {field}, which this build does not apply yet; remove it \
+         from the template (typed fields such as nodeSelector, tolerations, volumes and \
+         securityContext cover most needs)"
+    )]
+    NotSupported {
+        template_id: String,
+        field: &'static str,
+    },
+    #[error(
+        "template {template_id:?} sets {field}={value}, but a Job request makes exactly one \
+         pod per requested machine ({count} here); remove {field} from the template"
+    )]
+    JobShape {
+        template_id: String,
+        field: &'static str,
+        value: u32,
+        count: u32,
+    },
+}
+
+/// The restart policy a kind's pods get, or a refusal naming what to change.
+pub fn restart_policy_for(
+    template: &Template,
+    kind: ResourceKind,
+) -> Result<&'static str, SpecError> {
+    let asked = template.restart_policy;
+    let name = |p: RestartPolicy| match p {
+        RestartPolicy::Always => "Always",
+        RestartPolicy::OnFailure => "OnFailure",
+        RestartPolicy::Never => "Never",
+    };
+    let refuse = |required: &'static str, fix: &'static str| {
+        Err(SpecError::RestartPolicy {
+            template_id: template.template_id.clone(),
+            kind,
+            asked: asked.map(name).unwrap_or_default().to_string(),
+            required,
+            fix,
+        })
+    };
+    match (kind, asked) {
+        (ResourceKind::Pod, None) => Ok("Never"),
+        (ResourceKind::Pod, Some(p)) => Ok(name(p)),
+        (ResourceKind::Job, None | Some(RestartPolicy::Never)) => Ok("Never"),
+        (ResourceKind::Job, Some(_)) => refuse(
+            "Never",
+            "orb owns retries (backoffLimit 0), so remove restartPolicy or set it to Never",
+        ),
+        (
+            ResourceKind::Deployment | ResourceKind::StatefulSet,
+            None | Some(RestartPolicy::Always),
+        ) => Ok("Always"),
+        (ResourceKind::Deployment | ResourceKind::StatefulSet, Some(_)) => refuse(
+            "Always",
+            "controllers always restart their pods; remove restartPolicy, or use providerApi Pod or Job",
+        ),
+    }
+}
+
+/// orb's labels merged over the template's `instanceTags` and `labels` (orb's keys win).
+pub fn object_labels(
+    inputs: &SpecInputs<'_>,
+    kind: ResourceKind,
+    machine_id: Option<&str>,
+) -> Result<BTreeMap<String, String>, SpecError> {
+    let template = inputs.template;
+    let label_error = |error| SpecError::Label {
+        template_id: template.template_id.clone(),
+        error,
+    };
+    let mut wanted = template.tags.clone();
+    wanted.extend(template.labels.clone());
+    if let Some(error) = validate_template_labels(&wanted).into_iter().next() {
+        return Err(label_error(error));
+    }
+    let orb = orb_labels(
+        &inputs.config.label_prefix,
+        inputs.config.emit_legacy_labels,
+        &OrbLabelValues {
+            request_id: inputs.request_id,
+            machine_id,
+            provider_api: kind,
+            template_id: Some(&template.template_id),
+        },
+    )
+    .map_err(label_error)?;
+    Ok(merge_labels(&inputs.config.label_prefix, &wanted, &orb).labels)
+}
+
+/// Fields a later issue wires (native spec, overrides); refused rather than silently ignored.
+fn refuse_unapplied_fields(template: &Template) -> Result<(), SpecError> {
+    let unapplied = [
+        ("podSpecOverride", template.pod_spec_override.is_some()),
+        ("native_spec", template.native_spec.is_some()),
+        ("nativeSpecPath", template.native_spec_path.is_some()),
+    ];
+    match unapplied.into_iter().find(|(_, set)| *set) {
+        Some((field, _)) => Err(SpecError::NotSupported {
+            template_id: template.template_id.clone(),
+            field,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The pod template every kind shares: one `orb` container, the template's pod fields with
+/// provider defaults applied, and `labels` (already merged) on its metadata.
+pub fn build_pod_template(
+    inputs: &SpecInputs<'_>,
+    kind: ResourceKind,
+    labels: BTreeMap<String, String>,
+) -> Result<PodTemplateSpec, SpecError> {
+    let template = inputs.template;
+    refuse_unapplied_fields(template)?;
+    let container = pod_fields::container(template)?;
+    let placement = apply_pod_defaults(
+        inputs.config,
+        &PodPlacement {
+            node_selector: template.node_selector.clone(),
+            tolerations: pod_fields::tolerations(template)?,
+            image_pull_secrets: template.image_pull_secrets.clone(),
+        },
+    );
+    let spec = PodSpec {
+        containers: vec![container],
+        restart_policy: Some(restart_policy_for(template, kind)?.to_string()),
+        node_selector: placement.node_selector.clone().filter(|m| !m.is_empty()),
+        tolerations: placement.tolerations.clone().filter(|t| !t.is_empty()),
+        image_pull_secrets: placement.image_pull_secret_refs().filter(|s| !s.is_empty()),
+        service_account_name: template
+            .service_account
+            .clone()
+            .or_else(|| template.machine_role.clone()),
+        runtime_class_name: template.runtime_class.clone(),
+        priority_class_name: template.priority_class_name.clone(),
+        termination_grace_period_seconds: template.termination_grace_period_seconds,
+        volumes: pod_fields::parse_list(template, "volumes", template.volumes.as_ref())?,
+        security_context: pod_fields::parse_one(
+            template,
+            "securityContext",
+            template.security_context.as_ref(),
+        )?,
+        ..PodSpec::default()
+    };
+    let annotations = (!template.annotations.is_empty()).then(|| template.annotations.clone());
+    Ok(PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            annotations,
+            ..ObjectMeta::default()
+        }),
+        spec: Some(spec),
+    })
+}

@@ -1,0 +1,201 @@
+//! Status reads: list the request's pods, translate each with the one translator, apply the
+//! pod timeout (releasing timed-out pods through the handler's own release path so a
+//! controller does not recreate them), and let the pure verdict decide.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use orb_core::lifecycle::Verdict;
+use orb_core::machine::MachineStatus;
+use orb_core::provider::{MachineObservation, MachineRef, StatusInput, StatusReport};
+use orb_core::request::RequestType;
+
+use crate::error::K8sError;
+use crate::fulfilment::{
+    AcquireFacts, PodTimeoutPolicy, StatusDecision, decide_acquire, decide_return,
+};
+use crate::handlers::{handler_for, request_pods};
+use crate::machine_state::observe_pod;
+use crate::naming::ResourceKind;
+use crate::provider::K8sProvider;
+use crate::provider_data::RequestRecord;
+use crate::release_plan::{POD_DELETION_COST, VICTIM_DELETION_COST};
+
+fn report(decision: StatusDecision, machines: Vec<MachineObservation>) -> StatusReport {
+    StatusReport {
+        verdict: decision.verdict,
+        fulfilled: decision.fulfilled,
+        failed: decision.failed,
+        machines,
+        message: decision.message,
+    }
+}
+
+fn keep_polling(message: String) -> StatusReport {
+    StatusReport {
+        verdict: Verdict::InProgress,
+        fulfilled: 0,
+        failed: 0,
+        machines: Vec::new(),
+        message: Some(message),
+    }
+}
+
+/// Timed-out pods the release path should still act on: not already marked for deletion by
+/// an earlier read (a Deployment must not be scaled down twice for the same pod).
+fn still_to_release(kind: ResourceKind, pods: &[&Pod]) -> Vec<String> {
+    pods.iter()
+        .filter(|p| {
+            kind != ResourceKind::Deployment
+                || p.annotations().get(POD_DELETION_COST).map(String::as_str)
+                    != Some(VICTIM_DELETION_COST)
+        })
+        .map(|p| p.name_any())
+        .collect()
+}
+
+impl K8sProvider {
+    pub(crate) async fn status_inner(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
+        match input.request_type {
+            RequestType::Acquire => self.acquire_status(input).await,
+            RequestType::Return => self.return_status(input).await,
+        }
+    }
+
+    async fn acquire_status(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
+        let Some(mut record) = RequestRecord::from_value(&input.provider_data) else {
+            let reason = format!(
+                "request {} has no Kubernetes objects recorded (the acquire created nothing)",
+                input.request_id
+            );
+            return Ok(report(
+                StatusDecision {
+                    verdict: Verdict::Failed {
+                        reason: reason.clone(),
+                    },
+                    fulfilled: 0,
+                    failed: input.requested_count,
+                    message: Some(reason),
+                },
+                Vec::new(),
+            ));
+        };
+        record.requested_count = input.requested_count;
+        let kind = record.kind().unwrap_or(ResourceKind::Pod);
+        let config = self.effective_config(input.template.as_ref())?;
+        let client = self.client().await?;
+        let cx = self.cx(client);
+        let pods = match request_pods(client, &record).await {
+            Ok(pods) => pods,
+            Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
+        };
+        let resource_id = record.controller_name().map(str::to_string);
+        let policy = PodTimeoutPolicy {
+            timeout: config.pod_timeout(),
+        };
+        let now = Timestamp::now();
+        let mut machines = Vec::with_capacity(pods.len());
+        let mut timed_out = Vec::new();
+        for pod in &pods {
+            let name = pod.name_any();
+            let mut observation = observe_pod(pod, kind, resource_id.as_deref().unwrap_or(&name));
+            if policy.apply(pod, &mut observation, now) {
+                timed_out.push(pod);
+            }
+            machines.push(observation);
+        }
+        let mut notes = Vec::new();
+        if config.delete_timed_out_pods && !timed_out.is_empty() {
+            let victims = still_to_release(kind, &timed_out);
+            if !victims.is_empty() {
+                match handler_for(kind)
+                    .release(&cx, &record, victims.clone())
+                    .await
+                {
+                    Ok(_) => notes.push(format!("released timed-out pods: {}", victims.join(", "))),
+                    Err(e) => notes.push(format!("timed-out pods not released: {e}")),
+                }
+            }
+        }
+        if kind == ResourceKind::Pod {
+            for name in &record.pod_names {
+                if !machines.iter().any(|m| &m.machine_id == name) {
+                    let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
+                    gone.status_reason = Some("the pod no longer exists".into());
+                    gone.resource_id = Some(name.clone());
+                    machines.push(gone);
+                }
+            }
+        }
+        machines.sort_by(|a, b| a.machine_id.cmp(&b.machine_id));
+        let controller = match handler_for(kind).controller_state(&cx, &record).await {
+            Ok(state) => state,
+            Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
+        };
+        let mut decision = decide_acquire(&AcquireFacts {
+            kind,
+            requested: input.requested_count,
+            machines: &machines,
+            controller: controller.as_ref(),
+            create_failures: record.failed_pod_names.len() as u32,
+            create_failure_reason: record.create_failures.values().next().map(String::as_str),
+        });
+        if !notes.is_empty() {
+            let joined = notes.join("; ");
+            decision.message = Some(match decision.message {
+                Some(m) => format!("{m}; {joined}"),
+                None => joined,
+            });
+        }
+        Ok(report(decision, machines))
+    }
+
+    async fn return_status(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
+        let client = self.client().await?;
+        let mut by_request: BTreeMap<String, Vec<&MachineRef>> = BTreeMap::new();
+        for m in &input.machines {
+            by_request
+                .entry(m.request_id.to_string())
+                .or_default()
+                .push(m);
+        }
+        let mut machines = Vec::new();
+        for refs in by_request.values() {
+            let Some(record) = RequestRecord::from_value(&refs[0].request_provider_data) else {
+                for m in refs {
+                    let mut gone =
+                        MachineObservation::new(&m.machine_id, MachineStatus::Terminated);
+                    gone.status_reason = Some("no Kubernetes objects are recorded for it".into());
+                    machines.push(gone);
+                }
+                continue;
+            };
+            let kind = record.kind().unwrap_or(ResourceKind::Pod);
+            let pods = match request_pods(client, &record).await {
+                Ok(pods) => pods,
+                Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
+            };
+            for m in refs {
+                let current = pods.iter().find(|p| {
+                    p.name_any() == m.machine_id && (m.uid.is_none() || p.metadata.uid == m.uid)
+                });
+                machines.push(match current {
+                    Some(pod) => {
+                        let resource = record.controller_name().unwrap_or(&m.machine_id);
+                        observe_pod(pod, kind, resource)
+                    }
+                    None => {
+                        let mut gone =
+                            MachineObservation::new(&m.machine_id, MachineStatus::Terminated);
+                        gone.status_reason = Some("released: the pod is gone".into());
+                        gone
+                    }
+                });
+            }
+        }
+        let decision = decide_return(&machines);
+        Ok(report(decision, machines))
+    }
+}
