@@ -162,6 +162,8 @@ struct Tally {
     pending: u32,
     failed: u32,
     first_failure: Option<String>,
+    /// Why the first exited or timed-out machine stopped (explains a request with none left).
+    first_ended: Option<String>,
 }
 
 fn tally(machines: &[MachineObservation]) -> Tally {
@@ -181,6 +183,13 @@ fn tally(machines: &[MachineObservation]) -> Tally {
                         m.status_reason.as_deref().unwrap_or("failed")
                     ));
                 }
+            }
+            MachineStatus::Terminated if t.first_ended.is_none() => {
+                t.first_ended = Some(format!(
+                    "{}: {}",
+                    m.machine_id,
+                    m.status_reason.as_deref().unwrap_or("terminated")
+                ));
             }
             _ => {}
         }
@@ -240,7 +249,12 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                     return decision(failed_verdict(reason.clone()), reason);
                 }
             }
-            if let Some(first) = first_failure {
+            if let Some(first) = first_failure.or_else(|| {
+                facts
+                    .controller
+                    .is_none()
+                    .then(|| "the Job of this request no longer exists".into())
+            }) {
                 let reason = format!("Job failed: {first}");
                 return decision(failed_verdict(reason.clone()), reason);
             }
@@ -253,6 +267,7 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                 decision(Verdict::InProgress, progress)
             } else if t.running == 0 {
                 let reason = first_failure
+                    .or(t.first_ended.clone())
                     .unwrap_or_else(|| "no pod of the request is running any more".into());
                 decision(failed_verdict(reason.clone()), reason)
             } else {
@@ -276,6 +291,7 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                     .failure
                     .clone()
                     .or(first_failure)
+                    .or(t.first_ended.clone())
                     .unwrap_or_else(|| format!("no pod of the {} is running", facts.kind));
                 decision(failed_verdict(reason.clone()), reason)
             } else {
@@ -304,3 +320,7 @@ pub fn decide_return(machines: &[MachineObservation]) -> StatusDecision {
         message,
     }
 }
+
+#[cfg(test)]
+#[path = "fulfilment_tests.rs"]
+mod tests;

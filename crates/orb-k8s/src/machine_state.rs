@@ -230,3 +230,170 @@ pub fn pod_age(pod: &Pod, now: Timestamp) -> Option<std::time::Duration> {
     let age = now.duration_since(created);
     std::time::Duration::try_from(age).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    fn recorded(name: &str) -> Pod {
+        let text = match name {
+            "image_pull_backoff" => include_str!("../tests/data/pod_image_pull_backoff.json"),
+            "init_create_config_error" => {
+                include_str!("../tests/data/pod_init_create_config_error.json")
+            }
+            "crash_looping" => include_str!("../tests/data/pod_crash_looping.json"),
+            "unschedulable" => include_str!("../tests/data/pod_unschedulable.json"),
+            other => panic!("no recorded pod {other}"),
+        };
+        serde_json::from_str(text).expect("recorded pod parses")
+    }
+
+    /// A pod in `phase` with the given Ready status and extra status fields.
+    fn pod(phase: &str, ready: bool, extra_status: Value) -> Pod {
+        let mut status = json!({
+            "phase": phase,
+            "podIP": "10.244.0.7",
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+        });
+        if let (Some(s), Some(extra)) = (status.as_object_mut(), extra_status.as_object()) {
+            s.extend(extra.clone());
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "p-0", "namespace": "ns", "uid": "u-1", "creationTimestamp": "2026-07-14T09:00:00Z",
+                         "labels": {"orb.io/request-id": "req-1"}},
+            "spec": {"nodeName": "kwok-node-0", "restartPolicy": "Never", "containers": [{"name": "orb", "image": "busybox"}]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[rstest]
+    #[case::image_pull_backoff("image_pull_backoff", "ImagePullBackOff: container orb")]
+    #[case::init_container_config_error(
+        "init_create_config_error",
+        "CreateContainerConfigError: init container fetch-config secret \"grid-credentials\" not found"
+    )]
+    #[case::crash_loop(
+        "crash_looping",
+        "CrashLoop: container orb restarted 3 times, last exit code 1"
+    )]
+    fn recorded_fatal_pods_are_failed_with_the_reason(#[case] name: &str, #[case] reason: &str) {
+        let (status, why) = pod_machine_status(&recorded(name), ResourceKind::Pod);
+        assert_eq!(status, MachineStatus::Failed);
+        let why = why.unwrap();
+        assert!(why.starts_with(reason), "{why}");
+    }
+
+    #[test]
+    fn a_crash_loop_under_on_failure_is_not_failed() {
+        let mut p = recorded("crash_looping");
+        p.spec.as_mut().unwrap().restart_policy = Some("OnFailure".into());
+        let (status, _) = pod_machine_status(&p, ResourceKind::Pod);
+        assert_eq!(status, MachineStatus::Pending);
+    }
+
+    #[test]
+    fn one_restart_is_not_a_crash_loop() {
+        let p = pod(
+            "Running",
+            true,
+            json!({"containerStatuses": [{"name": "orb", "image": "busybox", "imageID": "", "ready": true, "restartCount": 1,
+                "lastState": {"terminated": {"exitCode": 2}}}]}),
+        );
+        assert_eq!(
+            pod_machine_status(&p, ResourceKind::Pod).0,
+            MachineStatus::Running
+        );
+    }
+
+    #[test]
+    fn unschedulable_pods_are_pending_with_the_scheduler_reason() {
+        let (status, why) = pod_machine_status(&recorded("unschedulable"), ResourceKind::Pod);
+        assert_eq!(status, MachineStatus::Pending);
+        assert!(
+            why.unwrap()
+                .starts_with("Unschedulable: 0/3 nodes are available")
+        );
+    }
+
+    #[rstest]
+    #[case::running_ready("Running", true, ResourceKind::Pod, MachineStatus::Running)]
+    #[case::running_not_ready("Running", false, ResourceKind::Pod, MachineStatus::Pending)]
+    #[case::pending("Pending", false, ResourceKind::Deployment, MachineStatus::Pending)]
+    #[case::succeeded_pod("Succeeded", false, ResourceKind::Pod, MachineStatus::Terminated)]
+    #[case::succeeded_job("Succeeded", false, ResourceKind::Job, MachineStatus::Terminated)]
+    #[case::succeeded_deployment(
+        "Succeeded",
+        false,
+        ResourceKind::Deployment,
+        MachineStatus::Running
+    )]
+    #[case::succeeded_statefulset(
+        "Succeeded",
+        false,
+        ResourceKind::StatefulSet,
+        MachineStatus::Running
+    )]
+    #[case::failed("Failed", false, ResourceKind::Job, MachineStatus::Failed)]
+    #[case::unknown("Unknown", false, ResourceKind::Pod, MachineStatus::Unknown)]
+    fn phase_and_kind_give_the_machine_status(
+        #[case] phase: &str,
+        #[case] ready: bool,
+        #[case] kind: ResourceKind,
+        #[case] want: MachineStatus,
+    ) {
+        assert_eq!(
+            pod_machine_status(&pod(phase, ready, json!({})), kind).0,
+            want
+        );
+    }
+
+    #[test]
+    fn a_pod_being_deleted_is_shutting_down() {
+        let mut p = pod("Running", true, json!({}));
+        p.metadata.deletion_timestamp = p.metadata.creation_timestamp.clone();
+        assert_eq!(
+            pod_machine_status(&p, ResourceKind::Pod).0,
+            MachineStatus::ShuttingDown
+        );
+    }
+
+    #[test]
+    fn a_failed_job_pod_reports_the_exit() {
+        let p = pod(
+            "Failed",
+            false,
+            json!({"containerStatuses": [{"name": "orb", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}),
+        );
+        let (_, why) = pod_machine_status(&p, ResourceKind::Job);
+        assert_eq!(
+            why.as_deref(),
+            Some("Error: container orb exited with code 3")
+        );
+    }
+
+    #[test]
+    fn observation_carries_ip_node_launch_time_and_labels() {
+        let o = observe_pod(
+            &recorded("image_pull_backoff"),
+            ResourceKind::Pod,
+            "orb-fe4cda5c019444bc981b-0000",
+        );
+        assert_eq!(o.machine_id, "orb-fe4cda5c019444bc981b-0000");
+        assert_eq!(o.private_ip.as_deref(), Some("10.244.3.41"));
+        assert_eq!(
+            o.provider_data["cloud_host_id"],
+            "ip-10-0-3-17.ec2.internal"
+        );
+        assert_eq!(o.launch_time.unwrap().to_string(), "2026-07-14T09:12:03Z");
+        assert_eq!(
+            o.uid.as_deref(),
+            Some("5b1c2a8e-6c1f-4a53-9c52-0d1f0e3b7a11")
+        );
+        assert_eq!(o.tags["orb.io/provider-api"], "Pod");
+        assert_eq!(o.instance_type.as_deref(), Some("k8s/Pod"));
+    }
+}

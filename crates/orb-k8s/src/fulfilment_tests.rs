@@ -1,0 +1,178 @@
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use orb_core::lifecycle::Verdict;
+use orb_core::machine::MachineStatus;
+use orb_core::provider::MachineObservation;
+use rstest::rstest;
+use serde_json::json;
+
+use super::*;
+use crate::machine_state::observe_pod;
+use crate::naming::ResourceKind;
+
+fn unscheduled(created: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "p-0", "creationTimestamp": created},
+        "spec": {"containers": [{"name": "orb", "image": "busybox"}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}]}
+    }))
+    .unwrap()
+}
+
+fn at(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+#[rstest]
+#[case::younger_than_timeout("2026-07-14T10:04:00Z", false)]
+#[case::older_than_timeout("2026-07-14T10:05:01Z", true)]
+fn timeout_is_measured_from_creation_even_without_a_start_time(
+    #[case] now: &str,
+    #[case] timed_out: bool,
+) {
+    let pod = unscheduled("2026-07-14T10:00:00Z");
+    let mut observation = observe_pod(&pod, ResourceKind::Pod, "p-0");
+    let policy = PodTimeoutPolicy {
+        timeout: Duration::from_secs(300),
+    };
+    assert_eq!(policy.apply(&pod, &mut observation, at(now)), timed_out);
+    if timed_out {
+        assert_eq!(observation.status, MachineStatus::Terminated);
+        let reason = observation.status_reason.unwrap();
+        assert!(reason.contains("Unschedulable: 0/3 nodes"), "{reason}");
+        assert_eq!(observation.provider_data["timed_out"], true);
+    } else {
+        assert_eq!(observation.status, MachineStatus::Pending);
+    }
+}
+
+#[test]
+fn a_running_pod_never_times_out() {
+    let pod = unscheduled("2026-07-14T10:00:00Z");
+    let mut observation = MachineObservation::new("p-0", MachineStatus::Running);
+    let policy = PodTimeoutPolicy {
+        timeout: Duration::from_secs(1),
+    };
+    assert!(!policy.apply(&pod, &mut observation, at("2026-07-15T00:00:00Z")));
+}
+
+fn machines(statuses: &[MachineStatus]) -> Vec<MachineObservation> {
+    statuses
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut m = MachineObservation::new(&format!("m-{i}"), *s);
+            m.status_reason = Some(format!("reason {i}"));
+            m
+        })
+        .collect()
+}
+
+fn state(desired: u32, ready: u32) -> ControllerState {
+    ControllerState {
+        desired,
+        ready,
+        ..ControllerState::default()
+    }
+}
+
+use MachineStatus::{Failed as F, Pending as P, Running as R, Terminated as T};
+
+#[rstest]
+#[case::all_running(ResourceKind::Pod, 3, &[R, R, R], None, 0, "fulfilled")]
+#[case::some_pending(ResourceKind::Pod, 3, &[R, R, P], None, 0, "in_progress")]
+#[case::all_failed(ResourceKind::Pod, 2, &[F, F], None, 0, "failed")]
+#[case::running_and_failed(ResourceKind::Pod, 3, &[R, R, F], None, 0, "partial_final")]
+#[case::create_failed(ResourceKind::Pod, 3, &[R, R], None, 1, "partial_final")]
+#[case::exited_pods_are_not_capacity(ResourceKind::Pod, 2, &[T, T], None, 0, "failed")]
+#[case::deployment_ready(ResourceKind::Deployment, 3, &[R, R, R], Some(state(3, 3)), 0, "fulfilled")]
+#[case::deployment_replacements_pending(ResourceKind::Deployment, 3, &[R, F, P], Some(state(3, 1)), 0, "in_progress")]
+#[case::deployment_pods_not_created_yet(ResourceKind::Deployment, 3, &[R], Some(state(3, 1)), 0, "in_progress")]
+#[case::deployment_all_failed(ResourceKind::Deployment, 2, &[F, F], Some(state(2, 0)), 0, "failed")]
+#[case::deployment_some_failed(ResourceKind::Deployment, 2, &[R, F], Some(state(2, 1)), 0, "partial_waiting")]
+#[case::deployment_gone(ResourceKind::Deployment, 2, &[], None, 0, "failed")]
+#[case::statefulset_ready(ResourceKind::StatefulSet, 2, &[R, R], Some(state(2, 2)), 0, "fulfilled")]
+#[case::job_running(ResourceKind::Job, 2, &[R, R], Some(state(2, 2)), 0, "in_progress")]
+#[case::job_complete(ResourceKind::Job, 2, &[T, T], Some(ControllerState { complete: true, ..state(2, 0) }), 0, "fulfilled")]
+#[case::job_pod_failed(ResourceKind::Job, 2, &[T, F], Some(state(2, 0)), 0, "failed")]
+#[case::job_condition_failed(ResourceKind::Job, 2, &[], Some(ControllerState { failure: Some("BackoffLimitExceeded".into()), ..state(2, 0) }), 0, "failed")]
+#[case::job_gone(ResourceKind::Job, 2, &[], None, 0, "failed")]
+fn acquire_verdicts(
+    #[case] kind: ResourceKind,
+    #[case] requested: u32,
+    #[case] statuses: &[MachineStatus],
+    #[case] controller: Option<ControllerState>,
+    #[case] create_failures: u32,
+    #[case] want: &str,
+) {
+    let ms = machines(statuses);
+    let decision = decide_acquire(&AcquireFacts {
+        kind,
+        requested,
+        machines: &ms,
+        controller: controller.as_ref(),
+        create_failures,
+        create_failure_reason: (create_failures > 0).then_some("quota exceeded"),
+    });
+    let got = match decision.verdict {
+        Verdict::Fulfilled => "fulfilled",
+        Verdict::InProgress => "in_progress",
+        Verdict::Failed { .. } => "failed",
+        Verdict::Partial { is_final: true } => "partial_final",
+        Verdict::Partial { is_final: false } => "partial_waiting",
+    };
+    assert_eq!(got, want, "{decision:?}");
+}
+
+#[test]
+fn a_failed_verdict_carries_the_first_reason() {
+    let ms = machines(&[F, F]);
+    let decision = decide_acquire(&AcquireFacts {
+        kind: ResourceKind::Pod,
+        requested: 2,
+        machines: &ms,
+        controller: None,
+        create_failures: 0,
+        create_failure_reason: None,
+    });
+    assert_eq!(
+        decision.verdict,
+        Verdict::Failed {
+            reason: "m-0: reason 0".into()
+        }
+    );
+    assert_eq!((decision.fulfilled, decision.failed), (0, 2));
+}
+
+#[rstest]
+#[case::all_gone(&[T, T], Verdict::Fulfilled, 2)]
+#[case::one_still_there(&[T, R], Verdict::InProgress, 1)]
+fn return_verdicts(
+    #[case] statuses: &[MachineStatus],
+    #[case] want: Verdict,
+    #[case] released: u32,
+) {
+    let decision = decide_return(&machines(statuses));
+    assert_eq!(decision.verdict, want);
+    assert_eq!(decision.fulfilled, released);
+}
+
+#[test]
+fn settled_states_are_ready_at_the_requested_count_or_finished() {
+    assert!(state(3, 3).is_settled(3));
+    assert!(!state(3, 2).is_settled(3));
+    assert!(
+        !state(2, 2).is_settled(3),
+        "another requested count is not settled"
+    );
+    assert!(
+        ControllerState {
+            complete: true,
+            ..state(2, 0)
+        }
+        .is_settled(2)
+    );
+}
