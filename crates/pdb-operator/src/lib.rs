@@ -1,6 +1,9 @@
 //! pdb-operator library: the PDBPolicy CRD types and every pure decision the controllers make
 //! (budget math, policy resolution, enforcement, maintenance windows, gang shapes, desired PDB).
 //!
+//! The live half: [`runtime::run`] (controllers, discovery, leader election, HTTP endpoints),
+//! [`controller`] (reconcilers that carry out decisions) and [`explain::explain`].
+//!
 //! A reconcile loop stays thin: build a view, ask for a [`desired::Decision`], carry it out.
 //!
 //! ```text
@@ -25,14 +28,18 @@
 
 pub mod budget;
 pub mod class;
+pub mod controller;
 pub mod crd;
 pub mod desired;
 pub mod enforcement;
+pub mod explain;
 pub mod gang;
+pub mod metrics;
 pub mod names;
 pub mod pdb;
 pub mod plan;
 pub mod resolve;
+pub mod runtime;
 pub mod status;
 pub mod validation;
 pub mod windows;

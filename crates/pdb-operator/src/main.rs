@@ -4,7 +4,7 @@
 use std::io::Read as _;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
 /// Writes PodDisruptionBudgets for Deployments, StatefulSets, LeaderWorkerSets and Kubernetes 1.37
@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the controllers against the cluster in the current kubeconfig / service account.
-    Run,
+    Run(RunArgs),
     /// Print the PDBPolicy and ClusterPDBPolicy CustomResourceDefinitions as YAML.
     Crd,
     /// Show, without a cluster, which PDB each workload in a YAML file would get and why.
@@ -55,6 +55,96 @@ placed in `default`. Nothing is sent to a cluster."
         #[arg(short, long, default_value = "default")]
         namespace: String,
     },
+}
+
+/// Flags of `pdb-operator run`.
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Campaign for Lease d6525091.pdboperator.io before running the controllers
+    /// (default: on inside a cluster, off elsewhere).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: Option<bool>,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else pdb-operator-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "pdb-operator-system")]
+    leader_election_namespace: String,
+    /// Address for /healthz and /readyz (`0` turns it off).
+    #[arg(long, default_value = ":8081")]
+    health_probe_bind_address: String,
+    /// Address for /metrics (`0` = served on the health address).
+    #[arg(long, default_value = "0")]
+    metrics_bind_address: String,
+    /// Watch only this namespace (workloads, pods, PDBs, PDBPolicies); empty = all namespaces.
+    #[arg(long, alias = "namespace", default_value = "")]
+    watch_namespace: String,
+    /// Let namespaced PDBPolicies without `namespaces` reach every namespace (reference semantics).
+    #[arg(long)]
+    legacy_cross_namespace_policies: bool,
+    /// How often to look for the Workload API and the LeaderWorkerSet CRD, in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    discovery_interval: u64,
+    /// Reconciles running at once per controller.
+    #[arg(long, default_value_t = 5)]
+    max_concurrent_reconciles: u16,
+}
+
+/// `:8081` → 0.0.0.0:8081; `0` → off.
+fn bind_address(flag: &str, value: &str) -> Result<Option<std::net::SocketAddr>> {
+    if value == "0" || value.is_empty() {
+        return Ok(None);
+    }
+    let full = if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_string()
+    };
+    full.parse().map(Some).with_context(|| {
+        format!("--{flag} {value:?} is not an address; use :8081, 127.0.0.1:8081 or 0 to turn it off")
+    })
+}
+
+async fn run_operator(args: RunArgs) -> Result<()> {
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let scope = if args.watch_namespace.is_empty() {
+        pdb_operator::controller::Scope::AllNamespaces
+    } else {
+        pdb_operator::controller::Scope::Namespace(args.watch_namespace.clone())
+    };
+    let opts = pdb_operator::runtime::RunOptions {
+        scope,
+        leader_elect: args.leader_elect.unwrap_or(in_cluster),
+        lease_namespace: args.leader_election_namespace,
+        identity: std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("pdb-operator-{}", std::process::id())),
+        health_addr: bind_address("health-probe-bind-address", &args.health_probe_bind_address)?,
+        metrics_addr: bind_address("metrics-bind-address", &args.metrics_bind_address)?,
+        legacy_cross_namespace: args.legacy_cross_namespace_policies,
+        discovery_interval: std::time::Duration::from_secs(args.discovery_interval.max(1)),
+        max_concurrent_reconciles: args.max_concurrent_reconciles.max(1),
+    };
+    let client = client().await?;
+    tokio::select! {
+        r = pdb_operator::runtime::run(client, opts) => r.map_err(Into::into),
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; stopping");
+            Ok(())
+        }
+    }
+}
+
+/// A client from the kubeconfig / in-cluster config, without kube's silent 429 retries.
+async fn client() -> Result<kube::Client> {
+    let mut config = kube::Config::infer().await.context(
+        "no Kubernetes configuration found; set KUBECONFIG or run inside a cluster",
+    )?;
+    config.default_retry = false;
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }
 
 fn read_input(path: &PathBuf) -> Result<String> {
@@ -101,13 +191,24 @@ fn run(cli: Cli) -> Result<()> {
             print!("{report}");
             Ok(())
         }
-        Command::Run => bail!(
-            "`pdb-operator run` is not yet implemented in this build: the controllers are not wired to a cluster yet. \
-Use `pdb-operator plan -f objects.yaml` to see the PDBs they would write."
-        ),
-        Command::Explain { target, namespace } => bail!(
-            "`pdb-operator explain {target} -n {namespace}` needs the live controller, which is not yet implemented in this build. \
-Export the objects (kubectl get -o yaml) and run `pdb-operator plan -f` on them instead."
-        ),
+        Command::Run(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info,kube=warn".into()),
+                )
+                .init();
+            runtime()?.block_on(run_operator(args))
+        }
+        Command::Explain { target, namespace } => {
+            let report = runtime()?.block_on(async {
+                let client = client().await?;
+                pdb_operator::explain::explain(client, &target, &namespace)
+                    .await
+                    .map_err(anyhow::Error::from)
+            })?;
+            print!("{report}");
+            Ok(())
+        }
     }
 }

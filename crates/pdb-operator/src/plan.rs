@@ -132,7 +132,9 @@ fn table(out: &mut String, steps: &[Step]) {
     }
 }
 
-fn outcome(out: &mut String, d: &Decision) {
+/// Renders a decision: the steps table, the PDB (or why there is none) and its events.
+/// Shared with the live `explain`.
+pub fn render_decision(out: &mut String, d: &Decision) {
     match d {
         Decision::Apply(p) => {
             table(out, &p.steps);
@@ -244,7 +246,7 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             v.meta.name,
             v.replicas.unwrap_or(1)
         );
-        outcome(&mut out, &desired_pdb_for_workload(&v, &policies, now));
+        render_decision(&mut out, &desired_pdb_for_workload(&v, &policies, now));
     }
     for (index, lws) in &o.leader_worker_sets {
         let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
@@ -276,7 +278,7 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             view.replicas.unwrap_or(1),
             view.size.unwrap_or(1)
         );
-        outcome(
+        render_decision(
             &mut out,
             &desired_pdb_for_leader_worker_set(&view, &policies, now),
         );
@@ -313,7 +315,7 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             groups.len(),
             pods.len()
         );
-        outcome(
+        render_decision(
             &mut out,
             &desired_pdb_for_gang(&view, &groups, &pods, &policies, now),
         );

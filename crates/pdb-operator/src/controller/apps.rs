@@ -1,0 +1,195 @@
+//! Controllers for `apps/v1` Deployments and StatefulSets.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+
+use super::carry_out::{Subject, carry_out};
+use super::{Context, DEBOUNCE, Error, error_policy, reference_of, strip_legacy_finalizer, timed};
+use crate::desired::{Policies, WorkloadKind, WorkloadView, desired_pdb_for_workload};
+use crate::pdb::pdb_selects;
+
+/// Inputs and the decision for one Deployment or StatefulSet (also used by `explain`).
+pub fn decide(
+    view: &WorkloadView,
+    ctx_policies: &(Vec<crate::crd::PDBPolicy>, Vec<crate::crd::ClusterPDBPolicy>),
+    legacy: bool,
+) -> crate::desired::Decision {
+    let policies = Policies {
+        namespaced: &ctx_policies.0,
+        cluster: &ctx_policies.1,
+        legacy_cross_namespace: legacy,
+    };
+    desired_pdb_for_workload(view, &policies, Timestamp::now())
+}
+
+async fn reconcile_view<K>(
+    api: Api<K>,
+    obj: &K,
+    view: WorkloadView,
+    ctx: &Context,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    strip_legacy_finalizer(&api, obj.meta()).await?;
+    let decision = decide(&view, &ctx.policies(), ctx.legacy_cross_namespace);
+    let subject = Subject {
+        kind: view.kind,
+        namespace: view.meta.namespace.clone(),
+        name: view.meta.name.clone(),
+        uid: view.uid.clone(),
+        reference: reference_of(obj),
+        pod_labels: vec![view.pod_labels.clone()],
+    };
+    carry_out(ctx, &subject, decision).await
+}
+
+async fn reconcile_deployment(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    timed(&ctx, WorkloadKind::Deployment, async {
+        let view = WorkloadView::from_deployment(&d)?;
+        let api = Api::namespaced(ctx.client.clone(), &view.meta.namespace);
+        reconcile_view(api, d.as_ref(), view, &ctx).await
+    })
+    .await
+}
+
+async fn reconcile_stateful_set(s: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    timed(&ctx, WorkloadKind::StatefulSet, async {
+        let view = WorkloadView::from_stateful_set(&s)?;
+        let api = Api::namespaced(ctx.client.clone(), &view.meta.namespace);
+        reconcile_view(api, s.as_ref(), view, &ctx).await
+    })
+    .await
+}
+
+/// PDB → workloads to look at again: its controller owner when it has one of kind `kind`,
+/// otherwise every workload in its namespace whose pods it selects (a user's PDB appearing or
+/// disappearing changes their decision).
+pub fn pdb_mapper<K>(
+    kind: &'static str,
+    store: Store<K>,
+    pod_labels: fn(&K) -> std::collections::BTreeMap<String, String>,
+) -> impl Fn(PodDisruptionBudget) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    move |pdb| {
+        let ns = pdb.namespace();
+        if let Some(owner) = pdb
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == kind)
+        {
+            let mut r = ObjectRef::new(&owner.name);
+            if let Some(ns) = &ns {
+                r = r.within(ns);
+            }
+            return vec![r];
+        }
+        store
+            .state()
+            .iter()
+            .filter(|w| w.namespace() == ns && pdb_selects(&pdb, &pod_labels(w)))
+            .map(|w| ObjectRef::from_obj(w.as_ref()))
+            .collect()
+    }
+}
+
+fn deployment_pod_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
+    d.spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default()
+}
+
+fn stateful_set_pod_labels(s: &StatefulSet) -> std::collections::BTreeMap<String, String> {
+    s.spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default()
+}
+
+pub(crate) fn drain_controller<S, T, E>(name: &'static str, stream: S) -> impl std::future::Future<Output = ()>
+where
+    S: Stream<Item = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    stream.for_each(move |r| async move {
+        if let Err(e) = r {
+            tracing::debug!(controller = name, error = %e, "controller event");
+        }
+    })
+}
+
+/// Runs the Deployment controller until `policy_changes` ends or the task is aborted.
+pub async fn run_deployments(
+    ctx: Arc<Context>,
+    policy_changes: impl Stream<Item = ()> + Send + 'static,
+    concurrency: u16,
+) {
+    let api: Api<Deployment> = ctx.scope.api(&ctx.client);
+    let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
+    let ctrl = Controller::new(api, watcher::Config::default());
+    let store = ctrl.store();
+    let stream = ctrl
+        .watches(
+            pdbs,
+            watcher::Config::default(),
+            pdb_mapper("Deployment", store, deployment_pod_labels),
+        )
+        .reconcile_all_on(policy_changes)
+        .with_config(
+            ControllerConfig::default()
+                .debounce(DEBOUNCE)
+                .concurrency(concurrency),
+        )
+        .run(
+            reconcile_deployment,
+            error_policy(WorkloadKind::Deployment),
+            ctx,
+        );
+    drain_controller("deployment-pdb", stream).await;
+}
+
+/// Runs the StatefulSet controller until `policy_changes` ends or the task is aborted.
+pub async fn run_stateful_sets(
+    ctx: Arc<Context>,
+    policy_changes: impl Stream<Item = ()> + Send + 'static,
+    concurrency: u16,
+) {
+    let api: Api<StatefulSet> = ctx.scope.api(&ctx.client);
+    let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
+    let ctrl = Controller::new(api, watcher::Config::default());
+    let store = ctrl.store();
+    let stream = ctrl
+        .watches(
+            pdbs,
+            watcher::Config::default(),
+            pdb_mapper("StatefulSet", store, stateful_set_pod_labels),
+        )
+        .reconcile_all_on(policy_changes)
+        .with_config(
+            ControllerConfig::default()
+                .debounce(DEBOUNCE)
+                .concurrency(concurrency),
+        )
+        .run(
+            reconcile_stateful_set,
+            error_policy(WorkloadKind::StatefulSet),
+            ctx,
+        );
+    drain_controller("statefulset-pdb", stream).await;
+}
+

@@ -1,0 +1,235 @@
+//! The live half of the operator: kube Controllers that gather inputs, ask the pure
+//! [`crate::desired`] functions for a [`crate::desired::Decision`] and carry it out
+//! (server-side apply, delete, events, metrics, policy status).
+
+pub mod apps;
+pub mod carry_out;
+pub mod discovery;
+pub mod gang;
+pub mod outcomes;
+pub mod policies;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource};
+use k8s_openapi::api::core::v1::ObjectReference;
+use serde::de::DeserializeOwned;
+
+use crate::crd::{ClusterPDBPolicy, PDBPolicy};
+use crate::desired::{RETRY_AFTER, ViewError, WorkloadKind};
+use crate::enforcement::{EventNote, EventType};
+use crate::metrics::Metrics;
+use crate::names::keys;
+use outcomes::Outcomes;
+
+/// Which namespaces the operator watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    AllNamespaces,
+    /// `--watch-namespace`: workloads, pods, PDBs and PDBPolicies of one namespace only.
+    Namespace(String),
+}
+
+impl Scope {
+    /// A namespaced `Api` of the scope (all namespaces or the watched one).
+    pub fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match self {
+            Self::AllNamespaces => Api::all(client.clone()),
+            Self::Namespace(ns) => Api::namespaced(client.clone(), ns),
+        }
+    }
+
+    /// Whether a ClusterPDBPolicy's status is ours to write: always when watching everything,
+    /// else only when the policy is limited to exactly the watched namespace (several
+    /// namespace-scoped operators must not overwrite each other's view).
+    pub fn writes_cluster_policy_status(&self, p: &ClusterPDBPolicy) -> bool {
+        match self {
+            Self::AllNamespaces => true,
+            Self::Namespace(ns) => p.spec.0.workload_selector.namespaces == [ns.clone()],
+        }
+    }
+}
+
+/// Errors a reconcile can end with; they are counted and retried after 30 s.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    View(#[from] ViewError),
+}
+
+impl Error {
+    /// `error_type` label: the API status reason (`conflict`, `forbidden`, ...).
+    pub fn metric_label(&self) -> String {
+        match self {
+            Self::Kube(kube::Error::Api(s)) if !s.reason.is_empty() => s.reason.to_lowercase(),
+            Self::Kube(kube::Error::Api(s)) => format!("http_{}", s.code),
+            Self::Kube(_) => "transport".into(),
+            Self::View(_) => "invalid_object".into(),
+        }
+    }
+}
+
+/// Shared state of every controller.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub outcomes: Arc<Outcomes>,
+    pub scope: Scope,
+    pub legacy_cross_namespace: bool,
+    pub namespaced_policies: Store<PDBPolicy>,
+    pub cluster_policies: Store<ClusterPDBPolicy>,
+    /// Wakes the policy status writer.
+    pub status_changed: Arc<tokio::sync::Notify>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        scope: Scope,
+        legacy_cross_namespace: bool,
+        stores: (Store<PDBPolicy>, Store<ClusterPDBPolicy>),
+    ) -> Self {
+        let reporter = Reporter {
+            controller: keys::OPERATOR_NAME.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            outcomes: Arc::default(),
+            scope,
+            legacy_cross_namespace,
+            namespaced_policies: stores.0,
+            cluster_policies: stores.1,
+            status_changed: Arc::default(),
+        }
+    }
+
+    /// Current policies (copies out of the reflector stores).
+    pub fn policies(&self) -> (Vec<PDBPolicy>, Vec<ClusterPDBPolicy>) {
+        let ns = self
+            .namespaced_policies
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
+        let cl = self
+            .cluster_policies
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
+        (ns, cl)
+    }
+
+    /// Posts one event on `regarding` (events.k8s.io/v1, action = reason). A failed post is
+    /// logged, never fatal: the decision has been carried out already.
+    pub async fn publish(&self, regarding: &ObjectReference, note: &EventNote) {
+        let ev = Event {
+            type_: match note.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: note.reason.into(),
+            note: Some(truncate(&note.message, 1000)),
+            action: note.reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, regarding).await {
+            tracing::warn!(reason = note.reason, error = %e, "posting event failed");
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Object reference for events about `obj`.
+pub fn reference_of<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
+    obj.object_ref(&())
+}
+
+/// Counts a failed reconcile and retries it after 30 s.
+pub fn error_policy<K>(kind: WorkloadKind) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
+    move |_obj, err, ctx| {
+        tracing::warn!(controller = kind.controller_name(), error = %err, "reconcile failed");
+        ctx.metrics
+            .reconcile_errors
+            .get_or_create(&vec![
+                ("controller", kind.controller_name().to_string()),
+                ("error_type", err.metric_label()),
+            ])
+            .inc();
+        Action::requeue(RETRY_AFTER)
+    }
+}
+
+/// Times a reconcile into `pdb_operator_reconciliation_duration_seconds`.
+pub async fn timed<F>(ctx: &Context, kind: WorkloadKind, fut: F) -> Result<Action, Error>
+where
+    F: std::future::Future<Output = Result<Action, Error>>,
+{
+    let start = Instant::now();
+    ctx.metrics.reconcile_queue_length.inc();
+    let out = fut.await;
+    ctx.metrics.reconcile_queue_length.dec();
+    let result = if out.is_ok() { "success" } else { "error" };
+    ctx.metrics
+        .reconcile_duration
+        .get_or_create(&vec![
+            ("controller", kind.controller_name().to_string()),
+            ("result", result.to_string()),
+        ])
+        .observe(start.elapsed().as_secs_f64());
+    out
+}
+
+/// Strips the reference operator's legacy finalizer from a workload, if present.
+pub async fn strip_legacy_finalizer<K>(api: &Api<K>, meta: &kube::api::ObjectMeta) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let Some(kept) = meta
+        .finalizers
+        .as_deref()
+        .and_then(crate::pdb::without_legacy_finalizers)
+    else {
+        return Ok(());
+    };
+    let name = meta.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": kept, "resourceVersion": meta.resource_version}
+    });
+    api.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    tracing::info!(workload = %name, "removed the reference operator's legacy finalizer");
+    Ok(())
+}
+
+/// Default debounce between a burst of changes and the reconcile.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
