@@ -121,7 +121,10 @@ pub fn parse_rendered(
     if json {
         serde_json::from_str(text).map_err(|e| parse_error(Some(e.line()), e.to_string()))
     } else {
-        serde_saphyr::from_str::<Value>(text).map_err(|e| parse_error(None, e.to_string()))
+        serde_saphyr::from_str::<Value>(text).map_err(|e| {
+            let line = e.location().and_then(|l| usize::try_from(l.line()).ok());
+            parse_error(line, e.to_string())
+        })
     }
 }
 
@@ -281,6 +284,17 @@ mod tests {
         let out = render_operator_spec(&SpecRenderer::new(), "t", &spec, &json!({"replicas": 2}))
             .unwrap();
         assert_eq!(out, json!({"spec": {"a": 2, "b": 2}}));
+    }
+
+    #[test]
+    fn yaml_that_does_not_parse_after_rendering_names_the_line() {
+        let spec = OperatorSpec::File {
+            path: PathBuf::from("/etc/orb/ml.yaml"),
+            text: "spec:\n  a: 1\n  b: [unclosed\n".into(),
+        };
+        let err = render_operator_spec(&SpecRenderer::new(), "ml", &spec, &json!({})).unwrap_err();
+        assert!(matches!(err, NativeSpecError::Parse { line: Some(_), .. }), "{err}");
+        assert!(err.to_string().contains("/etc/orb/ml.yaml"), "{err}");
     }
 
     #[test]
