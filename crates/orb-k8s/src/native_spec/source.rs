@@ -293,7 +293,10 @@ mod tests {
             text: "spec:\n  a: 1\n  b: [unclosed\n".into(),
         };
         let err = render_operator_spec(&SpecRenderer::new(), "ml", &spec, &json!({})).unwrap_err();
-        assert!(matches!(err, NativeSpecError::Parse { line: Some(_), .. }), "{err}");
+        assert!(
+            matches!(err, NativeSpecError::Parse { line: Some(_), .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("/etc/orb/ml.yaml"), "{err}");
     }
 
