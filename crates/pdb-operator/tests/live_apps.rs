@@ -17,6 +17,12 @@ use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
 use serde_json::{Value, json};
 
 fn deployment(name: &str, replicas: i32, labels: Value, annotations: Value) -> Deployment {
+    gated_deployment(name, replicas, labels, annotations, false)
+}
+
+/// With `gated`, pods start behind [`HOLD_GATE`] (see there why).
+fn gated_deployment(name: &str, replicas: i32, labels: Value, annotations: Value, gated: bool) -> Deployment {
+    let gates = if gated { json!([{"name": HOLD_GATE}]) } else { json!([]) };
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "spec": {
@@ -24,7 +30,8 @@ fn deployment(name: &str, replicas: i32, labels: Value, annotations: Value) -> D
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
+                "spec": {"schedulingGates": gates,
+                         "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
             }
         }
     }))
@@ -138,15 +145,15 @@ async fn evictions_are_allowed_or_refused_exactly_as_the_budget_says() {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
     let standard = json!({"pdboperator.io/availability-class": "standard"});
     deployments
-        .create(&PostParams::default(), &deployment("web", 4, json!({}), standard))
+        .create(&PostParams::default(), &gated_deployment("web", 4, json!({}), standard, true))
         .await
         .unwrap();
-    let ready = wait_ready_pods(&pods, "app=web", 4).await;
+    let ready = ungate_and_wait_ready(&pods, "app=web", 4).await;
     // standard on 4 pods: minAvailable "50%" = ceil(2.0) = 2 → 2 evictions allowed.
     wait_pdb(&pdbs, "web-pdb", "50%", |p| min_available(p) == Some(json!("50%"))).await;
     wait_disruptions(&pdbs, "web-pdb", 4, 2).await;
     let names: Vec<String> = ready.iter().map(|p| p.name_any()).collect();
-    // Back to back, before the replacement pods become Ready.
+    // Replacement pods stay gated (Pending), so they never count as healthy.
     let first = evict(&pods, &names[0]).await;
     let second = evict(&pods, &names[1]).await;
     let third = evict(&pods, &names[2]).await;
@@ -171,11 +178,12 @@ async fn statefulset_of_three_high_availability_allows_exactly_one_eviction() {
         "spec": {"replicas": 3, "serviceName": "redis", "podManagementPolicy": "Parallel",
                  "selector": {"matchLabels": {"app": "redis"}},
                  "template": {"metadata": {"labels": {"app": "redis"}},
-                              "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}
+                              "spec": {"schedulingGates": [{"name": HOLD_GATE}],
+                                       "containers": [{"name": "c", "image": "busybox:1.36"}]}}}
     }))
     .unwrap();
     sets.create(&PostParams::default(), &sts).await.unwrap();
-    wait_ready_pods(&pods, "app=redis", 3).await;
+    ungate_and_wait_ready(&pods, "app=redis", 3).await;
     // Scenario 34 (corrected): ceil(75% × 3) = 3 ≥ 3 → clamped to 2 → one eviction allowed.
     let pdb = wait_pdb(&pdbs, "redis-pdb", "minAvailable 2", |p| {
         min_available(p) == Some(json!(2))

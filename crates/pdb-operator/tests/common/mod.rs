@@ -211,6 +211,52 @@ pub async fn wait_ready_pods(pods: &Api<Pod>, selector: &str, n: usize) -> Vec<P
     .await
 }
 
+/// Scheduling gate on test pods whose replacements must stay Pending: a Deployment or
+/// StatefulSet replaces an evicted pod at once, and on this cluster the replacement would be Ready
+/// (and count as healthy again) within milliseconds. Tests lift the gate from the original pods
+/// only, so the budget arithmetic after an eviction is deterministic.
+pub const HOLD_GATE: &str = "pdb-operator.test/hold";
+
+/// Removes the scheduling gates of every pod matching `selector` that still has one.
+pub async fn ungate(pods: &Api<Pod>, selector: &str) {
+    let list = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .expect("list pods");
+    for p in list.items {
+        let gated = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if gated {
+            pods.patch(
+                &p.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"schedulingGates": null}})),
+            )
+            .await
+            .expect("lift scheduling gate");
+        }
+    }
+}
+
+/// Waits until `n` pods matching `selector` exist, then lifts their gates and waits for them to be Ready.
+pub async fn ungate_and_wait_ready(pods: &Api<Pod>, selector: &str, n: usize) -> Vec<Pod> {
+    wait_for(&format!("{n} pods {selector} created"), WAIT, || async {
+        let c = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect("list pods")
+            .items
+            .len();
+        if c == n { Check::Done(()) } else { Check::NotYet(format!("{c} pods")) }
+    })
+    .await;
+    ungate(pods, selector).await;
+    wait_ready_pods(pods, selector, n).await
+}
+
 /// Evicts `pod`: Ok(()) when allowed, Err(HTTP code and message) when refused.
 pub async fn evict(pods: &Api<Pod>, pod: &str) -> Result<(), (u16, String)> {
     match pods.evict(pod, &EvictParams::default()).await {
