@@ -10,7 +10,9 @@ use serde_json::{Map, Value, json};
 
 use super::{NativeSpecError, NativeSpecInput};
 use crate::config::{PodPlacement, apply_pod_defaults};
-use crate::labels::{LabelKeys, OrbLabelValues, merge_labels, orb_labels};
+use crate::labels::{
+    LabelKeys, OrbLabelValues, merge_labels, orb_labels, validate_template_labels,
+};
 use crate::naming::ResourceKind;
 
 /// Name of orb's container in the default templates (and of the typed builder's).
@@ -174,6 +176,15 @@ pub fn build_context(
     let api = identity.api;
     let mut template_labels = t.tags.clone();
     template_labels.extend(t.labels.clone());
+    if let Some(error) = validate_template_labels(&template_labels)
+        .into_iter()
+        .next()
+    {
+        return Err(NativeSpecError::Label {
+            template_id: t.template_id.clone(),
+            source: Box::new(error),
+        });
+    }
     let labels = merge_labels(
         &input.config.label_prefix,
         &template_labels,

@@ -394,6 +394,14 @@ fn template_ids_that_are_not_label_values_are_refused() {
 }
 
 #[test]
+fn template_labels_that_kubernetes_would_refuse_are_refused_first() {
+    let mut template = plain_template(json!({}));
+    template.labels.insert("team".into(), "has space".into());
+    let err = render(&template, ResourceKind::Deployment).unwrap_err();
+    assert!(err.to_string().contains("has space"), "{err}");
+}
+
+#[test]
 fn sources_load_once_and_render_per_pod() {
     let template = plain_template(json!({"spec": {"hostname": "{{ name }}"}}));
     let cfg = K8sProviderConfig::default();
