@@ -201,6 +201,8 @@ fn run(cli: Cli) -> Result<()> {
             runtime()?.block_on(run_operator(args))
         }
         Command::Explain { target, namespace } => {
+            // Bad input is refused before any cluster is contacted.
+            pdb_operator::explain::parse_target(&target)?;
             let report = runtime()?.block_on(async {
                 let client = client().await?;
                 pdb_operator::explain::explain(client, &target, &namespace)

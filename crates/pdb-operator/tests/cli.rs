@@ -37,15 +37,30 @@ fn crd_prints_both_kinds() {
 }
 
 #[test]
-fn run_is_a_clear_not_yet_error() {
-    let out = bin().arg("run").output().unwrap();
+fn run_refuses_a_bad_bind_address_before_touching_a_cluster() {
+    let out = bin()
+        .args(["run", "--health-probe-bind-address", "localhost-8081"])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
-        err.starts_with("error: `pdb-operator run` is not yet implemented in this build"),
+        err.contains("--health-probe-bind-address \"localhost-8081\" is not an address; use :8081"),
         "{err}"
     );
-    assert_eq!(err.lines().count(), 1, "one readable line: {err}");
+}
+
+#[test]
+fn explain_rejects_a_target_without_kind() {
+    let out = bin()
+        .args(["explain", "trainer", "-n", "default"])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("is not <kind>/<name>"), "{err}");
 }
 
 #[test]

@@ -1,0 +1,343 @@
+//! The operator against the real local control plane (Kubernetes 1.37, GenericWorkload on):
+//! Workload API gangs — seed 003's worked example with real evictions, deferral, the rows of the
+//! declared-shape table — and LeaderWorkerSets.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kube_fixture::{Check, TestCluster, wait_for};
+use pdb_operator::crd::PDBPolicy;
+use serde_json::{Value, json};
+
+async fn create_workload(client: &Client, ns: &str, name: &str, labels: Value, templates: Value) {
+    let api: Api<Workload> = Api::namespaced(client.clone(), ns);
+    let w: Workload = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"podGroupTemplates": templates}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &w)
+        .await
+        .unwrap_or_else(|e| panic!("create Workload {name}: {e}"));
+}
+
+fn gang_template(name: &str, min_count: i32, mode: &str) -> Value {
+    json!({"name": name, "schedulingPolicy": {"gang": {"minCount": min_count}},
+           "disruptionMode": {mode: {}}})
+}
+
+async fn create_pod_group(client: &Client, ns: &str, workload: &str, template: &str, name: &str, min_count: i32, mode: &str) {
+    let api: Api<PodGroup> = Api::namespaced(client.clone(), ns);
+    let g: PodGroup = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"workloadRef": {"workloadName": workload, "templateName": template},
+                 "schedulingPolicy": {"gang": {"minCount": min_count}},
+                 "disruptionMode": {mode: {}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &g)
+        .await
+        .unwrap_or_else(|e| panic!("create PodGroup {name}: {e}"));
+}
+
+/// A pod of `group` (through spec.schedulingGroup.podGroupName) with `labels`.
+async fn create_pod(client: &Client, ns: &str, name: &str, group: Option<&str>, labels: Value) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut spec = json!({"containers": [{"name": "c", "image": "busybox:1.36"}]});
+    if let Some(g) = group {
+        spec["schedulingGroup"] = json!({"podGroupName": g});
+    }
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("create Pod {name}: {e}"));
+}
+
+/// `groups` PodGroups `<w>-<template>-<i>` with `per_group` pods each, labelled `app=<app>`.
+async fn create_gang(client: &Client, ns: &str, w: &str, app: &str, groups: usize, per_group: usize, min_count: i32, mode: &str) {
+    for g in 0..groups {
+        create_pod_group(client, ns, w, "workers", &format!("{w}-workers-{g}"), min_count, mode).await;
+    }
+    for g in 0..groups {
+        for i in 0..per_group {
+            let role = if i == 0 { "leader" } else { "worker" };
+            create_pod(
+                client,
+                ns,
+                &format!("{w}-{g}-{i}"),
+                Some(&format!("{w}-workers-{g}")),
+                json!({"app": app, "role": role}),
+            )
+            .await;
+        }
+    }
+}
+
+async fn strict_policy(client: &Client, ns: &str, name: &str, class: &str, app: &str) {
+    let api: Api<PDBPolicy> = Api::namespaced(client.clone(), ns);
+    let p: PDBPolicy = serde_json::from_value(json!({
+        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
+        "metadata": {"name": name},
+        "spec": {"availabilityClass": class, "enforcement": "strict",
+                 "workloadSelector": {"matchLabels": {"app": app}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &p).await.unwrap();
+}
+
+#[tokio::test]
+async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-seed").await;
+    let c = &cluster.client;
+    let _op = start_operator(&cluster, ns.name());
+    let pods: Api<Pod> = Api::namespaced(c.clone(), ns.name());
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns.name());
+    strict_policy(c, ns.name(), "training-critical", "mission-critical", "trainer").await;
+    create_workload(c, ns.name(), "trainer", json!({"app": "trainer"}), json!([gang_template("workers", 2, "all")])).await;
+    create_gang(c, ns.name(), "trainer", "trainer", 4, 2, 2, "all").await;
+    wait_ready_pods(&pods, "app=trainer", 8).await;
+
+    // Scenario 46: ceil(0.9 × 4) = 4 → clamped to 3 groups → minAvailable 3 × 2 = 6.
+    let pdb = wait_pdb(&pdbs, "trainer-pdb", "minAvailable 6", |p| min_available(p) == Some(json!(6))).await;
+    assert_eq!(
+        serde_json::to_value(&pdb.spec.as_ref().unwrap().selector).unwrap(),
+        json!({"matchLabels": {"app": "trainer"}}),
+        "selector derived from the labels every member shares (role differs)"
+    );
+    let owner = &pdb.owner_references()[0];
+    assert_eq!((owner.api_version.as_str(), owner.kind.as_str()), ("scheduling.k8s.io/v1beta1", "Workload"));
+    let w: Workload = Api::namespaced(c.clone(), ns.name()).get("trainer").await.unwrap();
+    assert!(w.finalizers().is_empty(), "no finalizer on the Workload: {:?}", w.finalizers());
+    wait_disruptions(&pdbs, "trainer-pdb", 8, 2).await;
+
+    // Scenario 56: both pods of group 0 are evictable; the first of group 1 is refused.
+    assert_eq!(evict(&pods, "trainer-0-0").await, Ok(()));
+    assert_eq!(evict(&pods, "trainer-0-1").await, Ok(()));
+    let (code, message) = evict(&pods, "trainer-1-0").await.expect_err("group 1 must be protected");
+    assert_eq!(code, 429, "{message}");
+    assert!(message.contains("disruption budget"), "{message}");
+
+    // `explain` prints the seed's arithmetic for the live objects.
+    let out = assert_cmd::Command::cargo_bin("pdb-operator")
+        .unwrap()
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .args(["explain", "workload/trainer", "-n", ns.name()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("| ceil(90% × 4 groups)  | 4"), "{text}");
+    assert!(text.contains("| clamped to groups - 1 | 3"), "{text}");
+    assert!(text.contains("=> PodDisruptionBudget trainer-pdb: minAvailable: 6"), "{text}");
+    assert!(text.contains("In the cluster: PodDisruptionBudget trainer-pdb"), "{text}");
+
+    // The first group comes back → one group's worth of evictions is allowed again.
+    wait_for("evicted pods gone", WAIT, || async {
+        let left = pods.list(&Default::default()).await.unwrap().items.iter()
+            .filter(|p| p.name_any().starts_with("trainer-0-")).count();
+        if left == 0 { Check::Done(()) } else { Check::NotYet(format!("{left} left")) }
+    })
+    .await;
+    for i in 0..2 {
+        let role = if i == 0 { "leader" } else { "worker" };
+        create_pod(c, ns.name(), &format!("trainer-0-{i}"), Some("trainer-workers-0"), json!({"app": "trainer", "role": role})).await;
+    }
+    wait_ready_pods(&pods, "app=trainer", 8).await;
+    wait_disruptions(&pdbs, "trainer-pdb", 8, 2).await;
+    assert_eq!(evict(&pods, "trainer-1-0").await, Ok(()), "allowed once group 0 is back");
+}
+
+#[tokio::test]
+async fn workload_before_its_pods_is_deferred_then_protected() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-defer").await;
+    let c = &cluster.client;
+    let _op = start_operator(&cluster, ns.name());
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns.name());
+    strict_policy(c, ns.name(), "train", "mission-critical", "job").await;
+    create_workload(c, ns.name(), "job", json!({"app": "job"}), json!([gang_template("workers", 2, "all")])).await;
+    for g in 0..4 {
+        create_pod_group(c, ns.name(), "job", "workers", &format!("job-workers-{g}"), 2, "all").await;
+    }
+    // Scenario 48 / W16.
+    let note = wait_event(c, ns.name(), "job", "WorkloadPDBDeferred").await;
+    assert!(note.contains("No pods for Workload job yet"), "{note}");
+    assert!(pdbs.get_opt("job-pdb").await.unwrap().is_none());
+    for g in 0..4 {
+        for i in 0..2 {
+            create_pod(c, ns.name(), &format!("job-{g}-{i}"), Some(&format!("job-workers-{g}")), json!({"app": "job"})).await;
+        }
+    }
+    wait_pdb(&pdbs, "job-pdb", "minAvailable 6 once pods exist", |p| min_available(p) == Some(json!(6))).await;
+}
+
+/// Rows of seed 003's shape table, each a Workload with its own label in one namespace.
+#[tokio::test]
+async fn declared_shapes_give_the_documented_budgets_or_events() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-shapes").await;
+    let c = &cluster.client;
+    let n = ns.name();
+    let _op = start_operator(&cluster, n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+
+    // Single all-mode group (W5): no PDB, WorkloadSkipped "restarts as a unit".
+    strict_policy(c, n, "p-solo", "mission-critical", "solo").await;
+    create_workload(c, n, "solo", json!({"app": "solo"}), json!([gang_template("workers", 4, "all")])).await;
+    create_gang(c, n, "solo", "solo", 1, 4, 4, "all").await;
+
+    // Single mode, one group 1 × 4, minCount 3, standard (W8): floored at minCount → 3.
+    strict_policy(c, n, "p-one", "standard", "one").await;
+    create_workload(c, n, "one", json!({"app": "one"}), json!([gang_template("workers", 3, "single")])).await;
+    create_gang(c, n, "one", "one", 1, 4, 3, "single").await;
+
+    // Single mode, several groups 2 × 4, minCount 2, standard (W12, corrected): 6.
+    strict_policy(c, n, "p-two", "standard", "two").await;
+    create_workload(c, n, "two", json!({"app": "two"}), json!([gang_template("workers", 2, "single")])).await;
+    create_gang(c, n, "two", "two", 2, 4, 2, "single").await;
+
+    // minCount covering every pod (W9): no PDB, WorkloadSkipped naming minCount 4.
+    strict_policy(c, n, "p-full", "non-critical", "full").await;
+    create_workload(c, n, "full", json!({"app": "full"}), json!([gang_template("workers", 4, "single")])).await;
+    create_gang(c, n, "full", "full", 1, 4, 4, "single").await;
+
+    // Two gang templates: WorkloadUnsupported.
+    strict_policy(c, n, "p-multi", "standard", "multi").await;
+    create_workload(
+        c,
+        n,
+        "multi",
+        json!({"app": "multi"}),
+        json!([gang_template("workers", 2, "all"), gang_template("ps", 1, "all")]),
+    )
+    .await;
+
+    // A stranger pod sharing the labels (W15): WorkloadSelectorUnresolvable.
+    strict_policy(c, n, "p-crowd", "mission-critical", "crowd").await;
+    create_workload(c, n, "crowd", json!({"app": "crowd"}), json!([gang_template("workers", 2, "all")])).await;
+    create_gang(c, n, "crowd", "crowd", 2, 2, 2, "all").await;
+    create_pod(c, n, "stranger", None, json!({"app": "crowd", "role": "worker"})).await;
+    create_pod(c, n, "stranger-2", None, json!({"app": "crowd", "role": "leader"})).await;
+
+    // Unconfigured Workload: only WorkloadUnmanaged.
+    create_workload(c, n, "plain", json!({"app": "plain"}), json!([gang_template("workers", 2, "all")])).await;
+
+    wait_pdb(&pdbs, "one-pdb", "minAvailable 3", |p| min_available(p) == Some(json!(3))).await;
+    wait_pdb(&pdbs, "two-pdb", "minAvailable 6", |p| min_available(p) == Some(json!(6))).await;
+    let solo = wait_event(c, n, "solo", "WorkloadSkipped").await;
+    assert!(solo.contains("restarts as a unit"), "{solo}");
+    let full = wait_event(c, n, "full", "WorkloadSkipped").await;
+    assert!(full.contains("minCount 4"), "{full}");
+    wait_event(c, n, "multi", "WorkloadUnsupported").await;
+    let crowd = wait_event(c, n, "crowd", "WorkloadSelectorUnresolvable").await;
+    assert!(crowd.contains("stranger"), "{crowd}");
+    wait_event(c, n, "plain", "WorkloadUnmanaged").await;
+    for name in ["solo-pdb", "full-pdb", "multi-pdb", "crowd-pdb", "plain-pdb"] {
+        assert!(pdbs.get_opt(name).await.unwrap().is_none(), "{name} must not exist");
+    }
+    // Scenario 53 (corrected): the stranger leaves → the selector is exact → PDB.
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    for s in ["stranger", "stranger-2"] {
+        pods.delete(s, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+            .await
+            .unwrap();
+    }
+    // 2 groups × 2 under mission-critical, all mode: ceil(1.8) = 2 → clamped to 1 group → 2.
+    wait_pdb(&pdbs, "crowd-pdb", "minAvailable 2 once the strangers left", |p| {
+        min_available(p) == Some(json!(2))
+    })
+    .await;
+}
+
+/// A minimal LeaderWorkerSet CRD: the upstream LWS controller is not available here, so the
+/// test installs only the API (idempotently, never deleted) and creates the pods the LWS
+/// controller would create, with its labels.
+fn lws_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "leaderworkersets.leaderworkerset.x-k8s.io"},
+        "spec": {
+            "group": "leaderworkerset.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"plural": "leaderworkersets", "singular": "leaderworkerset",
+                      "kind": "LeaderWorkerSet", "listKind": "LeaderWorkerSetList", "shortNames": ["lws"]},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {"type": "object",
+                              "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                                             "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn leader_worker_set_budget_is_whole_groups() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    install_crd(&cluster.client, &lws_crd()).await;
+    let ns = cluster.namespace("pdbop-lws").await;
+    let c = &cluster.client;
+    let n = ns.name();
+    let _op = start_operator(&cluster, n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "serving", "mission-critical", "vllm").await;
+    let ar = pdb_operator::controller::gang::lws_resource();
+    let lws_api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &ar);
+    let lws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm", "labels": {"app": "vllm"}},
+        "spec": {"replicas": 4, "leaderWorkerTemplate": {"size": 2}}
+    }))
+    .unwrap();
+    // Discovery may still be starting; the CRD was just installed.
+    let created = lws_api.create(&PostParams::default(), &lws).await.unwrap();
+    for g in 0..4 {
+        for w in 0..2 {
+            let gs = g.to_string();
+            let ws = w.to_string();
+            create_pod(
+                c,
+                n,
+                &format!("vllm-{g}-{w}"),
+                None,
+                json!({"leaderworkerset.sigs.k8s.io/name": "vllm",
+                       "leaderworkerset.sigs.k8s.io/group-index": gs,
+                       "leaderworkerset.sigs.k8s.io/worker-index": ws}),
+            )
+            .await;
+        }
+    }
+    wait_ready_pods(&pods, "leaderworkerset.sigs.k8s.io/name=vllm", 8).await;
+    // L8: "90%" over 4 groups of 2: ceil(3.6) = 4 → clamp 3 groups → 6; 2 evictions allowed.
+    let pdb = wait_pdb(&pdbs, "vllm-pdb", "minAvailable 6", |p| min_available(p) == Some(json!(6))).await;
+    assert_eq!(
+        serde_json::to_value(&pdb.spec.as_ref().unwrap().selector).unwrap(),
+        json!({"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}})
+    );
+    let owner = &pdb.owner_references()[0];
+    assert_eq!(
+        (owner.api_version.as_str(), owner.kind.as_str(), owner.uid.as_str()),
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", created.uid().unwrap().as_str())
+    );
+    wait_disruptions(&pdbs, "vllm-pdb", 8, 2).await;
+    assert_eq!(evict(&pods, "vllm-0-0").await, Ok(()));
+    assert_eq!(evict(&pods, "vllm-0-1").await, Ok(()));
+    let (code, message) = evict(&pods, "vllm-1-0").await.expect_err("second group protected");
+    assert_eq!(code, 429, "{message}");
+}
