@@ -11,8 +11,6 @@
 //!   controller replaces the pod, the host stays);
 //! - Failed → `failed`; Unknown → `unknown`.
 
-use std::collections::BTreeMap;
-
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use orb_core::machine::MachineStatus;
@@ -161,10 +159,10 @@ pub fn pod_machine_status(pod: &Pod, kind: ResourceKind) -> (MachineStatus, Opti
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("Pending");
-    if matches!(phase, "Pending" | "Running") {
-        if let Some(reason) = fatal_waiting(pod).or_else(|| crash_loop(pod)) {
-            return (MachineStatus::Failed, Some(reason));
-        }
+    if matches!(phase, "Pending" | "Running")
+        && let Some(reason) = fatal_waiting(pod).or_else(|| crash_loop(pod))
+    {
+        return (MachineStatus::Failed, Some(reason));
     }
     match phase {
         "Running" if condition_true(pod, "Ready") => (MachineStatus::Running, None),
@@ -209,7 +207,7 @@ pub fn observe_pod(pod: &Pod, kind: ResourceKind, resource_id: &str) -> MachineO
     observation.private_ip = pod_status.and_then(|s| s.pod_ip.clone());
     observation.launch_time = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
     observation.instance_type = Some(format!("k8s/{}", kind.as_str()));
-    observation.tags = pod.metadata.labels.clone().unwrap_or_else(BTreeMap::new);
+    observation.tags = pod.metadata.labels.clone().unwrap_or_default();
     observation.resource_id = Some(resource_id.to_string());
     observation.uid = pod.metadata.uid.clone();
     observation.provider_data = json!({

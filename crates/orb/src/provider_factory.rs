@@ -22,19 +22,38 @@ pub const KUBERNETES_TYPES: &[&str] = &["k8s", "kubernetes"];
 
 pub fn build_provider(
     entry: &ProviderEntry,
-    _context: &ProviderContext,
+    context: &ProviderContext,
 ) -> Result<Arc<dyn Provider>, ProviderError> {
     let kind = entry.provider_type.trim().to_ascii_lowercase();
     if KUBERNETES_TYPES.contains(&kind.as_str()) {
-        return Err(ProviderError::Misconfigured(format!(
-            "provider type '{}' is not available in this build yet (provider {:?})",
-            entry.provider_type, entry.name
-        )));
+        return build_kubernetes(entry, context);
     }
     Err(ProviderError::Misconfigured(format!(
         "provider {:?} has type {:?}, which orb does not know; use \"k8s\" (or \"kubernetes\")",
         entry.name, entry.provider_type
     )))
+}
+
+/// The Kubernetes provider: the entry's settings as the file layer, `ORB_K8S_*` from the
+/// process environment over them, every problem reported at once. The cluster is contacted
+/// on first use only.
+fn build_kubernetes(
+    entry: &ProviderEntry,
+    context: &ProviderContext,
+) -> Result<Arc<dyn Provider>, ProviderError> {
+    let label = context.config_dir.join("config.json");
+    let misconfigured = |problem: String| {
+        ProviderError::Misconfigured(format!("provider {:?}: {problem}", entry.name))
+    };
+    let file = orb_k8s::config::layer_from_config_value(&label, &entry.config)
+        .map_err(|e| misconfigured(e.to_string()))?;
+    let resolved = orb_k8s::config::ConfigLayers::from_process_env(Some(file))
+        .resolve(None)
+        .map_err(|e| misconfigured(e.to_string()))?;
+    for warning in &resolved.warnings {
+        eprintln!("WARNING: {warning}");
+    }
+    Ok(Arc::new(orb_k8s::K8sProvider::new(resolved)?))
 }
 
 #[cfg(test)]
@@ -60,15 +79,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_unknown_type_is_answered_clearly() {
+        let err = build_provider(&entry("aws"), &context()).err().unwrap();
+        assert!(err.to_string().contains("which orb does not know"), "{err}");
+    }
+
     #[rstest]
-    #[case(
-        "kubernetes",
-        "provider type 'kubernetes' is not available in this build yet"
-    )]
-    #[case("k8s", "provider type 'k8s' is not available in this build yet")]
-    #[case("aws", "which orb does not know")]
-    fn every_type_is_answered_clearly(#[case] kind: &str, #[case] needle: &str) {
-        let err = build_provider(&entry(kind), &context()).err().unwrap();
-        assert!(err.to_string().contains(needle), "{err}");
+    #[case("k8s")]
+    #[case("kubernetes")]
+    #[case(" Kubernetes ")]
+    fn both_kubernetes_type_names_build_the_kubernetes_provider(#[case] kind: &str) {
+        let mut e = entry(kind);
+        e.config = serde_json::json!({"namespace": "orb", "in_cluster": false, "kubeconfig_path": "/nonexistent/kubeconfig"});
+        let provider = build_provider(&e, &context()).expect("builds without contacting a cluster");
+        assert_eq!(provider.provider_type(), "k8s");
+    }
+
+    #[test]
+    fn a_bad_kubernetes_setting_is_reported_with_the_provider_name() {
+        let mut e = entry("k8s");
+        e.config = serde_json::json!({"namespace": "Not_A_Namespace", "naming": {"uuid_chars": 4}});
+        let err = build_provider(&e, &context()).err().unwrap();
+        let text = err.to_string();
+        assert!(matches!(err, ProviderError::Misconfigured(_)), "{text}");
+        assert!(
+            text.contains("provider \"p\"") && text.contains("uuid_chars"),
+            "{text}"
+        );
     }
 }

@@ -17,10 +17,10 @@ use crate::naming::{ControllerKind, ResourceKind, controller_name, pod_names};
 #[derive(Debug, Clone, PartialEq)]
 pub enum BuiltWorkload {
     Pods(Vec<Pod>),
-    Deployment(Deployment),
+    Deployment(Box<Deployment>),
     /// The set, and the headless Service that gives its pods DNS names.
-    StatefulSet(StatefulSet, Service),
-    Job(Job),
+    StatefulSet(Box<StatefulSet>, Box<Service>),
+    Job(Box<Job>),
 }
 
 impl BuiltWorkload {
@@ -41,13 +41,13 @@ pub fn build_workload(
 ) -> Result<BuiltWorkload, SpecError> {
     Ok(match kind {
         ResourceKind::Pod => BuiltWorkload::Pods(build_pods(inputs)?),
-        ResourceKind::Deployment => BuiltWorkload::Deployment(build_deployment(inputs)?),
+        ResourceKind::Deployment => BuiltWorkload::Deployment(Box::new(build_deployment(inputs)?)),
         ResourceKind::StatefulSet => {
             let set = build_statefulset(inputs)?;
             let service = build_headless_service(inputs, &set)?;
-            BuiltWorkload::StatefulSet(set, service)
+            BuiltWorkload::StatefulSet(Box::new(set), Box::new(service))
         }
-        ResourceKind::Job => BuiltWorkload::Job(build_job(inputs)?),
+        ResourceKind::Job => BuiltWorkload::Job(Box::new(build_job(inputs)?)),
     })
 }
 

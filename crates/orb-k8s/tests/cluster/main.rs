@@ -5,6 +5,7 @@
 
 mod common;
 mod controllers;
+mod end_to_end;
 mod job;
 mod lifecycle;
 mod pod;
