@@ -71,15 +71,21 @@ async fn get<K>(api: Api<K>, kind: &'static str, name: &str, ns: &str) -> Result
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    api.get_opt(name).await?.ok_or_else(|| ExplainError::NotFound {
-        kind,
-        name: name.to_string(),
-        namespace: ns.to_string(),
-    })
+    api.get_opt(name)
+        .await?
+        .ok_or_else(|| ExplainError::NotFound {
+            kind,
+            name: name.to_string(),
+            namespace: ns.to_string(),
+        })
 }
 
 /// Explains the live decision for `target` in `namespace`.
-pub async fn explain(client: Client, target: &str, namespace: &str) -> Result<String, ExplainError> {
+pub async fn explain(
+    client: Client,
+    target: &str,
+    namespace: &str,
+) -> Result<String, ExplainError> {
     let (kind, name) = parse_target(target)?;
     let policies = (
         Api::<PDBPolicy>::namespaced(client.clone(), namespace)
@@ -101,19 +107,40 @@ pub async fn explain(client: Client, target: &str, namespace: &str) -> Result<St
     );
     let decision = match kind {
         TargetKind::Deployment => {
-            let d: Deployment = get(Api::namespaced(client.clone(), namespace), "Deployment", &name, namespace).await?;
+            let d: Deployment = get(
+                Api::namespaced(client.clone(), namespace),
+                "Deployment",
+                &name,
+                namespace,
+            )
+            .await?;
             let v = WorkloadView::from_deployment(&d)?;
-            let _ = writeln!(out, "\nDeployment {namespace}/{name} (replicas {})", v.replicas.unwrap_or(1));
+            let _ = writeln!(
+                out,
+                "\nDeployment {namespace}/{name} (replicas {})",
+                v.replicas.unwrap_or(1)
+            );
             decide(&v, &policies, false)
         }
         TargetKind::StatefulSet => {
-            let s: StatefulSet = get(Api::namespaced(client.clone(), namespace), "StatefulSet", &name, namespace).await?;
+            let s: StatefulSet = get(
+                Api::namespaced(client.clone(), namespace),
+                "StatefulSet",
+                &name,
+                namespace,
+            )
+            .await?;
             let v = WorkloadView::from_stateful_set(&s)?;
-            let _ = writeln!(out, "\nStatefulSet {namespace}/{name} (replicas {})", v.replicas.unwrap_or(1));
+            let _ = writeln!(
+                out,
+                "\nStatefulSet {namespace}/{name} (replicas {})",
+                v.replicas.unwrap_or(1)
+            );
             decide(&v, &policies, false)
         }
         TargetKind::LeaderWorkerSet => {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &lws_resource());
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &lws_resource());
             let o = get(api, "LeaderWorkerSet", &name, namespace).await?;
             let v = lws_view(&o)?;
             let _ = writeln!(
@@ -125,7 +152,13 @@ pub async fn explain(client: Client, target: &str, namespace: &str) -> Result<St
             decide_lws(&v, &policies, false)
         }
         TargetKind::Workload => {
-            let w: Workload = get(Api::namespaced(client.clone(), namespace), "Workload", &name, namespace).await?;
+            let w: Workload = get(
+                Api::namespaced(client.clone(), namespace),
+                "Workload",
+                &name,
+                namespace,
+            )
+            .await?;
             let v = GangWorkloadView::from_workload(&w)?;
             let inputs = gang_inputs(&client, namespace).await?;
             let _ = writeln!(
@@ -175,7 +208,11 @@ mod tests {
     #[case::deployment("deployment/web", TargetKind::Deployment, "web")]
     #[case::short("deploy/web", TargetKind::Deployment, "web")]
     #[case::sts("sts/db", TargetKind::StatefulSet, "db")]
-    #[case::lws("leaderworkerset.leaderworkerset.x-k8s.io/vllm", TargetKind::LeaderWorkerSet, "vllm")]
+    #[case::lws(
+        "leaderworkerset.leaderworkerset.x-k8s.io/vllm",
+        TargetKind::LeaderWorkerSet,
+        "vllm"
+    )]
     #[case::workload("Workload/trainer", TargetKind::Workload, "trainer")]
     fn targets_parse(#[case] input: &str, #[case] kind: TargetKind, #[case] name: &str) {
         assert_eq!(parse_target(input).unwrap(), (kind, name.to_string()));
@@ -193,6 +230,9 @@ mod tests {
     #[test]
     fn unmanaged_kind_lists_the_managed_ones() {
         let e = parse_target("daemonset/x").unwrap_err().to_string();
-        assert!(e.contains("use deployment, statefulset, leaderworkerset or workload"), "{e}");
+        assert!(
+            e.contains("use deployment, statefulset, leaderworkerset or workload"),
+            "{e}"
+        );
     }
 }

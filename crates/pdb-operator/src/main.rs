@@ -98,7 +98,9 @@ fn bind_address(flag: &str, value: &str) -> Result<Option<std::net::SocketAddr>>
         value.to_string()
     };
     full.parse().map(Some).with_context(|| {
-        format!("--{flag} {value:?} is not an address; use :8081, 127.0.0.1:8081 or 0 to turn it off")
+        format!(
+            "--{flag} {value:?} is not an address; use :8081, 127.0.0.1:8081 or 0 to turn it off"
+        )
     })
 }
 
@@ -133,9 +135,9 @@ async fn run_operator(args: RunArgs) -> Result<()> {
 
 /// A client from the kubeconfig / in-cluster config, without kube's silent 429 retries.
 async fn client() -> Result<kube::Client> {
-    let mut config = kube::Config::infer().await.context(
-        "no Kubernetes configuration found; set KUBECONFIG or run inside a cluster",
-    )?;
+    let mut config = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration found; set KUBECONFIG or run inside a cluster")?;
     config.default_retry = false;
     kube::Client::try_from(config).context("building the Kubernetes client")
 }

@@ -60,12 +60,16 @@ impl RunOptions {
 /// Why `run` stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("cannot listen on {addr}: {source}; pick a free port with --health-probe-bind-address / --metrics-bind-address")]
+    #[error(
+        "cannot listen on {addr}: {source}; pick a free port with --health-probe-bind-address / --metrics-bind-address"
+    )]
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("leader election with Lease {LEASE_NAME} in namespace {namespace} failed: {source}; check that the namespace exists and the ServiceAccount may get/create/update leases there")]
+    #[error(
+        "leader election with Lease {LEASE_NAME} in namespace {namespace} failed: {source}; check that the namespace exists and the ServiceAccount may get/create/update leases there"
+    )]
     Lease {
         namespace: String,
         source: kube_lease_manager::LeaseManagerError,
@@ -127,7 +131,11 @@ pub fn router(health: SharedHealth, metrics: Option<Arc<Metrics>>) -> Router {
     r
 }
 
-async fn serve(tasks: &mut JoinSet<Result<(), RunError>>, addr: SocketAddr, app: Router) -> Result<(), RunError> {
+async fn serve(
+    tasks: &mut JoinSet<Result<(), RunError>>,
+    addr: SocketAddr,
+    app: Router,
+) -> Result<(), RunError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| RunError::Bind { addr, source })?;

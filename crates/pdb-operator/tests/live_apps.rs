@@ -21,8 +21,18 @@ fn deployment(name: &str, replicas: i32, labels: Value, annotations: Value) -> D
 }
 
 /// With `gated`, pods start behind [`HOLD_GATE`] (see there why).
-fn gated_deployment(name: &str, replicas: i32, labels: Value, annotations: Value, gated: bool) -> Deployment {
-    let gates = if gated { json!([{"name": HOLD_GATE}]) } else { json!([]) };
+fn gated_deployment(
+    name: &str,
+    replicas: i32,
+    labels: Value,
+    annotations: Value,
+    gated: bool,
+) -> Deployment {
+    let gates = if gated {
+        json!([{"name": HOLD_GATE}])
+    } else {
+        json!([])
+    };
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "spec": {
@@ -54,7 +64,10 @@ async fn annotated_deployment_gets_its_class_budget_and_follows_changes() {
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(cluster.client.clone(), ns.name());
     let standard = json!({"pdboperator.io/availability-class": "standard"});
     deployments
-        .create(&PostParams::default(), &deployment("a", 3, json!({}), standard))
+        .create(
+            &PostParams::default(),
+            &deployment("a", 3, json!({}), standard),
+        )
         .await
         .unwrap();
 
@@ -74,16 +87,27 @@ async fn annotated_deployment_gets_its_class_budget_and_follows_changes() {
         (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
         ("Deployment", "a", d.uid().unwrap().as_str())
     );
-    assert_eq!((owner.controller, owner.block_owner_deletion), (Some(true), Some(true)));
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
     let l = pdb.labels();
     assert_eq!(l["pdboperator.io/managed-by"], "pdb-operator");
     assert_eq!(l["pdboperator.io/availability-class"], "standard");
     assert_eq!(l["pdboperator.io/workload-function"], "core");
     let a = pdb.annotations();
-    for k in ["pdboperator.io/created-by", "pdboperator.io/creation-time", "pdboperator.io/description"] {
+    for k in [
+        "pdboperator.io/created-by",
+        "pdboperator.io/creation-time",
+        "pdboperator.io/description",
+    ] {
         assert!(a.contains_key(k), "annotation {k} missing: {a:?}");
     }
-    assert!(d.finalizers().is_empty(), "no finalizer on users' workloads: {:?}", d.finalizers());
+    assert!(
+        d.finalizers().is_empty(),
+        "no finalizer on users' workloads: {:?}",
+        d.finalizers()
+    );
     let created = wait_event(&cluster.client, ns.name(), "a", "PDBCreated").await;
     assert!(created.contains("class: standard"), "{created}");
 
@@ -121,7 +145,10 @@ async fn annotated_deployment_gets_its_class_budget_and_follows_changes() {
     assert!(skipped.contains("insufficient replicas"), "{skipped}");
     wait_event(&cluster.client, ns.name(), "a", "PDBDeleted").await;
     patch_deployment(&deployments, "a", json!({"spec": {"replicas": 3}})).await;
-    wait_pdb(&pdbs, "a-pdb", "recreated", |p| min_available(p) == Some(json!(2))).await;
+    wait_pdb(&pdbs, "a-pdb", "recreated", |p| {
+        min_available(p) == Some(json!(2))
+    })
+    .await;
 
     // Scenario 11: removing the annotation removes the PDB, DeploymentUnmanaged.
     patch_deployment(
@@ -145,12 +172,18 @@ async fn evictions_are_allowed_or_refused_exactly_as_the_budget_says() {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
     let standard = json!({"pdboperator.io/availability-class": "standard"});
     deployments
-        .create(&PostParams::default(), &gated_deployment("web", 4, json!({}), standard, true))
+        .create(
+            &PostParams::default(),
+            &gated_deployment("web", 4, json!({}), standard, true),
+        )
         .await
         .unwrap();
     let ready = ungate_and_wait_ready(&pods, "app=web", 4).await;
     // standard on 4 pods: minAvailable "50%" = ceil(2.0) = 2 → 2 evictions allowed.
-    wait_pdb(&pdbs, "web-pdb", "50%", |p| min_available(p) == Some(json!("50%"))).await;
+    wait_pdb(&pdbs, "web-pdb", "50%", |p| {
+        min_available(p) == Some(json!("50%"))
+    })
+    .await;
     wait_disruptions(&pdbs, "web-pdb", 4, 2).await;
     let names: Vec<String> = ready.iter().map(|p| p.name_any()).collect();
     // Replacement pods stay gated (Pending), so they never count as healthy.
@@ -192,8 +225,14 @@ async fn statefulset_of_three_high_availability_allows_exactly_one_eviction() {
     assert_eq!(pdb.owner_references()[0].kind, "StatefulSet");
     wait_event(&cluster.client, ns.name(), "redis", "BudgetClamped").await;
     wait_disruptions(&pdbs, "redis-pdb", 3, 1).await;
-    assert_eq!(evict(&pods, "redis-0").await, Ok(()), "draining one pod succeeds");
-    let (code, message) = evict(&pods, "redis-1").await.expect_err("second eviction refused");
+    assert_eq!(
+        evict(&pods, "redis-0").await,
+        Ok(()),
+        "draining one pod succeeds"
+    );
+    let (code, message) = evict(&pods, "redis-1")
+        .await
+        .expect_err("second eviction refused");
     assert_eq!(code, 429, "{message}");
 }
 
@@ -228,31 +267,48 @@ async fn policy_sets_the_budget_reports_status_and_its_deletion_removes_the_pdb(
         .unwrap();
     // Scenario 14: the label arrives after the Deployment exists.
     deployments
-        .create(&PostParams::default(), &deployment("fe", 2, json!({}), json!({})))
+        .create(
+            &PostParams::default(),
+            &deployment("fe", 2, json!({}), json!({})),
+        )
         .await
         .unwrap();
     wait_event(&cluster.client, ns.name(), "fe", "DeploymentUnmanaged").await;
     assert!(pdbs.get_opt("fe-pdb").await.unwrap().is_none());
-    patch_deployment(&deployments, "fe", json!({"metadata": {"labels": {"tier": "frontend"}}})).await;
+    patch_deployment(
+        &deployments,
+        "fe",
+        json!({"metadata": {"labels": {"tier": "frontend"}}}),
+    )
+    .await;
 
     // Scenario 13.
     let pdb = wait_pdb(&pdbs, "fe-pdb", "50% from the policy", |p| {
         min_available(p) == Some(json!("50%"))
     })
     .await;
-    assert_eq!(pdb.annotations()["pdboperator.io/policy-source"], "frontend");
-    assert_eq!(pdb.annotations()["pdboperator.io/enforcement-mode"], "advisory");
+    assert_eq!(
+        pdb.annotations()["pdboperator.io/policy-source"],
+        "frontend"
+    );
+    assert_eq!(
+        pdb.annotations()["pdboperator.io/enforcement-mode"],
+        "advisory"
+    );
 
     // Scenario 38: policy status.
     let ns_name = ns.name().to_string();
     kube_fixture::wait_for("policy status lists fe", WAIT, || async {
         let p = policies.get("frontend").await.unwrap();
         let st = p.status.unwrap_or_default();
-        let ready = st.conditions.iter().any(|c| {
-            c.type_ == "Ready" && c.status == "True" && c.reason == "ComponentsMatched"
-        });
+        let ready = st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True" && c.reason == "ComponentsMatched");
         let want = vec![format!("{ns_name}/Deployment/fe")];
-        if ready && st.applied_to_workloads == want && st.workload_count == 1
+        if ready
+            && st.applied_to_workloads == want
+            && st.workload_count == 1
             && st.pdbs_managed == vec![format!("{ns_name}/fe-pdb")]
             && st.observed_generation.is_some()
         {
@@ -290,15 +346,24 @@ async fn cluster_policy_limited_to_the_namespace_applies_and_tie_goes_to_the_nam
                  "workloadSelector": {"matchLabels": {"team": "x"}, "namespaces": [ns.name()]}}
     }))
     .unwrap();
-    cluster_policies.create(&PostParams::default(), &cp).await.unwrap();
+    cluster_policies
+        .create(&PostParams::default(), &cp)
+        .await
+        .unwrap();
     deployments
-        .create(&PostParams::default(), &deployment("api", 2, json!({"team": "x"}), json!({})))
+        .create(
+            &PostParams::default(),
+            &deployment("api", 2, json!({"team": "x"}), json!({})),
+        )
         .await
         .unwrap();
     // mission-critical on 2 replicas: ceil(1.8) = 2 ≥ 2 → clamped to 1.
-    let pdb = wait_pdb(&pdbs, "api-pdb", "minAvailable 1 from the cluster policy", |p| {
-        min_available(p) == Some(json!(1))
-    })
+    let pdb = wait_pdb(
+        &pdbs,
+        "api-pdb",
+        "minAvailable 1 from the cluster policy",
+        |p| min_available(p) == Some(json!(1)),
+    )
     .await;
     assert_eq!(pdb.annotations()["pdboperator.io/policy-source"], cp_name);
 
@@ -343,7 +408,12 @@ async fn users_pdb_over_the_same_pods_is_never_touched_and_no_second_pdb_is_writ
     deployments
         .create(
             &PostParams::default(),
-            &deployment("a", 2, json!({}), json!({"pdboperator.io/availability-class": "standard"})),
+            &deployment(
+                "a",
+                2,
+                json!({}),
+                json!({"pdboperator.io/availability-class": "standard"}),
+            ),
         )
         .await
         .unwrap();
@@ -351,15 +421,23 @@ async fn users_pdb_over_the_same_pods_is_never_touched_and_no_second_pdb_is_writ
     let note = wait_event(&cluster.client, ns.name(), "a", "PDBConflict").await;
     assert!(note.contains("team-pdb"), "{note}");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(pdbs.get_opt("a-pdb").await.unwrap().is_none(), "no second PDB");
+    assert!(
+        pdbs.get_opt("a-pdb").await.unwrap().is_none(),
+        "no second PDB"
+    );
     let team = pdbs.get("team-pdb").await.unwrap();
-    assert!(team.labels().is_empty() && team.owner_references().is_empty(), "team-pdb untouched");
+    assert!(
+        team.labels().is_empty() && team.owner_references().is_empty(),
+        "team-pdb untouched"
+    );
     assert_eq!(
         serde_json::to_value(team.spec.unwrap().max_unavailable).unwrap(),
         json!(1)
     );
     // Once the user's PDB is gone, ours appears (the PDB watch re-triggers the Deployment).
-    pdbs.delete("team-pdb", &DeleteParams::default()).await.unwrap();
+    pdbs.delete("team-pdb", &DeleteParams::default())
+        .await
+        .unwrap();
     wait_pdb(&pdbs, "a-pdb", "created after team-pdb left", |p| {
         min_available(p) == Some(json!("50%"))
     })
@@ -369,8 +447,12 @@ async fn users_pdb_over_the_same_pods_is_never_touched_and_no_second_pdb_is_writ
 fn window_around_now() -> String {
     // A window from one hour ago to one hour ahead (overnight windows wrap correctly).
     let now = jiff::Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
-    let start = now.checked_sub(jiff::SignedDuration::from_hours(1)).unwrap();
-    let end = now.checked_add(jiff::SignedDuration::from_hours(1)).unwrap();
+    let start = now
+        .checked_sub(jiff::SignedDuration::from_hours(1))
+        .unwrap();
+    let end = now
+        .checked_add(jiff::SignedDuration::from_hours(1))
+        .unwrap();
     format!(
         "{:02}:{:02}-{:02}:{:02} UTC",
         start.hour(),
@@ -391,11 +473,19 @@ async fn maintenance_window_relaxes_the_pdb_and_restores_it_afterwards() {
     deployments
         .create(
             &PostParams::default(),
-            &deployment("m", 2, json!({}), json!({"pdboperator.io/availability-class": "standard"})),
+            &deployment(
+                "m",
+                2,
+                json!({}),
+                json!({"pdboperator.io/availability-class": "standard"}),
+            ),
         )
         .await
         .unwrap();
-    wait_pdb(&pdbs, "m-pdb", "50%", |p| min_available(p) == Some(json!("50%"))).await;
+    wait_pdb(&pdbs, "m-pdb", "50%", |p| {
+        min_available(p) == Some(json!("50%"))
+    })
+    .await;
 
     // Scenario 39: an open window relaxes the existing PDB to minAvailable 0.
     patch_deployment(
@@ -408,8 +498,15 @@ async fn maintenance_window_relaxes_the_pdb_and_restores_it_afterwards() {
         min_available(p) == Some(json!(0))
     })
     .await;
-    assert_eq!(relaxed.annotations()["pdboperator.io/maintenance-mode"], "true");
-    assert!(relaxed.annotations().contains_key("pdboperator.io/maintenance-start"));
+    assert_eq!(
+        relaxed.annotations()["pdboperator.io/maintenance-mode"],
+        "true"
+    );
+    assert!(
+        relaxed
+            .annotations()
+            .contains_key("pdboperator.io/maintenance-start")
+    );
     wait_event(&cluster.client, ns.name(), "m", "MaintenanceWindowActive").await;
 
     // Window gone → budget and annotations restored.
@@ -423,8 +520,16 @@ async fn maintenance_window_relaxes_the_pdb_and_restores_it_afterwards() {
         min_available(p) == Some(json!("50%"))
     })
     .await;
-    assert!(!restored.annotations().contains_key("pdboperator.io/maintenance-mode"));
-    assert!(!restored.annotations().contains_key("pdboperator.io/maintenance-start"));
+    assert!(
+        !restored
+            .annotations()
+            .contains_key("pdboperator.io/maintenance-mode")
+    );
+    assert!(
+        !restored
+            .annotations()
+            .contains_key("pdboperator.io/maintenance-start")
+    );
     wait_event(&cluster.client, ns.name(), "m", "MaintenanceWindowEnded").await;
 
     // A workload created during a window gets no PDB (none is created while relaxed).
@@ -443,6 +548,13 @@ async fn maintenance_window_relaxes_the_pdb_and_restores_it_afterwards() {
         .unwrap();
     // Give the operator time to see it (it reconciles within a second on this cluster).
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(pdbs.get_opt("late-pdb").await.unwrap().is_none(), "no PDB created inside a window");
-    assert!(events_for(&cluster.client, ns.name(), "late", "PDBCreated").await.is_empty());
+    assert!(
+        pdbs.get_opt("late-pdb").await.unwrap().is_none(),
+        "no PDB created inside a window"
+    );
+    assert!(
+        events_for(&cluster.client, ns.name(), "late", "PDBCreated")
+            .await
+            .is_empty()
+    );
 }

@@ -32,7 +32,15 @@ fn gang_template(name: &str, min_count: i32, mode: &str) -> Value {
            "disruptionMode": {mode: {}}})
 }
 
-async fn create_pod_group(client: &Client, ns: &str, workload: &str, template: &str, name: &str, min_count: i32, mode: &str) {
+async fn create_pod_group(
+    client: &Client,
+    ns: &str,
+    workload: &str,
+    template: &str,
+    name: &str,
+    min_count: i32,
+    mode: &str,
+) {
     let api: Api<PodGroup> = Api::namespaced(client.clone(), ns);
     let g: PodGroup = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -63,10 +71,37 @@ async fn create_pod(client: &Client, ns: &str, name: &str, group: Option<&str>, 
         .unwrap_or_else(|e| panic!("create Pod {name}: {e}"));
 }
 
-/// `groups` PodGroups `<w>-<template>-<i>` with `per_group` pods each, labelled `app=<app>`.
-async fn create_gang(client: &Client, ns: &str, w: &str, app: &str, groups: usize, per_group: usize, min_count: i32, mode: &str) {
+/// A gang to create: `groups` PodGroups `<name>-workers-<i>` with `per_group` pods each,
+/// labelled `app=<app>` (role leader/worker differs between pods).
+struct Gang<'a> {
+    name: &'a str,
+    app: &'a str,
+    groups: usize,
+    per_group: usize,
+    min_count: i32,
+    mode: &'a str,
+}
+
+async fn create_gang(client: &Client, ns: &str, gang: Gang<'_>) {
+    let Gang {
+        name: w,
+        app,
+        groups,
+        per_group,
+        min_count,
+        mode,
+    } = gang;
     for g in 0..groups {
-        create_pod_group(client, ns, w, "workers", &format!("{w}-workers-{g}"), min_count, mode).await;
+        create_pod_group(
+            client,
+            ns,
+            w,
+            "workers",
+            &format!("{w}-workers-{g}"),
+            min_count,
+            mode,
+        )
+        .await;
     }
     for g in 0..groups {
         for i in 0..per_group {
@@ -104,28 +139,69 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
     let _op = start_operator(&cluster, ns.name());
     let pods: Api<Pod> = Api::namespaced(c.clone(), ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns.name());
-    strict_policy(c, ns.name(), "training-critical", "mission-critical", "trainer").await;
-    create_workload(c, ns.name(), "trainer", json!({"app": "trainer"}), json!([gang_template("workers", 2, "all")])).await;
-    create_gang(c, ns.name(), "trainer", "trainer", 4, 2, 2, "all").await;
+    strict_policy(
+        c,
+        ns.name(),
+        "training-critical",
+        "mission-critical",
+        "trainer",
+    )
+    .await;
+    create_workload(
+        c,
+        ns.name(),
+        "trainer",
+        json!({"app": "trainer"}),
+        json!([gang_template("workers", 2, "all")]),
+    )
+    .await;
+    create_gang(
+        c,
+        ns.name(),
+        Gang {
+            name: "trainer",
+            app: "trainer",
+            groups: 4,
+            per_group: 2,
+            min_count: 2,
+            mode: "all",
+        },
+    )
+    .await;
     wait_ready_pods(&pods, "app=trainer", 8).await;
 
     // Scenario 46: ceil(0.9 × 4) = 4 → clamped to 3 groups → minAvailable 3 × 2 = 6.
-    let pdb = wait_pdb(&pdbs, "trainer-pdb", "minAvailable 6", |p| min_available(p) == Some(json!(6))).await;
+    let pdb = wait_pdb(&pdbs, "trainer-pdb", "minAvailable 6", |p| {
+        min_available(p) == Some(json!(6))
+    })
+    .await;
     assert_eq!(
         serde_json::to_value(&pdb.spec.as_ref().unwrap().selector).unwrap(),
         json!({"matchLabels": {"app": "trainer"}}),
         "selector derived from the labels every member shares (role differs)"
     );
     let owner = &pdb.owner_references()[0];
-    assert_eq!((owner.api_version.as_str(), owner.kind.as_str()), ("scheduling.k8s.io/v1beta1", "Workload"));
-    let w: Workload = Api::namespaced(c.clone(), ns.name()).get("trainer").await.unwrap();
-    assert!(w.finalizers().is_empty(), "no finalizer on the Workload: {:?}", w.finalizers());
+    assert_eq!(
+        (owner.api_version.as_str(), owner.kind.as_str()),
+        ("scheduling.k8s.io/v1beta1", "Workload")
+    );
+    let w: Workload = Api::namespaced(c.clone(), ns.name())
+        .get("trainer")
+        .await
+        .unwrap();
+    assert!(
+        w.finalizers().is_empty(),
+        "no finalizer on the Workload: {:?}",
+        w.finalizers()
+    );
     wait_disruptions(&pdbs, "trainer-pdb", 8, 2).await;
 
     // Scenario 56: both pods of group 0 are evictable; the first of group 1 is refused.
     assert_eq!(evict(&pods, "trainer-0-0").await, Ok(()));
     assert_eq!(evict(&pods, "trainer-0-1").await, Ok(()));
-    let (code, message) = evict(&pods, "trainer-1-0").await.expect_err("group 1 must be protected");
+    let (code, message) = evict(&pods, "trainer-1-0")
+        .await
+        .expect_err("group 1 must be protected");
     assert_eq!(code, 429, "{message}");
     assert!(message.contains("disruption budget"), "{message}");
 
@@ -137,26 +213,57 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("| ceil(90% × 4 groups)  | 4"), "{text}");
     assert!(text.contains("| clamped to groups - 1 | 3"), "{text}");
-    assert!(text.contains("=> PodDisruptionBudget trainer-pdb: minAvailable: 6"), "{text}");
-    assert!(text.contains("In the cluster: PodDisruptionBudget trainer-pdb"), "{text}");
+    assert!(
+        text.contains("=> PodDisruptionBudget trainer-pdb: minAvailable: 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("In the cluster: PodDisruptionBudget trainer-pdb"),
+        "{text}"
+    );
 
     // The first group comes back → one group's worth of evictions is allowed again.
     wait_for("evicted pods gone", WAIT, || async {
-        let left = pods.list(&Default::default()).await.unwrap().items.iter()
-            .filter(|p| p.name_any().starts_with("trainer-0-")).count();
-        if left == 0 { Check::Done(()) } else { Check::NotYet(format!("{left} left")) }
+        let left = pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.name_any().starts_with("trainer-0-"))
+            .count();
+        if left == 0 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{left} left"))
+        }
     })
     .await;
     for i in 0..2 {
         let role = if i == 0 { "leader" } else { "worker" };
-        create_pod(c, ns.name(), &format!("trainer-0-{i}"), Some("trainer-workers-0"), json!({"app": "trainer", "role": role})).await;
+        create_pod(
+            c,
+            ns.name(),
+            &format!("trainer-0-{i}"),
+            Some("trainer-workers-0"),
+            json!({"app": "trainer", "role": role}),
+        )
+        .await;
     }
     wait_ready_pods(&pods, "app=trainer", 8).await;
     wait_disruptions(&pdbs, "trainer-pdb", 8, 2).await;
-    assert_eq!(evict(&pods, "trainer-1-0").await, Ok(()), "allowed once group 0 is back");
+    assert_eq!(
+        evict(&pods, "trainer-1-0").await,
+        Ok(()),
+        "allowed once group 0 is back"
+    );
 }
 
 #[tokio::test]
@@ -168,9 +275,25 @@ async fn workload_before_its_pods_is_deferred_then_protected() {
     let _op = start_operator(&cluster, ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns.name());
     strict_policy(c, ns.name(), "train", "mission-critical", "job").await;
-    create_workload(c, ns.name(), "job", json!({"app": "job"}), json!([gang_template("workers", 2, "all")])).await;
+    create_workload(
+        c,
+        ns.name(),
+        "job",
+        json!({"app": "job"}),
+        json!([gang_template("workers", 2, "all")]),
+    )
+    .await;
     for g in 0..4 {
-        create_pod_group(c, ns.name(), "job", "workers", &format!("job-workers-{g}"), 2, "all").await;
+        create_pod_group(
+            c,
+            ns.name(),
+            "job",
+            "workers",
+            &format!("job-workers-{g}"),
+            2,
+            "all",
+        )
+        .await;
     }
     // Scenario 48 / W16.
     let note = wait_event(c, ns.name(), "job", "WorkloadPDBDeferred").await;
@@ -178,10 +301,20 @@ async fn workload_before_its_pods_is_deferred_then_protected() {
     assert!(pdbs.get_opt("job-pdb").await.unwrap().is_none());
     for g in 0..4 {
         for i in 0..2 {
-            create_pod(c, ns.name(), &format!("job-{g}-{i}"), Some(&format!("job-workers-{g}")), json!({"app": "job"})).await;
+            create_pod(
+                c,
+                ns.name(),
+                &format!("job-{g}-{i}"),
+                Some(&format!("job-workers-{g}")),
+                json!({"app": "job"}),
+            )
+            .await;
         }
     }
-    wait_pdb(&pdbs, "job-pdb", "minAvailable 6 once pods exist", |p| min_available(p) == Some(json!(6))).await;
+    wait_pdb(&pdbs, "job-pdb", "minAvailable 6 once pods exist", |p| {
+        min_available(p) == Some(json!(6))
+    })
+    .await;
 }
 
 /// Rows of seed 003's shape table, each a Workload with its own label in one namespace.
@@ -197,23 +330,99 @@ async fn declared_shapes_give_the_documented_budgets_or_events() {
 
     // Single all-mode group (W5): no PDB, WorkloadSkipped "restarts as a unit".
     strict_policy(c, n, "p-solo", "mission-critical", "solo").await;
-    create_workload(c, n, "solo", json!({"app": "solo"}), json!([gang_template("workers", 4, "all")])).await;
-    create_gang(c, n, "solo", "solo", 1, 4, 4, "all").await;
+    create_workload(
+        c,
+        n,
+        "solo",
+        json!({"app": "solo"}),
+        json!([gang_template("workers", 4, "all")]),
+    )
+    .await;
+    create_gang(
+        c,
+        n,
+        Gang {
+            name: "solo",
+            app: "solo",
+            groups: 1,
+            per_group: 4,
+            min_count: 4,
+            mode: "all",
+        },
+    )
+    .await;
 
     // Single mode, one group 1 × 4, minCount 3, standard (W8): floored at minCount → 3.
     strict_policy(c, n, "p-one", "standard", "one").await;
-    create_workload(c, n, "one", json!({"app": "one"}), json!([gang_template("workers", 3, "single")])).await;
-    create_gang(c, n, "one", "one", 1, 4, 3, "single").await;
+    create_workload(
+        c,
+        n,
+        "one",
+        json!({"app": "one"}),
+        json!([gang_template("workers", 3, "single")]),
+    )
+    .await;
+    create_gang(
+        c,
+        n,
+        Gang {
+            name: "one",
+            app: "one",
+            groups: 1,
+            per_group: 4,
+            min_count: 3,
+            mode: "single",
+        },
+    )
+    .await;
 
     // Single mode, several groups 2 × 4, minCount 2, standard (W12, corrected): 6.
     strict_policy(c, n, "p-two", "standard", "two").await;
-    create_workload(c, n, "two", json!({"app": "two"}), json!([gang_template("workers", 2, "single")])).await;
-    create_gang(c, n, "two", "two", 2, 4, 2, "single").await;
+    create_workload(
+        c,
+        n,
+        "two",
+        json!({"app": "two"}),
+        json!([gang_template("workers", 2, "single")]),
+    )
+    .await;
+    create_gang(
+        c,
+        n,
+        Gang {
+            name: "two",
+            app: "two",
+            groups: 2,
+            per_group: 4,
+            min_count: 2,
+            mode: "single",
+        },
+    )
+    .await;
 
     // minCount covering every pod (W9): no PDB, WorkloadSkipped naming minCount 4.
     strict_policy(c, n, "p-full", "non-critical", "full").await;
-    create_workload(c, n, "full", json!({"app": "full"}), json!([gang_template("workers", 4, "single")])).await;
-    create_gang(c, n, "full", "full", 1, 4, 4, "single").await;
+    create_workload(
+        c,
+        n,
+        "full",
+        json!({"app": "full"}),
+        json!([gang_template("workers", 4, "single")]),
+    )
+    .await;
+    create_gang(
+        c,
+        n,
+        Gang {
+            name: "full",
+            app: "full",
+            groups: 1,
+            per_group: 4,
+            min_count: 4,
+            mode: "single",
+        },
+    )
+    .await;
 
     // Two gang templates: WorkloadUnsupported.
     strict_policy(c, n, "p-multi", "standard", "multi").await;
@@ -222,22 +431,71 @@ async fn declared_shapes_give_the_documented_budgets_or_events() {
         n,
         "multi",
         json!({"app": "multi"}),
-        json!([gang_template("workers", 2, "all"), gang_template("ps", 1, "all")]),
+        json!([
+            gang_template("workers", 2, "all"),
+            gang_template("ps", 1, "all")
+        ]),
     )
     .await;
 
     // A stranger pod sharing the labels (W15): WorkloadSelectorUnresolvable.
     strict_policy(c, n, "p-crowd", "mission-critical", "crowd").await;
-    create_workload(c, n, "crowd", json!({"app": "crowd"}), json!([gang_template("workers", 2, "all")])).await;
-    create_gang(c, n, "crowd", "crowd", 2, 2, 2, "all").await;
-    create_pod(c, n, "stranger", None, json!({"app": "crowd", "role": "worker"})).await;
-    create_pod(c, n, "stranger-2", None, json!({"app": "crowd", "role": "leader"})).await;
+    create_workload(
+        c,
+        n,
+        "crowd",
+        json!({"app": "crowd"}),
+        json!([gang_template("workers", 2, "all")]),
+    )
+    .await;
+    create_gang(
+        c,
+        n,
+        Gang {
+            name: "crowd",
+            app: "crowd",
+            groups: 2,
+            per_group: 2,
+            min_count: 2,
+            mode: "all",
+        },
+    )
+    .await;
+    create_pod(
+        c,
+        n,
+        "stranger",
+        None,
+        json!({"app": "crowd", "role": "worker"}),
+    )
+    .await;
+    create_pod(
+        c,
+        n,
+        "stranger-2",
+        None,
+        json!({"app": "crowd", "role": "leader"}),
+    )
+    .await;
 
     // Unconfigured Workload: only WorkloadUnmanaged.
-    create_workload(c, n, "plain", json!({"app": "plain"}), json!([gang_template("workers", 2, "all")])).await;
+    create_workload(
+        c,
+        n,
+        "plain",
+        json!({"app": "plain"}),
+        json!([gang_template("workers", 2, "all")]),
+    )
+    .await;
 
-    wait_pdb(&pdbs, "one-pdb", "minAvailable 3", |p| min_available(p) == Some(json!(3))).await;
-    wait_pdb(&pdbs, "two-pdb", "minAvailable 6", |p| min_available(p) == Some(json!(6))).await;
+    wait_pdb(&pdbs, "one-pdb", "minAvailable 3", |p| {
+        min_available(p) == Some(json!(3))
+    })
+    .await;
+    wait_pdb(&pdbs, "two-pdb", "minAvailable 6", |p| {
+        min_available(p) == Some(json!(6))
+    })
+    .await;
     let solo = wait_event(c, n, "solo", "WorkloadSkipped").await;
     assert!(solo.contains("restarts as a unit"), "{solo}");
     let full = wait_event(c, n, "full", "WorkloadSkipped").await;
@@ -246,20 +504,38 @@ async fn declared_shapes_give_the_documented_budgets_or_events() {
     let crowd = wait_event(c, n, "crowd", "WorkloadSelectorUnresolvable").await;
     assert!(crowd.contains("stranger"), "{crowd}");
     wait_event(c, n, "plain", "WorkloadUnmanaged").await;
-    for name in ["solo-pdb", "full-pdb", "multi-pdb", "crowd-pdb", "plain-pdb"] {
-        assert!(pdbs.get_opt(name).await.unwrap().is_none(), "{name} must not exist");
+    for name in [
+        "solo-pdb",
+        "full-pdb",
+        "multi-pdb",
+        "crowd-pdb",
+        "plain-pdb",
+    ] {
+        assert!(
+            pdbs.get_opt(name).await.unwrap().is_none(),
+            "{name} must not exist"
+        );
     }
     // Scenario 53 (corrected): the stranger leaves → the selector is exact → PDB.
     let pods: Api<Pod> = Api::namespaced(c.clone(), n);
     for s in ["stranger", "stranger-2"] {
-        pods.delete(s, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
-            .await
-            .unwrap();
+        pods.delete(
+            s,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     }
     // 2 groups × 2 under mission-critical, all mode: ceil(1.8) = 2 → clamped to 1 group → 2.
-    wait_pdb(&pdbs, "crowd-pdb", "minAvailable 2 once the strangers left", |p| {
-        min_available(p) == Some(json!(2))
-    })
+    wait_pdb(
+        &pdbs,
+        "crowd-pdb",
+        "minAvailable 2 once the strangers left",
+        |p| min_available(p) == Some(json!(2)),
+    )
     .await;
 }
 
@@ -325,19 +601,32 @@ async fn leader_worker_set_budget_is_whole_groups() {
     }
     wait_ready_pods(&pods, "leaderworkerset.sigs.k8s.io/name=vllm", 8).await;
     // L8: "90%" over 4 groups of 2: ceil(3.6) = 4 → clamp 3 groups → 6; 2 evictions allowed.
-    let pdb = wait_pdb(&pdbs, "vllm-pdb", "minAvailable 6", |p| min_available(p) == Some(json!(6))).await;
+    let pdb = wait_pdb(&pdbs, "vllm-pdb", "minAvailable 6", |p| {
+        min_available(p) == Some(json!(6))
+    })
+    .await;
     assert_eq!(
         serde_json::to_value(&pdb.spec.as_ref().unwrap().selector).unwrap(),
         json!({"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}})
     );
     let owner = &pdb.owner_references()[0];
     assert_eq!(
-        (owner.api_version.as_str(), owner.kind.as_str(), owner.uid.as_str()),
-        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", created.uid().unwrap().as_str())
+        (
+            owner.api_version.as_str(),
+            owner.kind.as_str(),
+            owner.uid.as_str()
+        ),
+        (
+            "leaderworkerset.x-k8s.io/v1",
+            "LeaderWorkerSet",
+            created.uid().unwrap().as_str()
+        )
     );
     wait_disruptions(&pdbs, "vllm-pdb", 8, 2).await;
     assert_eq!(evict(&pods, "vllm-0-0").await, Ok(()));
     assert_eq!(evict(&pods, "vllm-0-1").await, Ok(()));
-    let (code, message) = evict(&pods, "vllm-1-0").await.expect_err("second group protected");
+    let (code, message) = evict(&pods, "vllm-1-0")
+        .await
+        .expect_err("second group protected");
     assert_eq!(code, 429, "{message}");
 }

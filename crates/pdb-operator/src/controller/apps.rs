@@ -19,7 +19,10 @@ use crate::pdb::pdb_selects;
 /// Inputs and the decision for one Deployment or StatefulSet (also used by `explain`).
 pub fn decide(
     view: &WorkloadView,
-    ctx_policies: &(Vec<crate::crd::PDBPolicy>, Vec<crate::crd::ClusterPDBPolicy>),
+    ctx_policies: &(
+        Vec<crate::crd::PDBPolicy>,
+        Vec<crate::crd::ClusterPDBPolicy>,
+    ),
     legacy: bool,
 ) -> crate::desired::Decision {
     let policies = Policies {
@@ -121,7 +124,10 @@ fn stateful_set_pod_labels(s: &StatefulSet) -> std::collections::BTreeMap<String
         .unwrap_or_default()
 }
 
-pub(crate) fn drain_controller<S, T, E>(name: &'static str, stream: S) -> impl std::future::Future<Output = ()>
+pub(crate) fn drain_controller<S, T, E>(
+    name: &'static str,
+    stream: S,
+) -> impl std::future::Future<Output = ()>
 where
     S: Stream<Item = Result<T, E>>,
     E: std::fmt::Display,
@@ -192,4 +198,3 @@ pub async fn run_stateful_sets(
         );
     drain_controller("statefulset-pdb", stream).await;
 }
-

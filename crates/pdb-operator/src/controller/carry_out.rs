@@ -73,7 +73,10 @@ fn count_resolution(ctx: &Context, ns: &str, c: &EffectiveConfig) {
     if let Some(p) = &c.policy {
         let mode = p.enforcement.as_str().to_string();
         m.policy_evaluations
-            .get_or_create(&vec![("enforcement_mode", mode.clone()), ("namespace", ns.into())])
+            .get_or_create(&vec![
+                ("enforcement_mode", mode.clone()),
+                ("namespace", ns.into()),
+            ])
             .inc();
         m.enforcement_decisions
             .get_or_create(&vec![
@@ -175,11 +178,7 @@ async fn apply(
     let name = pdb_name(&s.name);
     count_resolution(ctx, &s.namespace, &want.config);
     let class = want.config.class.as_str().to_string();
-    let policy = want
-        .config
-        .policy
-        .as_ref()
-        .map(|p| (p.kind, p.key.clone()));
+    let policy = want.config.policy.as_ref().map(|p| (p.kind, p.key.clone()));
     let mut notes = want.events.clone();
     let base = Outcome {
         policy: policy.clone(),

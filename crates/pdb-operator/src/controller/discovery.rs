@@ -25,7 +25,11 @@ pub const WORKLOAD_GROUP_VERSION: &str = "scheduling.k8s.io/v1beta1";
 pub const LWS_GROUP_VERSION: &str = "leaderworkerset.x-k8s.io/v1";
 
 /// Which of `needed` resources the group/version serves; the detail names what is missing.
-pub fn presence(group_version: &str, served: Result<Vec<String>, String>, needed: &[&str]) -> ApiPresence {
+pub fn presence(
+    group_version: &str,
+    served: Result<Vec<String>, String>,
+    needed: &[&str],
+) -> ApiPresence {
     match served {
         Err(e) => ApiPresence {
             served: false,
@@ -40,7 +44,10 @@ pub fn presence(group_version: &str, served: Result<Vec<String>, String>, needed
             if missing.is_empty() {
                 ApiPresence {
                     served: true,
-                    detail: format!("{group_version} serves {}; controller on", needed.join(", ")),
+                    detail: format!(
+                        "{group_version} serves {}; controller on",
+                        needed.join(", ")
+                    ),
                 }
             } else {
                 ApiPresence {
@@ -91,10 +98,18 @@ mod tests {
             &["workloads", "podgroups"],
         );
         assert!(!p.served);
-        assert!(p.detail.contains("does not serve podgroups"), "{}", p.detail);
+        assert!(
+            p.detail.contains("does not serve podgroups"),
+            "{}",
+            p.detail
+        );
         let p = presence(
             WORKLOAD_GROUP_VERSION,
-            Ok(vec!["workloads".into(), "podgroups".into(), "podgroups/status".into()]),
+            Ok(vec![
+                "workloads".into(),
+                "podgroups".into(),
+                "podgroups/status".into(),
+            ]),
             &["workloads", "podgroups"],
         );
         assert!(p.served, "{}", p.detail);
@@ -102,8 +117,16 @@ mod tests {
 
     #[test]
     fn unserved_group_says_why() {
-        let p = presence(LWS_GROUP_VERSION, Err("404 from discovery".into()), &["leaderworkersets"]);
+        let p = presence(
+            LWS_GROUP_VERSION,
+            Err("404 from discovery".into()),
+            &["leaderworkersets"],
+        );
         assert!(!p.served);
-        assert!(p.detail.contains("not served (404 from discovery)"), "{}", p.detail);
+        assert!(
+            p.detail.contains("not served (404 from discovery)"),
+            "{}",
+            p.detail
+        );
     }
 }

@@ -74,7 +74,8 @@ pub fn decide_gang(
     let decision = desired_pdb_for_gang(view, &inputs.groups, &inputs.pods, &p, Timestamp::now());
     let member_labels = match classify_workload(&view.spec) {
         GangShape::Gang { template, .. } => {
-            let (_, members) = gang_members(&view.meta.name, &template, &inputs.groups, &inputs.pods);
+            let (_, members) =
+                gang_members(&view.meta.name, &template, &inputs.groups, &inputs.pods);
             members.iter().map(|m| m.labels.clone()).collect()
         }
         _ => Vec::new(),
@@ -150,7 +151,11 @@ pub async fn run_workloads(
                 .debounce(DEBOUNCE)
                 .concurrency(concurrency),
         )
-        .run(reconcile_workload, error_policy(WorkloadKind::Workload), ctx);
+        .run(
+            reconcile_workload,
+            error_policy(WorkloadKind::Workload),
+            ctx,
+        );
     drain_controller("workload-pdb", stream).await;
 }
 
@@ -168,10 +173,19 @@ pub fn lws_view(o: &DynamicObject) -> Result<LeaderWorkerSetView, ViewError> {
         kind: "LeaderWorkerSet",
         field,
     };
-    let int = |ptr: &str| o.data.pointer(ptr).and_then(|v| v.as_i64()).map(|v| v as i32);
+    let int = |ptr: &str| {
+        o.data
+            .pointer(ptr)
+            .and_then(|v| v.as_i64())
+            .map(|v| v as i32)
+    };
     Ok(LeaderWorkerSetView {
         meta: WorkloadMeta {
-            namespace: o.metadata.namespace.clone().ok_or_else(|| missing("namespace"))?,
+            namespace: o
+                .metadata
+                .namespace
+                .clone()
+                .ok_or_else(|| missing("namespace"))?,
             name: o.metadata.name.clone().ok_or_else(|| missing("name"))?,
             labels: o.metadata.labels.clone().unwrap_or_default(),
             annotations: o.metadata.annotations.clone().unwrap_or_default(),
@@ -235,19 +249,23 @@ pub async fn run_leader_worker_sets(
     let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
     let ctrl = Controller::new_with(api, watcher::Config::default(), ar);
     let stream = ctrl
-        .watches(pdbs, watcher::Config::default(), |pdb: PodDisruptionBudget| {
-            let ns = pdb.namespace();
-            pdb.owner_references()
-                .iter()
-                .find(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")
-                .map(|o| {
-                    let r = ObjectRef::new_with(&o.name, lws_resource());
-                    match &ns {
-                        Some(ns) => r.within(ns),
-                        None => r,
-                    }
-                })
-        })
+        .watches(
+            pdbs,
+            watcher::Config::default(),
+            |pdb: PodDisruptionBudget| {
+                let ns = pdb.namespace();
+                pdb.owner_references()
+                    .iter()
+                    .find(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")
+                    .map(|o| {
+                        let r = ObjectRef::new_with(&o.name, lws_resource());
+                        match &ns {
+                            Some(ns) => r.within(ns),
+                            None => r,
+                        }
+                    })
+            },
+        )
         .reconcile_all_on(policy_changes)
         .with_config(
             ControllerConfig::default()

@@ -12,11 +12,11 @@ pub mod policies;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource};
-use k8s_openapi::api::core::v1::ObjectReference;
 use serde::de::DeserializeOwned;
 
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
@@ -206,7 +206,10 @@ where
 }
 
 /// Strips the reference operator's legacy finalizer from a workload, if present.
-pub async fn strip_legacy_finalizer<K>(api: &Api<K>, meta: &kube::api::ObjectMeta) -> Result<(), Error>
+pub async fn strip_legacy_finalizer<K>(
+    api: &Api<K>,
+    meta: &kube::api::ObjectMeta,
+) -> Result<(), Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {

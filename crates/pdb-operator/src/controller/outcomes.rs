@@ -81,7 +81,10 @@ impl Outcomes {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = PolicyOutcome::default();
         for (w, o) in map.iter() {
-            if o.policy.as_ref().is_some_and(|(k, p)| *k == kind && p == key) {
+            if o.policy
+                .as_ref()
+                .is_some_and(|(k, p)| *k == kind && p == key)
+            {
                 out.applied_to_workloads
                     .push(format!("{}/{}/{}", w.namespace, w.kind, w.name));
                 if let Some(pdb) = &o.pdb {
@@ -166,7 +169,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(t.record(key.clone(), first.clone()).len(), 1);
-        assert!(t.record(key.clone(), first).is_empty(), "same decision again");
+        assert!(
+            t.record(key.clone(), first).is_empty(),
+            "same decision again"
+        );
         let second = Outcome {
             events: [ev("BudgetClamped"), ev("PolicyConflict")].into(),
             ..Default::default()

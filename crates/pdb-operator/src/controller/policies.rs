@@ -52,7 +52,10 @@ impl PolicyTrigger {
 
 /// What about a policy matters to workloads: spec generation and labels.
 fn fingerprint<K: Resource>(o: &K) -> (Option<i64>, BTreeMap<String, String>) {
-    (o.meta().generation, o.meta().labels.clone().unwrap_or_default())
+    (
+        o.meta().generation,
+        o.meta().labels.clone().unwrap_or_default(),
+    )
 }
 
 /// Watches `api` into a store; fires `trigger` (and wakes the status writer) on relevant changes.
@@ -63,7 +66,13 @@ pub fn watch_policies<K>(
     status_changed: Arc<tokio::sync::Notify>,
 ) -> (Store<K>, impl std::future::Future<Output = ()> + Send)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store::<K>();
     let fut = async move {
@@ -103,28 +112,41 @@ fn significant(s: &PDBPolicyStatus) -> PDBPolicyStatus {
     let mut s = s.clone();
     s.last_applied_time = None;
     for c in &mut s.conditions {
-        c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            Timestamp::UNIX_EPOCH,
-        );
+        c.last_transition_time =
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
     }
     s
 }
 
-async fn write_one<K>(
-    ctx: &Context,
-    api: Api<K>,
-    obj: &K,
+/// One policy of either kind, as the status writer needs it.
+struct PolicyTarget<'a> {
     kind: &'static str,
     key: String,
-    spec: &PDBPolicySpec,
+    spec: &'a PDBPolicySpec,
     scope: PolicyScope,
-    previous: Option<&PDBPolicyStatus>,
-) where
+    previous: Option<&'a PDBPolicyStatus>,
+}
+
+async fn write_one<K>(ctx: &Context, api: Api<K>, obj: &K, target: PolicyTarget<'_>)
+where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Serialize,
 {
+    let PolicyTarget {
+        kind,
+        key,
+        spec,
+        scope,
+        previous,
+    } = target;
     let report = validate_policy_spec(spec, &scope);
     let outcome = ctx.outcomes.policy_outcome(kind, &key);
-    let status = policy_status(&report, &outcome, obj.meta().generation, Timestamp::now(), previous);
+    let status = policy_status(
+        &report,
+        &outcome,
+        obj.meta().generation,
+        Timestamp::now(),
+        previous,
+    );
     if previous.map(significant) == Some(significant(&status)) {
         return;
     }
@@ -135,7 +157,10 @@ async fn write_one<K>(
         "status": status,
     });
     let params = PatchParams::apply(keys::OPERATOR_NAME).force();
-    if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(&patch)).await {
+    if let Err(e) = api
+        .patch_status(&name, &params, &Patch::Apply(&patch))
+        .await
+    {
         tracing::warn!(policy = %key, error = %e, "writing policy status failed");
         return;
     }
@@ -183,7 +208,14 @@ pub async fn write_statuses(ctx: &Context) {
         }
         let api: Api<PDBPolicy> = Api::namespaced(ctx.client.clone(), &ns);
         let key = format!("{ns}/{}", p.name_any());
-        write_one(ctx, api, p.as_ref(), "PDBPolicy", key, &p.spec, scope, p.status.as_ref()).await;
+        let target = PolicyTarget {
+            kind: "PDBPolicy",
+            key,
+            spec: &p.spec,
+            scope,
+            previous: p.status.as_ref(),
+        };
+        write_one(ctx, api, p.as_ref(), target).await;
     }
     for p in ctx.cluster_policies.state() {
         if !ctx.scope.writes_cluster_policy_status(&p) {
@@ -199,17 +231,14 @@ pub async fn write_statuses(ctx: &Context) {
         }
         let api: Api<ClusterPDBPolicy> = Api::all(ctx.client.clone());
         let key = p.name_any();
-        write_one(
-            ctx,
-            api,
-            p.as_ref(),
-            "ClusterPDBPolicy",
+        let target = PolicyTarget {
+            kind: "ClusterPDBPolicy",
             key,
-            &p.spec.0,
-            PolicyScope::Cluster,
-            p.status.as_ref(),
-        )
-        .await;
+            spec: &p.spec.0,
+            scope: PolicyScope::Cluster,
+            previous: p.status.as_ref(),
+        };
+        write_one(ctx, api, p.as_ref(), target).await;
     }
 }
 

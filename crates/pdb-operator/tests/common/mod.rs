@@ -250,7 +250,11 @@ pub async fn ungate_and_wait_ready(pods: &Api<Pod>, selector: &str, n: usize) ->
             .expect("list pods")
             .items
             .len();
-        if c == n { Check::Done(()) } else { Check::NotYet(format!("{c} pods")) }
+        if c == n {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{c} pods"))
+        }
     })
     .await;
     ungate(pods, selector).await;
