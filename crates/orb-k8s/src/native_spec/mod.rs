@@ -33,6 +33,7 @@ mod identity;
 mod jinja;
 pub mod merge;
 mod pod_override;
+mod preview;
 pub mod source;
 
 #[cfg(test)]
@@ -58,6 +59,9 @@ pub use identity::{api_version_and_kind, stamp_identity};
 pub use jinja::{JinjaFailure, SpecRenderer};
 pub use merge::{ListMerge, deep_merge};
 pub use pod_override::{PodSpecOverrideError, apply_pod_spec_override};
+pub use preview::{
+    NativeSpecCheck, PREVIEW_REQUEST_ID, PreviewRequest, check_native_spec, object_name,
+};
 pub use source::{OperatorSpec, load_operator_spec, render_operator_spec};
 
 /// Everything one rendering needs besides the API.
