@@ -183,3 +183,96 @@ async fn controller_pods_carry_orb_labels_that_templates_cannot_override() {
         "the provider's default node selector is applied"
     );
 }
+
+/// An admission policy that refuses every pod-deletion-cost mark in one namespace, so the
+/// Deployment's marking step really fails on the apiserver.
+async fn refuse_deletion_cost_marks(h: &Harness) -> String {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let name = format!("refuse-marks-{}", h.ns.name());
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": "!has(object.metadata.annotations) || !('controller.kubernetes.io/pod-deletion-cost' in object.metadata.annotations)",
+                             "message": "test policy: deletion-cost marks are refused"}]
+        }
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": h.ns.name()}}}}
+    }))
+    .unwrap();
+    let client = h.cluster.client.clone();
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&Default::default(), &policy)
+        .await
+        .unwrap();
+    Api::<ValidatingAdmissionPolicyBinding>::all(client)
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    name
+}
+
+async fn remove_policy(h: &Harness, name: &str) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let client = h.cluster.client.clone();
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .delete(name, &Default::default())
+        .await;
+    let _ = Api::<ValidatingAdmissionPolicy>::all(client)
+        .delete(name, &Default::default())
+        .await;
+}
+
+#[tokio::test]
+async fn deployment_release_aborts_without_scaling_when_half_the_marks_fail() {
+    use kube::api::{Patch, PatchParams};
+    let h = harness("deploy-abort", json!({})).await;
+    let t = template("svc", Some(ProviderApi::Deployment));
+    let (req, outcome) = acquire(&h, &t, 3).await;
+    let report = wait_verdict(&h, &status_input(&req, &t, 3, &outcome), "fulfilled").await;
+    let all = ids_with(&report, MachineStatus::Running);
+    let policy = refuse_deletion_cost_marks(&h).await;
+    let pods: Api<Pod> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    let probe =
+        json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "1"}}});
+    kube_fixture::wait_for("the admission policy to refuse marks", WAIT, || async {
+        match pods
+            .patch(
+                &all[0],
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(&probe),
+            )
+            .await
+        {
+            Err(_) => kube_fixture::Check::Done(()),
+            Ok(_) => kube_fixture::Check::NotYet("a dry-run mark was still accepted".into()),
+        }
+    })
+    .await;
+
+    let result = release(&h, &req, &outcome, "Deployment", &[&all[0], &all[1]]).await;
+    remove_policy(&h, &policy).await;
+    let err = result.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("was not scaled: 2 of 2 victims could not be marked"),
+        "{err}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    let name = &outcome.resource_ids[0];
+    assert_eq!(
+        deployments.get(name).await.unwrap().spec.replicas,
+        Some(3),
+        "nothing was scaled"
+    );
+    assert_eq!(live_pods(&h, &req).await, all);
+}

@@ -230,3 +230,30 @@ async fn the_handler_follows_provider_api_at_request_time() {
             .is_some()
     );
 }
+
+#[tokio::test]
+async fn reclaims_report_a_pod_deleted_outside_orb_and_leave_the_others() {
+    let h = harness("reclaim", json!({})).await;
+    let t = template("bare", None);
+    let (req, outcome) = acquire(&h, &t, 2).await;
+    wait_verdict(&h, &status_input(&req, &t, 2, &outcome), "fulfilled").await;
+    let pods: Api<Pod> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    let gone = outcome.resource_ids[0].clone();
+    pods.delete(&gone, &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    wait_live_pods(&h, &req, &outcome.resource_ids[1..]).await;
+    let machines = outcome
+        .resource_ids
+        .iter()
+        .map(|id| machine_ref(&req, id, &outcome, "Pod"))
+        .collect();
+    let notices = h
+        .provider
+        .reclaims(orb_core::provider::ReclaimQuery { machines })
+        .await
+        .unwrap();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].machine_id, gone);
+    assert_eq!(notices[0].grace_period_secs, 0);
+}
