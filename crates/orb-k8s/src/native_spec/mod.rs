@@ -32,6 +32,7 @@ mod gate;
 mod identity;
 mod jinja;
 pub mod merge;
+mod normalize;
 mod pod_override;
 mod preview;
 pub mod source;
@@ -243,6 +244,7 @@ pub fn render_native_body_from(
         let overlay = render_operator_spec(&renderer, template_id, operator, &context)?;
         deep_merge(&mut body, overlay, ListMerge::Replace);
     }
+    normalize::normalize_int_or_percent(&mut body);
     stamp_identity(&mut body, &identity, template_id)?;
     Ok(body)
 }

@@ -118,9 +118,11 @@ fn seed_partial_deployment_override() {
         "orb-fe4cda5c019444bc981b",
         8,
     );
+    // The seed writes maxUnavailable as the string "0", which the apiserver accepts only as a
+    // percentage; orb sends the number it spells (checked with a server-side dry run).
     assert_eq!(
         body["spec"]["strategy"],
-        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "0"}})
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}})
     );
     assert_eq!(body["spec"]["replicas"], 8);
     assert_eq!(
