@@ -126,10 +126,24 @@ async fn run_operator(args: RunArgs) -> Result<()> {
     let client = client().await?;
     tokio::select! {
         r = pdb_operator::runtime::run(client, opts) => r.map_err(Into::into),
+        _ = terminate() => {
+            tracing::info!("SIGTERM; stopping");
+            Ok(())
+        }
         _ = tokio::signal::ctrl_c() => {
             tracing::info!("interrupted; stopping");
             Ok(())
         }
+    }
+}
+
+/// Resolves on SIGTERM (what the kubelet sends on pod shutdown).
+async fn terminate() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
     }
 }
 
@@ -199,6 +213,8 @@ fn run(cli: Cli) -> Result<()> {
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| "info,kube=warn".into()),
                 )
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_writer(std::io::stderr)
                 .init();
             runtime()?.block_on(run_operator(args))
         }

@@ -148,6 +148,59 @@ async fn serve(
     Ok(())
 }
 
+/// How often outcomes of deleted workloads are forgotten (their gauge series removed).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+async fn names_of<K>(api: Api<K>) -> Option<Vec<(String, String)>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api
+        .list_metadata(&kube::api::ListParams::default())
+        .await
+        .ok()?;
+    Some(
+        list.items
+            .into_iter()
+            .map(|m| {
+                (
+                    m.metadata.namespace.unwrap_or_default(),
+                    m.metadata.name.unwrap_or_default(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Forgets outcomes (and so gauge series) of workloads that no longer exist. A kind whose
+/// list fails (API absent, transient error) is left alone.
+pub async fn sweep_deleted_workloads(ctx: &Context) {
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::scheduling::v1beta1::Workload;
+    let c = &ctx.client;
+    let lws: Api<kube::api::DynamicObject> = match &ctx.scope {
+        Scope::AllNamespaces => Api::all_with(c.clone(), &gang::lws_resource()),
+        Scope::Namespace(ns) => Api::namespaced_with(c.clone(), ns, &gang::lws_resource()),
+    };
+    let alive = [
+        ("Deployment", names_of(ctx.scope.api::<Deployment>(c)).await),
+        ("StatefulSet", names_of(ctx.scope.api::<StatefulSet>(c)).await),
+        ("Workload", names_of(ctx.scope.api::<Workload>(c)).await),
+        ("LeaderWorkerSet", names_of(lws).await),
+    ];
+    let removed = ctx.outcomes.retain(|k| {
+        alive
+            .iter()
+            .find(|(kind, _)| *kind == k.kind)
+            .and_then(|(_, names)| names.as_ref())
+            .is_none_or(|names| names.iter().any(|(ns, n)| *ns == k.namespace && *n == k.name))
+    });
+    if removed {
+        ctx.outcomes.refresh_gauges(&ctx.metrics);
+        ctx.status_changed.notify_one();
+    }
+}
+
 /// Runs the operator until an error (or forever). Abort or drop the future to stop it.
 pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new());
@@ -243,6 +296,13 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     tasks.spawn(async move {
         run_status_writer(c, Duration::from_millis(500), Duration::from_secs(300)).await;
         Err(RunError::Task("policy status writer ended".into()))
+    });
+    let c = ctx.clone();
+    tasks.spawn(async move {
+        loop {
+            tokio::time::sleep(SWEEP_INTERVAL).await;
+            sweep_deleted_workloads(&c).await;
+        }
     });
     update(&health, |h| {
         h.controllers = vec!["pdbpolicy", "deployment-pdb", "statefulset-pdb"];
