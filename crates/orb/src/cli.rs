@@ -102,6 +102,15 @@ pub enum Command {
     /// HostFactory integration.
     #[command(subcommand)]
     Hostfactory(HostfactoryCommand),
+    /// Serve the REST API (/api/v1), probes and /metrics over HTTP.
+    #[command(
+        after_help = "Examples:\n  orb serve\n  orb serve --listen 0.0.0.0:8080\n  curl -s localhost:8080/api/v1/templates"
+    )]
+    Serve {
+        /// Address and port to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
+        listen: std::net::SocketAddr,
+    },
     /// Print a shell completion script, e.g. `orb completions bash > /etc/bash_completion.d/orb`.
     Completions {
         #[arg(value_enum)]

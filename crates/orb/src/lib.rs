@@ -10,3 +10,4 @@ pub mod failure;
 pub mod provider_factory;
 pub mod render;
 pub mod scripts;
+pub mod serve;

@@ -1,0 +1,182 @@
+//! `orb serve`: the broker as a long-running HTTP service. REST under `/api/v1`, probes,
+//! `/metrics` and a generated OpenAPI document. Handlers are thin: they parse input, call
+//! the same [`Broker`] the command line uses, and turn its answers into JSON or problems.
+
+pub mod command;
+mod events;
+mod extract;
+mod machines;
+pub mod metrics;
+pub mod model;
+mod probes;
+pub mod problem;
+mod requests;
+mod templates;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Map, Value};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::broker::Broker;
+pub use metrics::Metrics;
+
+/// Knobs of the HTTP layer (the broker has its own settings).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Seconds `?wait=true` waits when the caller gives no timeout (capped at 600).
+    pub default_wait_secs: u64,
+    /// How often a waiting call or an event stream re-reads a request.
+    pub poll_interval: Duration,
+    /// The provider's `template_defaults`, applied by `POST /api/v1/templates/validate`.
+    pub template_defaults: Map<String, Value>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            default_wait_secs: 300,
+            poll_interval: Duration::from_secs(2),
+            template_defaults: Map::new(),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    broker: Broker,
+    metrics: Metrics,
+    options: ServeOptions,
+}
+
+impl AppState {
+    pub fn new(broker: Broker, options: ServeOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                broker,
+                metrics: Metrics::new(),
+                options,
+            }),
+        }
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.inner.broker
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub fn options(&self) -> &ServeOptions {
+        &self.inner.options
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "orb",
+        description = "orb's REST API: machine templates, machine requests and returns, request status and events, probes and metrics."
+    ),
+    tags(
+        (name = "templates", description = "Machine templates"),
+        (name = "machines", description = "Request and return machines"),
+        (name = "requests", description = "Follow and cancel requests"),
+        (name = "probes", description = "Liveness, readiness, health and metrics"),
+    )
+)]
+struct ApiDoc;
+
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(templates::list_templates))
+        .routes(routes!(templates::show_template))
+        .routes(routes!(templates::validate_templates))
+        .routes(routes!(machines::request_machines))
+        .routes(routes!(machines::return_machines))
+        .routes(routes!(machines::list_machines))
+        .routes(routes!(requests::list_requests))
+        .routes(routes!(requests::show_request))
+        .routes(routes!(requests::request_status))
+        .routes(routes!(requests::cancel_request))
+        .routes(routes!(events::request_events))
+        .routes(routes!(probes::livez))
+        .routes(routes!(probes::readyz))
+        .routes(routes!(probes::health))
+        .routes(routes!(probes::metrics))
+}
+
+/// The OpenAPI document of every route, as served at `/api/v1/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+/// [`openapi`] as pretty JSON with a trailing newline: the checked-in `crates/orb/openapi.json`.
+pub fn openapi_json() -> String {
+    let mut text = openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"cannot render the OpenAPI document: {e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// The whole HTTP service.
+pub fn router(state: AppState) -> Router {
+    let (routes, api) = api_router().split_for_parts();
+    let document = api.to_pretty_json().unwrap_or_default();
+    routes
+        .route(
+            "/api/v1/openapi.json",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], document) }),
+        )
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), count_http))
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> problem::Problem {
+    problem::Problem::not_found(
+        "no-such-route",
+        "No such route",
+        format!(
+            "{} {} is not a route of orb's API; GET /api/v1/openapi.json lists them",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+/// Counts each HTTP request by its route template (not its raw path, so ids do not
+/// multiply the series).
+async fn count_http(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await.into_response();
+    state.metrics().record_http(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}

@@ -1,0 +1,252 @@
+//! What the REST API reads and writes. These types are the API's contract (they carry the
+//! OpenAPI schema); they are filled from the broker's domain types and never stored.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use orb_core::machine::Machine;
+use orb_core::request::Request;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::broker::RequestView;
+
+/// `POST /api/v1/machines/request`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MachineRequestBody {
+    /// The template to create machines from (`GET /api/v1/templates` lists them).
+    #[schema(example = "worker")]
+    pub template_id: String,
+    /// How many machines; at least 1.
+    #[serde(alias = "machine_count")]
+    #[schema(example = 2, minimum = 1)]
+    pub count: u32,
+}
+
+/// `?wait=true&timeout=S` on `POST /api/v1/machines/request`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitQuery {
+    /// Answer only when the request has finished (or `timeout` has passed).
+    #[serde(default)]
+    pub wait: bool,
+    /// Seconds to wait with `wait=true`, 1 to 600; default `request.default_timeout` (at most 600).
+    pub timeout: Option<u64>,
+}
+
+/// `POST /api/v1/machines/return`: exactly one of `machine_ids` and `request_id`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReturnBody {
+    /// Machines to give back, by machine id or host name.
+    pub machine_ids: Option<Vec<String>>,
+    /// Give back every live machine of this acquire request.
+    pub request_id: Option<String>,
+}
+
+/// `GET /api/v1/machines`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MachineListQuery {
+    /// Include machines that are gone (terminated, returned, failed).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `GET /api/v1/requests`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RequestListQuery {
+    /// At most this many, newest first (default 50, at most 1000).
+    pub limit: Option<u32>,
+    /// Only requests in this status, e.g. `in_progress`.
+    pub status: Option<String>,
+    /// Only `acquire` or `return` requests.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub request_type: Option<String>,
+}
+
+/// A request as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct RequestInfo {
+    #[schema(example = "req-3f2b0c1e-8a4d-4c6b-9e1f-0a2b3c4d5e6f")]
+    pub request_id: String,
+    /// `acquire` or `return`.
+    pub request_type: String,
+    /// pending, in_progress, acquiring, partial_pending, complete, partial, failed, cancelled or timeout.
+    #[schema(example = "in_progress")]
+    pub status: String,
+    /// True once the status can no longer change.
+    pub terminal: bool,
+    pub status_message: Option<String>,
+    pub template_id: Option<String>,
+    pub provider_name: String,
+    pub provider_api: Option<String>,
+    pub requested_count: u32,
+    pub fulfilled_count: u32,
+    pub failed_count: u32,
+    /// For returns: the machines named.
+    pub machine_ids: Vec<String>,
+    /// For returns: names orb never managed.
+    pub unknown_machines: Vec<String>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub deadline_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub last_transition_at: String,
+}
+
+/// A machine as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct MachineInfo {
+    pub machine_id: String,
+    pub name: String,
+    pub request_id: String,
+    pub return_request_id: Option<String>,
+    pub template_id: String,
+    pub provider_api: Option<String>,
+    pub resource_id: Option<String>,
+    /// pending, launching, running, stopping, stopped, shutting-down, terminated, returned, failed or unknown.
+    #[schema(example = "running")]
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub private_ip: Option<String>,
+    pub public_ip: Option<String>,
+    pub launch_time: Option<String>,
+    pub instance_type: Option<String>,
+    pub price_type: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A request with its machines (an acquire's machines, or the machines a return covers).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct RequestDetail {
+    pub request: RequestInfo,
+    pub machines: Vec<MachineInfo>,
+    /// Why the answer may be stale (the provider could not be asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+fn time(t: Timestamp) -> String {
+    t.to_string()
+}
+
+impl From<&Request> for RequestInfo {
+    fn from(r: &Request) -> Self {
+        Self {
+            request_id: r.request_id.to_string(),
+            request_type: r.request_type.as_str().to_string(),
+            status: r.status.to_string(),
+            terminal: r.status.is_terminal(),
+            status_message: r.status_message.clone(),
+            template_id: r.template_id.clone(),
+            provider_name: r.provider_name.clone(),
+            provider_api: r.provider_api.clone(),
+            requested_count: r.requested_count,
+            fulfilled_count: r.fulfilled_count,
+            failed_count: r.failed_count,
+            machine_ids: r.machine_ids.clone(),
+            unknown_machines: r.unknown_machines.clone(),
+            created_at: time(r.created_at),
+            started_at: r.started_at.map(time),
+            deadline_at: r.deadline_at.map(time),
+            completed_at: r.completed_at.map(time),
+            last_transition_at: time(r.last_transition_at),
+        }
+    }
+}
+
+impl From<&Machine> for MachineInfo {
+    fn from(m: &Machine) -> Self {
+        Self {
+            machine_id: m.machine_id.clone(),
+            name: m.name.clone(),
+            request_id: m.request_id.to_string(),
+            return_request_id: m.return_request_id.as_ref().map(ToString::to_string),
+            template_id: m.template_id.clone(),
+            provider_api: m.provider_api.clone(),
+            resource_id: m.resource_id.clone(),
+            status: m.status.to_string(),
+            status_reason: m.status_reason.clone(),
+            private_ip: m.private_ip.clone(),
+            public_ip: m.public_ip.clone(),
+            launch_time: m.launch_time.map(time),
+            instance_type: m.instance_type.clone(),
+            price_type: m.price_type.clone(),
+            tags: m.tags.clone(),
+            created_at: time(m.created_at),
+            updated_at: time(m.updated_at),
+        }
+    }
+}
+
+impl From<&RequestView> for RequestDetail {
+    fn from(view: &RequestView) -> Self {
+        Self {
+            request: (&view.request).into(),
+            machines: view.machines.iter().map(MachineInfo::from).collect(),
+            note: view.note.clone(),
+        }
+    }
+}
+
+/// One template with what it still allows.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TemplateInfo {
+    pub template_id: String,
+    /// Pod, Deployment, StatefulSet or Job.
+    pub provider_api: String,
+    /// `maxNumber`; -1 means unlimited.
+    pub max_machines: i64,
+    /// How many more machines may be requested now; absent when unlimited.
+    pub available_number: Option<i64>,
+    /// Why the template cannot be used; empty when it can.
+    pub problems: Vec<String>,
+    /// The whole template, in orb's internal (snake_case) spelling.
+    #[schema(value_type = Object)]
+    pub template: serde_json::Value,
+}
+
+/// The result of `POST /api/v1/templates/validate`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ValidationReport {
+    /// True when every template is usable and none was unreadable.
+    pub ok: bool,
+    /// Ids of usable templates.
+    pub valid: Vec<String>,
+    pub invalid: Vec<InvalidTemplate>,
+    /// Spelling and similar warnings that do not stop a template from working.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct InvalidTemplate {
+    /// The template's id; absent when the entry could not be read at all.
+    pub template_id: Option<String>,
+    pub problems: Vec<String>,
+}
+
+/// The reply of `/livez`, `/readyz` and `/health`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HealthReport {
+    #[schema(example = "orb")]
+    pub service: String,
+    pub version: String,
+    /// ok, degraded or unhealthy (`/livez`: alive).
+    pub status: String,
+    /// One entry per dependency checked.
+    pub checks: BTreeMap<String, Check>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Check {
+    /// ok or failing.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}

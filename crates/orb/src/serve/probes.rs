@@ -1,0 +1,157 @@
+//! Probes and metrics: `/livez` (the process answers), `/readyz` (storage and provider
+//! usable), `/health` (the same checks, 503 only when storage is down), `/metrics`.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use orb_store::RequestFilter;
+
+use super::AppState;
+use super::metrics::OPENMETRICS_CONTENT_TYPE;
+use super::model::{Check, HealthReport};
+use super::problem::Problem;
+
+const OK: &str = "ok";
+const FAILING: &str = "failing";
+
+fn report(status: &str, checks: BTreeMap<String, Check>) -> HealthReport {
+    HealthReport {
+        service: "orb".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        status: status.into(),
+        checks,
+    }
+}
+
+async fn checks(state: &AppState) -> BTreeMap<String, Check> {
+    let broker = state.broker();
+    let store = match broker
+        .store
+        .list_requests(&RequestFilter {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+    {
+        Ok(_) => Check {
+            status: OK.into(),
+            detail: Some(format!("{:?} store reachable", broker.store.backend())),
+        },
+        Err(e) => Check {
+            status: FAILING.into(),
+            detail: Some(e.to_string()),
+        },
+    };
+    let provider = match broker.provider.get() {
+        Ok(provider) => Check {
+            status: OK.into(),
+            detail: Some(format!(
+                "provider {:?} ({}) built",
+                broker.settings.provider_name,
+                provider.provider_type()
+            )),
+        },
+        Err(e) => Check {
+            status: FAILING.into(),
+            detail: Some(format!("provider {:?}: {e}", broker.settings.provider_name)),
+        },
+    };
+    BTreeMap::from([
+        ("store".to_string(), store),
+        ("provider".to_string(), provider),
+    ])
+}
+
+/// Always 200 while the process can answer; checks nothing else.
+#[utoipa::path(
+    get,
+    path = "/livez",
+    tag = "probes",
+    responses((status = 200, description = "Alive", body = HealthReport))
+)]
+pub async fn livez() -> Json<HealthReport> {
+    Json(report("alive", BTreeMap::new()))
+}
+
+/// 200 when storage answers and the provider could be built; 503 otherwise, naming what fails.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "probes",
+    responses(
+        (status = 200, description = "Ready", body = HealthReport),
+        (status = 503, description = "Not ready; `checks` says why", body = HealthReport),
+    )
+)]
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<HealthReport>) {
+    let checks = checks(&state).await;
+    if checks.values().all(|c| c.status == OK) {
+        (StatusCode::OK, Json(report(OK, checks)))
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(report("unhealthy", checks)),
+        )
+    }
+}
+
+/// Overall health: `ok`, `degraded` (provider failing; still 200) or `unhealthy` (storage
+/// failing; 503).
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "probes",
+    responses(
+        (status = 200, description = "ok or degraded", body = HealthReport),
+        (status = 503, description = "unhealthy: storage unavailable", body = HealthReport),
+    )
+)]
+pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthReport>) {
+    let checks = checks(&state).await;
+    let store_ok = checks.get("store").is_some_and(|c| c.status == OK);
+    let all_ok = checks.values().all(|c| c.status == OK);
+    match (store_ok, all_ok) {
+        (true, true) => (StatusCode::OK, Json(report(OK, checks))),
+        (true, false) => (StatusCode::OK, Json(report("degraded", checks))),
+        (false, _) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(report("unhealthy", checks)),
+        ),
+    }
+}
+
+/// Prometheus metrics in the OpenMetrics text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "probes",
+    responses(
+        (status = 200, description = "OpenMetrics exposition", content_type = "application/openmetrics-text", body = String),
+        (status = 503, description = "Storage unavailable (request counts could not be taken)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, Problem> {
+    let requests = state
+        .broker()
+        .store
+        .list_requests(&RequestFilter::default())
+        .await?;
+    let mut counts: BTreeMap<&'static str, (orb_core::request::RequestStatus, i64)> =
+        BTreeMap::new();
+    for r in &requests {
+        counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
+    }
+    state.metrics().set_request_counts(counts.into_values());
+    let text = state.metrics().encode().map_err(|e| {
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "metrics-encoding",
+            "Metrics could not be encoded",
+            e.to_string(),
+        )
+    })?;
+    Ok(([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text))
+}

@@ -1,0 +1,228 @@
+//! Error replies as RFC 9457 problem documents (`application/problem+json`): a stable `type`
+//! per kind of failure, the HTTP status, and a `detail` that names the offending value and
+//! how to fix it. Every refusal the API makes goes through [`Problem`].
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use orb_core::lifecycle::LifecycleError;
+use orb_core::provider::ProviderError;
+use orb_store::StoreError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::broker::BrokerError;
+
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Problem {
+    /// A URI naming the kind of problem, e.g. `urn:orb:problem:unknown-template`.
+    #[serde(rename = "type")]
+    #[schema(example = "urn:orb:problem:unknown-template")]
+    pub problem_type: String,
+    /// A short summary of the kind of problem; the same for every occurrence.
+    pub title: String,
+    /// The HTTP status code of this reply.
+    pub status: u16,
+    /// What was wrong in this call, and how to fix it.
+    pub detail: String,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, slug: &str, title: &str, detail: impl Into<String>) -> Self {
+        Self {
+            problem_type: format!("urn:orb:problem:{slug}"),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail: detail.into(),
+        }
+    }
+
+    pub fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    pub fn bad_request(slug: &str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, slug, "Bad request", detail)
+    }
+
+    pub fn unprocessable(slug: &str, title: &str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, slug, title, detail)
+    }
+
+    pub fn not_found(slug: &str, title: &str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, slug, title, detail)
+    }
+
+    /// A request id that does not even have the `req-…`/`ret-…` form.
+    pub fn malformed_request_id(raw: &str, reason: impl std::fmt::Display) -> Self {
+        Self::bad_request(
+            "malformed-request-id",
+            format!(
+                "{raw:?} is not a request id ({reason}); ids look like req-<uuid> or ret-<uuid>, \
+                 as returned by POST /api/v1/machines/request"
+            ),
+        )
+    }
+
+    pub fn from_json_rejection(rejection: &JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::JsonSyntaxError(e) => Self::bad_request(
+                "malformed-json",
+                format!(
+                    "the request body is not valid JSON: {}; send one JSON object",
+                    e.body_text()
+                ),
+            ),
+            JsonRejection::JsonDataError(e) => Self::unprocessable(
+                "invalid-body",
+                "Invalid request body",
+                format!(
+                    "the request body does not have the expected fields: {}; see /api/v1/openapi.json for the schema",
+                    e.body_text()
+                ),
+            ),
+            JsonRejection::MissingJsonContentType(_) => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "not-json",
+                "Unsupported media type",
+                "the request body must be JSON; send the header Content-Type: application/json",
+            ),
+            other => Self::bad_request(
+                "unreadable-body",
+                format!("the request body could not be read: {}", other.body_text()),
+            ),
+        }
+    }
+
+    pub fn from_query_rejection(rejection: &QueryRejection) -> Self {
+        Self::bad_request(
+            "invalid-query",
+            format!(
+                "the query string is not valid: {}; see /api/v1/openapi.json for the parameters",
+                rejection.body_text()
+            ),
+        )
+    }
+}
+
+impl From<BrokerError> for Problem {
+    fn from(err: BrokerError) -> Self {
+        let detail = err.to_string();
+        match err {
+            BrokerError::UnknownTemplate { .. } => {
+                Self::unprocessable("unknown-template", "Unknown template", detail)
+            }
+            BrokerError::InvalidTemplate(_) => {
+                Self::unprocessable("invalid-template", "Template is not usable", detail)
+            }
+            BrokerError::CountRejected(_) => {
+                Self::unprocessable("count-rejected", "Machine count not allowed", detail)
+            }
+            BrokerError::UnknownRequest(_) => {
+                Self::not_found("unknown-request", "Unknown request", detail)
+            }
+            BrokerError::UnknownMachines(_) => {
+                Self::unprocessable("unknown-machines", "Unknown machines", detail)
+            }
+            BrokerError::NotAllowed(_)
+            | BrokerError::Lifecycle(LifecycleError::AlreadyTerminal { .. }) => Self::new(
+                StatusCode::CONFLICT,
+                "not-allowed",
+                "Not allowed in this state",
+                detail,
+            ),
+            BrokerError::Lifecycle(_) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "illegal-transition",
+                "Internal state error",
+                detail,
+            ),
+            BrokerError::Provider(e) => e.into(),
+            BrokerError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<ProviderError> for Problem {
+    fn from(err: ProviderError) -> Self {
+        let detail = err.to_string();
+        match err {
+            ProviderError::Rejected(_) => {
+                Self::unprocessable("provider-rejected", "Refused by the provider", detail)
+            }
+            ProviderError::Unavailable(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "provider-unavailable",
+                "Provider unavailable",
+                detail,
+            ),
+            ProviderError::Misconfigured(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "provider-misconfigured",
+                "Provider misconfigured",
+                detail,
+            ),
+        }
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(err: StoreError) -> Self {
+        let detail = err.to_string();
+        match err {
+            StoreError::Conflict { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "concurrent-change",
+                "Changed concurrently",
+                detail,
+            ),
+            _ => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Storage unavailable",
+                detail,
+            ),
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = self.status_code();
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
+        );
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(BrokerError::CountRejected("machine count must be at least 1".into()), 422, "count-rejected")]
+    #[case(BrokerError::UnknownRequest("req-x".into()), 404, "unknown-request")]
+    #[case(BrokerError::NotAllowed("already complete".into()), 409, "not-allowed")]
+    #[case(BrokerError::UnknownTemplate { template_id: "t".into(), available: "a".into() }, 422, "unknown-template")]
+    #[case(BrokerError::Provider(ProviderError::Misconfigured("no such type".into())), 503, "provider-misconfigured")]
+    #[case(BrokerError::Provider(ProviderError::Rejected("audit".into())), 422, "provider-rejected")]
+    fn broker_errors_map_to_status_and_type(
+        #[case] err: BrokerError,
+        #[case] status: u16,
+        #[case] slug: &str,
+    ) {
+        let message = err.to_string();
+        let problem = Problem::from(err);
+        assert_eq!(problem.status, status);
+        assert_eq!(problem.problem_type, format!("urn:orb:problem:{slug}"));
+        assert_eq!(problem.detail, message);
+    }
+}

@@ -1,0 +1,161 @@
+//! `/api/v1/templates`: list, show, validate.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use orb_core::hostfactory::output::{TemplateUsage, template_entry};
+use orb_core::template::Template;
+use orb_core::template::file::parse_template_file;
+use orb_store::MachineFilter;
+use serde_json::Value;
+
+use super::AppState;
+use super::extract::ApiJson;
+use super::model::{InvalidTemplate, TemplateInfo, ValidationReport};
+use super::problem::Problem;
+
+async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<TemplateInfo>, Problem> {
+    let broker = state.broker();
+    let live = broker
+        .store
+        .list_machines(&MachineFilter {
+            live_only: true,
+            ..Default::default()
+        })
+        .await?;
+    let default_max = broker.settings.default_max_machines;
+    Ok(templates
+        .iter()
+        .map(|t| {
+            let usage = TemplateUsage {
+                live_machine_names: live
+                    .iter()
+                    .filter(|m| m.template_id == t.template_id)
+                    .map(|m| m.name.clone())
+                    .collect(),
+            };
+            let max = t.max_machines_or(default_max);
+            let entry = template_entry(t, max, &usage);
+            TemplateInfo {
+                template_id: t.template_id.clone(),
+                provider_api: t.api().to_string(),
+                max_machines: max,
+                available_number: entry.get("availableNumber").and_then(Value::as_i64),
+                problems: t.problems().iter().map(ToString::to_string).collect(),
+                template: serde_json::to_value(t).unwrap_or(Value::Null),
+            }
+        })
+        .collect())
+}
+
+/// Every template of the configured provider, with how many machines each still allows.
+#[utoipa::path(
+    get,
+    path = "/api/v1/templates",
+    tag = "templates",
+    responses(
+        (status = 200, description = "The templates, in file order", body = Vec<TemplateInfo>),
+        (status = 503, description = "Storage unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_templates(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<TemplateInfo>>, Problem> {
+    let all: Vec<&Template> = state.broker().catalog.templates.iter().collect();
+    Ok(Json(describe(&state, &all).await?))
+}
+
+/// One template.
+#[utoipa::path(
+    get,
+    path = "/api/v1/templates/{template_id}",
+    tag = "templates",
+    params(("template_id" = String, Path, description = "The template id")),
+    responses(
+        (status = 200, description = "The template", body = TemplateInfo),
+        (status = 404, description = "No such template", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn show_template(
+    State(state): State<AppState>,
+    Path(template_id): Path<String>,
+) -> Result<Json<TemplateInfo>, Problem> {
+    let catalog = &state.broker().catalog;
+    let Some(template) = catalog.get(&template_id) else {
+        return Err(Problem::not_found(
+            "unknown-template",
+            "Unknown template",
+            format!(
+                "template {template_id:?} is not defined; available templates: {}",
+                catalog.ids()
+            ),
+        ));
+    };
+    let mut described = describe(&state, &[template]).await?;
+    Ok(Json(described.remove(0)))
+}
+
+/// Checks a template document (the same JSON as a templates file) without storing it.
+#[utoipa::path(
+    post,
+    path = "/api/v1/templates/validate",
+    tag = "templates",
+    request_body(content = Object, description = "A templates document: {\"templates\": [...]}"),
+    responses(
+        (status = 200, description = "The verdict for each template; `ok` says whether all are usable", body = ValidationReport),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Not a templates document", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn validate_templates(
+    State(state): State<AppState>,
+    ApiJson(document): ApiJson<Value>,
+) -> Result<Json<ValidationReport>, Problem> {
+    let text = document.to_string();
+    let parsed = parse_template_file(
+        "request body",
+        &text,
+        Some(&state.options().template_defaults),
+    )
+    .map_err(|e| {
+        Problem::unprocessable(
+            "invalid-template-document",
+            "Not a templates document",
+            e.to_string(),
+        )
+    })?;
+    let mut valid = Vec::new();
+    let mut invalid = Vec::new();
+    let mut warnings = Vec::new();
+    for entry in parsed.entries {
+        match entry {
+            Ok(normalized) => {
+                let template = normalized.template;
+                warnings.extend(
+                    normalized
+                        .warnings
+                        .into_iter()
+                        .map(|w| format!("template {:?}: {w}", template.template_id)),
+                );
+                let problems = template.problems();
+                if problems.is_empty() {
+                    valid.push(template.template_id);
+                } else {
+                    invalid.push(InvalidTemplate {
+                        template_id: Some(template.template_id),
+                        problems: problems.iter().map(ToString::to_string).collect(),
+                    });
+                }
+            }
+            Err(e) => invalid.push(InvalidTemplate {
+                template_id: None,
+                problems: vec![e.to_string()],
+            }),
+        }
+    }
+    Ok(Json(ValidationReport {
+        ok: invalid.is_empty(),
+        valid,
+        invalid,
+        warnings,
+    }))
+}
