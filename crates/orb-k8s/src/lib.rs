@@ -2,6 +2,7 @@
 pub mod audit;
 pub mod cancel;
 pub mod config;
+pub mod dry_run;
 pub mod error;
 pub mod fulfilment;
 pub mod handlers;
