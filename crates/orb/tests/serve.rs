@@ -1,0 +1,389 @@
+//! `orb serve`'s REST routes through the router (tower `oneshot`), on a real SQLite store.
+//! Calls that would need a cluster meet a provider that cannot be built, so they show the
+//! refusal path; every refusal is checked for its problem document and for storing nothing.
+
+mod serve_support;
+
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, StatusCode, header};
+use serde_json::json;
+use serve_support::{DONE, Env, FAILED, NOBODY, STUCK, assert_problem, split};
+
+#[tokio::test]
+async fn templates_are_listed_with_what_they_still_allow() {
+    let env = Env::new().await;
+    env.seed().await;
+    let (code, body) = env.get("/api/v1/templates").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let ids: Vec<&str> = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["template_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["worker", "gpu", "broken"]);
+    // worker allows 3 and one seeded machine is live.
+    assert_eq!(body[0]["max_machines"], 3);
+    assert_eq!(body[0]["available_number"], 2);
+    assert_eq!(body[0]["provider_api"], "Pod");
+    assert_eq!(body[1]["max_machines"], -1);
+    assert!(body[1]["available_number"].is_null(), "{}", body[1]);
+    assert_eq!(body[1]["provider_api"], "Job");
+    assert_eq!(body[0]["problems"], json!([]));
+    assert!(
+        body[2]["problems"].to_string().contains("Bad_Namespace"),
+        "{}",
+        body[2]
+    );
+}
+
+#[tokio::test]
+async fn one_template_is_shown_and_an_unknown_one_is_a_404_naming_the_known_ones() {
+    let env = Env::new().await;
+    let (code, body) = env.get("/api/v1/templates/worker").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(body["template_id"], "worker");
+    assert_eq!(body["template"]["container_image"], "busybox:1.36");
+    let got = env.get("/api/v1/templates/nope").await;
+    assert_problem(
+        &got,
+        404,
+        "unknown-template",
+        "template \"nope\" is not defined; available templates: worker, gpu, broken",
+    );
+}
+
+#[tokio::test]
+async fn validate_reports_each_template_and_refuses_what_is_not_a_document() {
+    let env = Env::new().await;
+    let (code, body) = env
+        .post("/api/v1/templates/validate", serve_support::TEMPLATES)
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["ok"], false);
+    assert_eq!(body["valid"], json!(["worker", "gpu"]));
+    assert_eq!(body["invalid"][0]["template_id"], "broken");
+    let good = r#"{"templates": [{"templateId": "a", "maxNumber": 1, "imageId": "busybox"}]}"#;
+    let (code, body) = env.post("/api/v1/templates/validate", good).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["ok"], true);
+    assert_eq!(body["invalid"], json!([]));
+    let got = env
+        .post("/api/v1/templates/validate", "{\"templates\": [")
+        .await;
+    assert_problem(&got, 400, "malformed-json", "not valid JSON");
+    let got = env
+        .post("/api/v1/templates/validate", "\"templates\"")
+        .await;
+    assert_problem(&got, 422, "invalid-template-document", "");
+}
+
+#[tokio::test]
+async fn bad_machine_requests_are_refused_and_store_nothing() {
+    let env = Env::new().await;
+    let cases = [
+        (
+            "{\"template_id\": \"worker\", \"count\": ",
+            400,
+            "malformed-json",
+            "not valid JSON",
+        ),
+        (
+            r#"{"template_id": "nope", "count": 1}"#,
+            422,
+            "unknown-template",
+            "template \"nope\" is not defined; available templates: worker, gpu, broken",
+        ),
+        (
+            r#"{"template_id": "worker", "count": 0}"#,
+            422,
+            "count-rejected",
+            "at least 1",
+        ),
+        (
+            r#"{"template_id": "worker", "count": 4}"#,
+            422,
+            "count-rejected",
+            "allows 3 machines",
+        ),
+        (
+            r#"{"template_id": "gpu", "count": 6}"#,
+            422,
+            "count-rejected",
+            "max_machines_per_request (5)",
+        ),
+        (
+            r#"{"template_id": "broken", "count": 1}"#,
+            422,
+            "invalid-template",
+            "Bad_Namespace",
+        ),
+        (r#"{"template_id": "worker"}"#, 422, "invalid-body", "count"),
+        (
+            r#"{"template_id": "worker", "count": -1}"#,
+            422,
+            "invalid-body",
+            "count",
+        ),
+        (
+            r#"{"template_id": "worker", "count": 1, "colour": "red"}"#,
+            422,
+            "invalid-body",
+            "colour",
+        ),
+    ];
+    for (body, status, slug, needle) in cases {
+        let got = env.post("/api/v1/machines/request", body).await;
+        assert_problem(&got, status, slug, needle);
+    }
+    let got = env
+        .post(
+            "/api/v1/machines/request?timeout=5",
+            r#"{"template_id": "worker", "count": 1}"#,
+        )
+        .await;
+    assert_problem(&got, 400, "timeout-without-wait", "wait=true");
+    let got = env
+        .post(
+            "/api/v1/machines/request?wait=true&timeout=601",
+            r#"{"template_id": "worker", "count": 1}"#,
+        )
+        .await;
+    assert_problem(&got, 400, "invalid-timeout", "1 to 600");
+    let got = env
+        .post(
+            "/api/v1/machines/request?wait=maybe",
+            r#"{"template_id": "worker", "count": 1}"#,
+        )
+        .await;
+    assert_problem(&got, 400, "invalid-query", "wait");
+    let no_content_type = env
+        .call(
+            HttpRequest::post("/api/v1/machines/request")
+                .body(Body::from(r#"{"template_id": "worker", "count": 1}"#))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(
+        no_content_type.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    assert_problem(
+        &split(no_content_type).await,
+        415,
+        "not-json",
+        "Content-Type",
+    );
+    assert_eq!(env.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_valid_request_without_a_usable_provider_is_a_503_and_stores_nothing() {
+    let env = Env::new().await;
+    let got = env
+        .post(
+            "/api/v1/machines/request",
+            r#"{"template_id": "worker", "count": 2}"#,
+        )
+        .await;
+    assert_problem(&got, 503, "provider-misconfigured", "\"offline\"");
+    assert_eq!(env.request_count().await, 0);
+}
+
+#[tokio::test]
+async fn returning_machines_that_are_already_gone_completes_without_the_provider() {
+    let env = Env::new().await;
+    env.seed().await;
+    let (code, body) = env
+        .post(
+            "/api/v1/machines/return",
+            r#"{"machine_ids": ["orb-111111111111-0001"]}"#,
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let request = &body["request"];
+    assert!(request["request_id"].as_str().unwrap().starts_with("ret-"));
+    assert_eq!(request["request_type"], "return");
+    assert_eq!(request["status"], "complete");
+    assert_eq!(request["terminal"], true);
+    assert_eq!(body["machines"][0]["machine_id"], "orb-111111111111-0001");
+    assert_eq!(env.request_count().await, 4);
+}
+
+#[tokio::test]
+async fn bad_returns_are_refused_and_store_nothing() {
+    let env = Env::new().await;
+    env.seed().await;
+    let cases = [
+        (
+            r#"{"machine_ids": ["orb-nope"]}"#,
+            422,
+            "unknown-machines",
+            "orb does not manage this machine: orb-nope",
+        ),
+        (r#"{}"#, 422, "return-selector", "exactly one of"),
+        (
+            r#"{"machine_ids": ["a"], "request_id": "x"}"#,
+            422,
+            "return-selector",
+            "exactly one of",
+        ),
+        (r#"{"machine_ids": []}"#, 422, "nothing-to-return", "empty"),
+        (
+            r#"{"request_id": "bad id"}"#,
+            400,
+            "malformed-request-id",
+            "bad id",
+        ),
+        (
+            &format!(r#"{{"request_id": "{NOBODY}"}}"#),
+            404,
+            "unknown-request",
+            NOBODY,
+        ),
+        // A live machine needs the provider, which cannot be built: nothing is stored.
+        (
+            r#"{"machine_ids": ["orb-111111111111-0000"]}"#,
+            503,
+            "provider-misconfigured",
+            "offline",
+        ),
+        (
+            "{\"machine_ids\": [",
+            400,
+            "malformed-json",
+            "not valid JSON",
+        ),
+    ];
+    for (body, status, slug, needle) in cases {
+        let got = env.post("/api/v1/machines/return", body).await;
+        assert_problem(&got, status, slug, needle);
+    }
+    assert_eq!(env.request_count().await, 3);
+}
+
+#[tokio::test]
+async fn machines_are_listed_live_only_unless_all() {
+    let env = Env::new().await;
+    env.seed().await;
+    let (code, live) = env.get("/api/v1/machines").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(live.as_array().unwrap().len(), 1, "{live}");
+    assert_eq!(live[0]["status"], "running");
+    let (_, all) = env.get("/api/v1/machines?all=true").await;
+    assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+}
+
+#[tokio::test]
+async fn requests_are_listed_filtered_and_shown() {
+    let env = Env::new().await;
+    env.seed().await;
+    let (code, all) = env.get("/api/v1/requests").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(all.as_array().unwrap().len(), 3);
+    let (_, failed) = env.get("/api/v1/requests?status=failed").await;
+    assert_eq!(failed.as_array().unwrap().len(), 1);
+    assert_eq!(failed[0]["request_id"], FAILED);
+    let (_, one) = env.get("/api/v1/requests?limit=1").await;
+    assert_eq!(one.as_array().unwrap().len(), 1);
+    let got = env.get("/api/v1/requests?status=running").await;
+    assert_problem(&got, 400, "invalid-status", "in_progress");
+
+    let (code, shown) = env.get(&format!("/api/v1/requests/{DONE}")).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(shown["request"]["status"], "complete");
+    assert_eq!(shown["request"]["fulfilled_count"], 2);
+    assert_eq!(shown["machines"].as_array().unwrap().len(), 2);
+    // show does not touch the provider or settle anything: STUCK stays as stored.
+    let (_, stuck) = env.get(&format!("/api/v1/requests/{STUCK}")).await;
+    assert_eq!(stuck["request"]["status"], "in_progress");
+}
+
+#[tokio::test]
+async fn status_refreshes_and_unknown_or_malformed_ids_are_refused() {
+    let env = Env::new().await;
+    env.seed().await;
+    let (code, body) = env.get(&format!("/api/v1/requests/{STUCK}/status")).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    // Its deadline has passed; the provider could not be asked and says so.
+    assert_eq!(body["request"]["status"], "timeout");
+    assert!(
+        body["note"]
+            .as_str()
+            .unwrap()
+            .contains("not refreshed from the provider"),
+        "{body}"
+    );
+    let (_, done) = env.get(&format!("/api/v1/requests/{DONE}/status")).await;
+    assert_eq!(done["request"]["status"], "complete");
+    assert!(done.get("note").is_none());
+    for route in ["", "/status", "/events"] {
+        let got = env.get(&format!("/api/v1/requests/{NOBODY}{route}")).await;
+        assert_problem(&got, 404, "unknown-request", NOBODY);
+        // Ids orb never issued are looked up (legacy ids exist); ones no store can hold are 400.
+        let got = env.get(&format!("/api/v1/requests/not-an-id{route}")).await;
+        assert_problem(&got, 404, "unknown-request", "not-an-id");
+        let got = env.get(&format!("/api/v1/requests/bad%20id{route}")).await;
+        assert_problem(&got, 400, "malformed-request-id", "\"bad id\"");
+    }
+}
+
+#[tokio::test]
+async fn cancel_refuses_finished_unknown_and_malformed_requests() {
+    let env = Env::new().await;
+    env.seed().await;
+    let got = env
+        .post(&format!("/api/v1/requests/{DONE}/cancel"), "")
+        .await;
+    assert_problem(&got, 409, "not-allowed", "already complete");
+    let got = env
+        .post(&format!("/api/v1/requests/{NOBODY}/cancel"), "")
+        .await;
+    assert_problem(&got, 404, "unknown-request", NOBODY);
+    let got = env.post("/api/v1/requests/a%22b/cancel", "").await;
+    assert_problem(&got, 400, "malformed-request-id", "a\\\"b");
+    let (_, done) = env.get(&format!("/api/v1/requests/{DONE}")).await;
+    assert_eq!(done["request"]["status"], "complete");
+}
+
+#[tokio::test]
+async fn probes_report_store_and_provider() {
+    let env = Env::new().await;
+    let (code, live) = env.get("/livez").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(live["status"], "alive");
+    let (code, ready) = env.get("/readyz").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{ready}");
+    assert_eq!(ready["checks"]["store"]["status"], "ok");
+    assert_eq!(ready["checks"]["provider"]["status"], "failing");
+    assert!(
+        ready["checks"]["provider"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("offline"),
+        "{ready}"
+    );
+    let (code, health) = env.get("/health").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(health["status"], "degraded");
+    assert_eq!(health["service"], "orb");
+}
+
+#[tokio::test]
+async fn readyz_and_health_fail_when_the_store_is_gone() {
+    let env = Env::new().await;
+    env.store.close().await;
+    let (code, ready) = env.get("/readyz").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ready["checks"]["store"]["status"], "failing");
+    let (code, health) = env.get("/health").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(health["status"], "unhealthy");
+}
+
+#[tokio::test]
+async fn an_unknown_route_is_a_problem_too() {
+    let env = Env::new().await;
+    let got = env.get("/api/v1/nothing-here").await;
+    assert_problem(&got, 404, "no-such-route", "GET /api/v1/nothing-here");
+}

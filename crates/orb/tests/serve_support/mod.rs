@@ -1,0 +1,240 @@
+//! A router on a real SQLite store in a tempdir, with the provider arrangement the CLI tests
+//! use: a provider type no build knows ("offline"), so every call that would need the
+//! cluster fails as it would with a broken provider, and nothing else depends on one.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use jiff::Timestamp;
+use orb_cli::broker::{Broker, BrokerSettings, ProviderHandle};
+use orb_cli::context::load_catalog_from;
+use orb_cli::provider_factory::{ProviderContext, build_provider};
+use orb_cli::serve::{AppState, ServeOptions, router};
+use orb_core::config::ProviderEntry;
+use orb_core::ids::RequestId;
+use orb_core::machine::{Machine, MachineStatus};
+use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_store::{RequestFilter, Store};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+pub const TEMPLATES: &str = r#"{"scheduler_type": "hostfactory", "templates": [
+  {"templateId": "worker", "maxNumber": 3, "imageId": "busybox:1.36", "instanceTags": "team=hpc",
+   "resourceRequests": {"cpu": "2", "memory": "4Gi"}},
+  {"templateId": "gpu", "maxNumber": -1, "imageId": "cuda:12", "providerApi": "Job"},
+  {"templateId": "broken", "maxNumber": 2, "namespace": "Bad_Namespace"}
+]}"#;
+
+pub const DONE: &str = "req-11111111-1111-4111-8111-111111111111";
+pub const FAILED: &str = "req-22222222-2222-4222-8222-222222222222";
+pub const STUCK: &str = "req-33333333-3333-4333-8333-333333333333";
+pub const RUNNING: &str = "req-44444444-4444-4444-8444-444444444444";
+pub const NOBODY: &str = "req-00000000-0000-4000-8000-000000000000";
+
+pub struct Env {
+    pub root: tempfile::TempDir,
+    pub store: Store,
+    pub app: Router,
+}
+
+fn entry() -> ProviderEntry {
+    ProviderEntry {
+        name: "kube".into(),
+        provider_type: "offline".into(),
+        enabled: true,
+        default: true,
+        config: json!({"namespace": "batch"}),
+        template_defaults: Default::default(),
+    }
+}
+
+impl Env {
+    pub async fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let config_dir = root.path().join("config");
+        std::fs::create_dir_all(&config_dir).unwrap();
+        let template_file = config_dir.join("kube_templates.json");
+        std::fs::write(&template_file, TEMPLATES).unwrap();
+        let entry = entry();
+        let catalog = load_catalog_from(&template_file, &entry).unwrap();
+        let store = Store::open_sqlite_file(&root.path().join("work/orb.db"))
+            .await
+            .unwrap();
+        let context = ProviderContext {
+            config_dir,
+            work_dir: root.path().join("work"),
+        };
+        let provider_entry = entry.clone();
+        let broker = Broker {
+            store: store.clone(),
+            provider: ProviderHandle::lazy(move || build_provider(&provider_entry, &context)),
+            settings: BrokerSettings {
+                provider_name: entry.name.clone(),
+                provider_type: entry.provider_type.clone(),
+                grace_secs: 30,
+                max_machines_per_request: 5,
+                default_max_machines: 10,
+            },
+            catalog,
+            clock: Arc::new(Timestamp::now),
+        };
+        let options = ServeOptions {
+            default_wait_secs: 1,
+            poll_interval: Duration::from_millis(50),
+            template_defaults: Default::default(),
+        };
+        let app = router(AppState::new(broker, options));
+        Self { root, store, app }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.root.path().join("work/orb.db")
+    }
+
+    pub async fn call(&self, request: HttpRequest<Body>) -> Response<Body> {
+        self.app.clone().oneshot(request).await.unwrap()
+    }
+
+    pub async fn get(&self, uri: &str) -> (StatusCode, Value) {
+        let response = self
+            .call(HttpRequest::get(uri).body(Body::empty()).unwrap())
+            .await;
+        split(response).await
+    }
+
+    pub async fn post(&self, uri: &str, body: &str) -> (StatusCode, Value) {
+        let response = self
+            .call(
+                HttpRequest::post(uri)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(body.to_string()))
+                    .unwrap(),
+            )
+            .await;
+        split(response).await
+    }
+
+    pub async fn request_count(&self) -> usize {
+        self.store
+            .list_requests(&RequestFilter::default())
+            .await
+            .unwrap()
+            .len()
+    }
+
+    /// DONE (complete, one running and one terminated machine), FAILED, and STUCK (in
+    /// progress with its deadline long past, so any read settles it as timed out).
+    pub async fn seed(&self) {
+        let mut done = acquire(DONE, RequestStatus::Complete, 2);
+        done.fulfilled_count = 2;
+        let mut machines = vec![
+            machine(&done, "orb-111111111111-0000", MachineStatus::Running),
+            machine(&done, "orb-111111111111-0001", MachineStatus::Terminated),
+        ];
+        self.store
+            .insert_request(&mut done, &mut machines)
+            .await
+            .unwrap();
+        let mut failed = acquire(FAILED, RequestStatus::Failed, 1);
+        failed.status_message = Some("image registry.invalid/x:1 cannot be pulled".into());
+        self.store
+            .insert_request(&mut failed, &mut [])
+            .await
+            .unwrap();
+        let mut stuck = acquire(STUCK, RequestStatus::InProgress, 3);
+        self.store
+            .insert_request(&mut stuck, &mut [])
+            .await
+            .unwrap();
+    }
+
+    /// RUNNING: in progress with a deadline an hour ahead, so reads leave it running.
+    pub async fn seed_running(&self) {
+        let mut running = acquire(RUNNING, RequestStatus::InProgress, 1);
+        running.deadline_at = Some(Timestamp::now() + jiff::SignedDuration::from_hours(1));
+        self.store
+            .insert_request(&mut running, &mut [])
+            .await
+            .unwrap();
+    }
+}
+
+pub async fn split(response: Response<Body>) -> (StatusCode, Value) {
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value)
+}
+
+pub fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_767_225_600 + secs).unwrap()
+}
+
+pub fn acquire(id: &str, status: RequestStatus, wanted: u32) -> Request {
+    let mut r = Request::new(
+        RequestId::parse(id).unwrap(),
+        RequestType::Acquire,
+        Some("worker".into()),
+        "kube",
+        "offline",
+        wanted,
+        at(0),
+    );
+    r.status = status;
+    r.provider_api = Some("Pod".into());
+    r.started_at = Some(at(0));
+    r.deadline_at = Some(at(300));
+    r
+}
+
+pub fn machine(request: &Request, name: &str, status: MachineStatus) -> Machine {
+    Machine {
+        machine_id: name.into(),
+        name: name.into(),
+        request_id: request.request_id.clone(),
+        return_request_id: None,
+        template_id: "worker".into(),
+        provider_name: "kube".into(),
+        provider_api: Some("Pod".into()),
+        resource_id: Some(name.into()),
+        uid: None,
+        status,
+        status_reason: None,
+        private_ip: Some("10.0.0.1".into()),
+        public_ip: None,
+        launch_time: Some(at(20)),
+        instance_type: None,
+        price_type: None,
+        tags: BTreeMap::new(),
+        provider_data: json!({}),
+        created_at: at(1),
+        updated_at: at(20),
+        version: 0,
+    }
+}
+
+/// A problem document: the status, its `type`, and a detail containing `needle`.
+pub fn assert_problem(got: &(StatusCode, Value), status: u16, slug: &str, needle: &str) {
+    let (code, body) = got;
+    assert_eq!(code.as_u16(), status, "{body}");
+    assert_eq!(body["status"], status, "{body}");
+    assert_eq!(body["type"], format!("urn:orb:problem:{slug}"), "{body}");
+    assert!(
+        body["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{body}"
+    );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(needle),
+        "detail {detail:?} should contain {needle:?}"
+    );
+}
