@@ -5,8 +5,8 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
+use k8s_openapi::api::core::v1::{Pod, Service};
+pub use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::Value;
 
@@ -39,13 +39,13 @@ pub enum DryRunError {
         "the {kind} body cannot be sent: {problem}; render it with `orb templates render` and \
          fix the template"
     )]
-    Body { kind: ResourceKind, problem: String },
+    Body { kind: String, problem: String },
     #[error(
         "the dry run of {kind} {name:?} got no answer from the apiserver: {detail}; check that \
          the apiserver is reachable and the kubeconfig valid"
     )]
     Unreachable {
-        kind: ResourceKind,
+        kind: String,
         name: String,
         detail: String,
     },
@@ -61,14 +61,41 @@ pub fn api_resource(kind: ResourceKind) -> ApiResource {
     }
 }
 
-/// Submits `body` (a full object of `kind`, with `metadata.namespace` set) with
-/// `dryRun=All` and returns the apiserver's verdict. Nothing is stored.
-pub async fn server_dry_run(
-    client: &Client,
-    kind: ResourceKind,
-    body: &Value,
-) -> Result<DryRunVerdict, DryRunError> {
-    let body_problem = |problem: String| DryRunError::Body { kind, problem };
+/// The API resource for a body orb sends, by its `apiVersion` and `kind`: the four workload
+/// kinds and the StatefulSet's headless Service.
+pub fn api_resource_of(body: &Value) -> Option<ApiResource> {
+    let api_version = body.get("apiVersion").and_then(Value::as_str)?;
+    let kind = body.get("kind").and_then(Value::as_str)?;
+    let resource = match kind {
+        "Pod" => api_resource(ResourceKind::Pod),
+        "Deployment" => api_resource(ResourceKind::Deployment),
+        "StatefulSet" => api_resource(ResourceKind::StatefulSet),
+        "Job" => api_resource(ResourceKind::Job),
+        "Service" => ApiResource::erase::<Service>(&()),
+        _ => return None,
+    };
+    (resource.api_version == api_version).then_some(resource)
+}
+
+/// Submits `body` (a Pod, Deployment, StatefulSet, Job or Service with `metadata.namespace`
+/// set) with `dryRun=All` and returns the apiserver's verdict. Nothing is stored.
+pub async fn server_dry_run(client: &Client, body: &Value) -> Result<DryRunVerdict, DryRunError> {
+    let kind = body
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("object")
+        .to_string();
+    let body_problem = |problem: String| DryRunError::Body {
+        kind: kind.clone(),
+        problem,
+    };
+    let resource = api_resource_of(body).ok_or_else(|| {
+        body_problem(
+            "its apiVersion/kind is not one orb creates (v1 Pod, apps/v1 Deployment or \
+             StatefulSet, batch/v1 Job, v1 Service)"
+                .into(),
+        )
+    })?;
     let namespace = body
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -77,8 +104,7 @@ pub async fn server_dry_run(
     let object: DynamicObject = serde_json::from_value(body.clone())
         .map_err(|e| body_problem(format!("it is not a Kubernetes object: {e}")))?;
     let name = object.metadata.name.clone().unwrap_or_default();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &api_resource(kind));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
     let params = PostParams {
         dry_run: true,
         ..PostParams::default()
@@ -97,5 +123,32 @@ pub async fn server_dry_run(
             name,
             detail: other.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    #[rstest]
+    #[case("v1", "Pod", Some("pods"))]
+    #[case("apps/v1", "Deployment", Some("deployments"))]
+    #[case("apps/v1", "StatefulSet", Some("statefulsets"))]
+    #[case("batch/v1", "Job", Some("jobs"))]
+    #[case("v1", "Service", Some("services"))]
+    #[case("apps/v1", "Pod", None)]
+    #[case("apps/v1", "DaemonSet", None)]
+    fn bodies_map_to_the_resource_orb_creates(
+        #[case] api_version: &str,
+        #[case] kind: &str,
+        #[case] plural: Option<&str>,
+    ) {
+        let body = json!({"apiVersion": api_version, "kind": kind});
+        assert_eq!(
+            api_resource_of(&body).map(|r| r.plural),
+            plural.map(str::to_string)
+        );
     }
 }

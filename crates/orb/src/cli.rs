@@ -154,7 +154,29 @@ pub enum TemplatesCommand {
     /// Show one template.
     Show { template_id: String },
     /// Check a template file (-f PATH, default: the configured one); exit 2 if anything is wrong.
-    Validate,
+    /// For a Kubernetes provider it also renders each template's bodies (native spec or typed)
+    /// and runs the security audit on them.
+    #[command(
+        after_help = "Examples:\n  orb templates validate\n  orb templates validate --server"
+    )]
+    Validate {
+        /// Also submit each template's bodies to the apiserver with dryRun=All and report its
+        /// verdict (exit 2 when it rejects one). Nothing is created.
+        #[arg(long)]
+        server: bool,
+    },
+    /// Print the exact Kubernetes body (or, for several objects, a v1 List) an acquire of
+    /// TEMPLATE would send, with a placeholder request id. JSON, or YAML with -o yaml.
+    #[command(
+        after_help = "Examples:\n  orb templates render ml-worker\n  orb templates render ml-worker --count 3 -o yaml"
+    )]
+    Render {
+        template_id: String,
+        /// Machines the request asks for (Deployment/StatefulSet replicas, Job parallelism, or
+        /// the number of Pods).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+    },
     /// Print example templates for a provider API, ready to save as a templates file.
     Generate {
         /// Pod, Deployment, StatefulSet or Job.

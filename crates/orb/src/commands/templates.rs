@@ -1,4 +1,6 @@
-//! `orb templates list|show|validate|generate`.
+//! `orb templates list|show|validate|render|generate`.
+
+mod bodies;
 
 use orb_core::hostfactory::output::{TemplateUsage, template_entry, templates_reply};
 use orb_core::template::wire::template_to_hostfactory;
@@ -6,6 +8,11 @@ use orb_core::template::{ProviderApi, Template};
 use orb_store::MachineFilter;
 use serde_json::{Value, json};
 
+use orb_k8s::config::{K8sProviderConfig, build_kube_client};
+use orb_k8s::dry_run::{Client, DryRunVerdict, server_dry_run};
+use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
+
+use self::bodies::{K8sTarget, Rendering};
 use super::{Output, Session};
 use crate::cli::TemplatesCommand;
 use crate::context::{self, Catalog};
@@ -16,7 +23,10 @@ pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Outp
     match command {
         TemplatesCommand::List => list(session).await,
         TemplatesCommand::Show { template_id } => show(session, &template_id),
-        TemplatesCommand::Validate => validate(session),
+        TemplatesCommand::Validate { server } => validate(session, server).await,
+        TemplatesCommand::Render { template_id, count } => {
+            render_template(session, &template_id, count)
+        }
         TemplatesCommand::Generate {
             provider_api,
             all_apis,
@@ -144,7 +154,104 @@ fn show(session: &Session, template_id: &str) -> CliResult<Output> {
     Ok(out)
 }
 
-fn validate(session: &Session) -> CliResult<Output> {
+/// The Kubernetes provider of the loaded config, when it is one.
+fn k8s_target(
+    session: &Session,
+    loaded: Option<&context::LoadedConfig>,
+    provider: Option<&orb_core::config::ProviderEntry>,
+) -> CliResult<Option<K8sTarget>> {
+    match (loaded, provider) {
+        (Some(loaded), Some(entry)) => {
+            K8sTarget::for_entry(loaded, entry, &session.dirs.config_dir.path)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What the checks of one template found.
+#[derive(Default)]
+struct TemplateVerdict {
+    problems: Vec<String>,
+    warnings: Vec<String>,
+    /// One entry per body the apiserver dry-ran (`--server`).
+    server: Vec<Value>,
+}
+
+/// Renders `template`'s bodies for one machine and, with `client`, dry-runs them.
+async fn check_template(
+    target: &K8sTarget,
+    template: &Template,
+    client: Option<&ServerClient>,
+) -> CliResult<TemplateVerdict> {
+    let mut verdict = TemplateVerdict::default();
+    let rendered = match bodies::render_bodies(target, template, 1) {
+        Rendering::Ok(rendered) => rendered,
+        Rendering::Fails { problems, warnings } => {
+            verdict.problems = problems;
+            verdict.warnings = warnings;
+            return Ok(verdict);
+        }
+    };
+    verdict.warnings = rendered.warnings.clone();
+    let Some(client) = client else {
+        return Ok(verdict);
+    };
+    let client = client.for_config(&rendered.config).await?;
+    for body in &rendered.bodies {
+        let (kind, name) = (bodies::body_kind(body), bodies::body_name(body));
+        let answer = server_dry_run(&client, body)
+            .await
+            .map_err(|e| Failure::provider(e.to_string()))?;
+        let entry = match &answer {
+            DryRunVerdict::Accepted { .. } => json!({
+                "template": template.template_id, "kind": kind, "name": name,
+                "path": rendered.path.as_str(), "verdict": "accepted",
+            }),
+            DryRunVerdict::Rejected {
+                code,
+                reason,
+                message,
+            } => {
+                verdict.problems.push(format!(
+                    "the apiserver rejected {kind} {name:?} in a dry run ({code} {reason}): \
+                     {message}"
+                ));
+                json!({
+                    "template": template.template_id, "kind": kind, "name": name,
+                    "path": rendered.path.as_str(), "verdict": "rejected",
+                    "code": code, "reason": reason, "message": message,
+                })
+            }
+        };
+        verdict.server.push(entry);
+    }
+    Ok(verdict)
+}
+
+/// Kubernetes clients for `--server`, one per distinct kubeconfig setting.
+struct ServerClient {
+    built: tokio::sync::Mutex<Vec<(String, Client)>>,
+}
+
+impl ServerClient {
+    async fn for_config(&self, config: &K8sProviderConfig) -> CliResult<Client> {
+        let key = format!(
+            "{:?}|{:?}|{:?}",
+            config.kubeconfig_path, config.context, config.in_cluster
+        );
+        let mut built = self.built.lock().await;
+        if let Some((_, client)) = built.iter().find(|(k, _)| *k == key) {
+            return Ok(client.clone());
+        }
+        let client = build_kube_client(config).await.map_err(|e| {
+            Failure::provider(format!("cannot connect for the server-side dry run: {e}"))
+        })?;
+        built.push((key, client.clone()));
+        Ok(client)
+    }
+}
+
+async fn validate(session: &Session, server: bool) -> CliResult<Output> {
     let loaded = session.config().ok();
     let provider = match &loaded {
         Some(l) => Some(context::select_provider(&session.global, l)?.clone()),
@@ -168,17 +275,55 @@ fn validate(session: &Session) -> CliResult<Output> {
         template_defaults: Default::default(),
     };
     let catalog = context::load_catalog_from(&path, provider.as_ref().unwrap_or(&fallback))?;
+    let target = k8s_target(session, loaded.as_ref(), provider.as_ref())?;
+    if server && target.is_none() {
+        return Err(Failure::invalid(match &provider {
+            Some(entry) => format!(
+                "--server needs a Kubernetes provider, but provider {:?} has type {:?}; pick one \
+                 with --provider-name or run `orb init`",
+                entry.name, entry.provider_type
+            ),
+            None => "--server needs a Kubernetes provider in config.json; run `orb init` \
+                     (e.g. `orb init --kubeconfig <path>`) first"
+                .to_string(),
+        }));
+    }
+    let client = server.then(|| ServerClient {
+        built: Default::default(),
+    });
     let mut valid = Vec::new();
     let mut invalid = Vec::new();
+    let mut warnings: Vec<String> = catalog
+        .warnings
+        .iter()
+        .filter(|w| !w.contains("cannot be read"))
+        .cloned()
+        .collect();
+    let mut server_verdicts = Vec::new();
     for template in &catalog.templates {
-        let problems = template.problems();
+        let mut problems: Vec<String> = template
+            .problems()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if problems.is_empty()
+            && let Some(target) = &target
+        {
+            let verdict = check_template(target, template, client.as_ref()).await?;
+            let id = &template.template_id;
+            warnings.extend(
+                verdict
+                    .warnings
+                    .iter()
+                    .map(|w| format!("template {id:?}: {w}")),
+            );
+            problems.extend(verdict.problems);
+            server_verdicts.extend(verdict.server);
+        }
         if problems.is_empty() {
             valid.push(template.template_id.clone());
         } else {
-            invalid.push(json!({
-                "template": template.template_id,
-                "problems": problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            }));
+            invalid.push(json!({"template": template.template_id, "problems": problems}));
         }
     }
     // Templates that could not even be read are errors too.
@@ -190,17 +335,25 @@ fn validate(session: &Session) -> CliResult<Output> {
     for message in &unreadable {
         invalid.push(json!({"template": null, "problems": [message]}));
     }
-    let reply = json!({
+    let mut reply = json!({
         "file": path,
         "valid": valid,
         "invalid": invalid,
-        "warnings": catalog.warnings.iter().filter(|w| !w.contains("cannot be read")).collect::<Vec<_>>(),
+        "warnings": warnings,
     });
+    if server {
+        reply["server"] = Value::Array(server_verdicts);
+    }
+    let ok_text = if server {
+        "ok (accepted by the apiserver in a dry run)"
+    } else {
+        "ok"
+    };
     let stdout = render::render(&reply, session.global.output, || {
         let mut t = Table::new(vec!["TEMPLATE", "RESULT"]);
         valid
             .iter()
-            .for_each(|id| t.row(vec![id.clone(), "ok".into()]));
+            .for_each(|id| t.row(vec![id.clone(), ok_text.into()]));
         for entry in &invalid {
             t.row(vec![
                 entry["template"].as_str().unwrap_or("?").to_string(),
@@ -209,18 +362,101 @@ fn validate(session: &Session) -> CliResult<Output> {
         }
         t
     })?;
+    let stderr: Vec<String> = warnings.iter().map(|w| format!("warning: {w}")).collect();
     if invalid.is_empty() {
-        return Ok(Output::ok(stdout));
+        return Ok(Output {
+            stdout,
+            stderr,
+            exit: 0,
+        });
     }
+    let mut stderr = stderr;
+    stderr.push(format!(
+        "error: {} of {} templates in {} have problems (listed above)",
+        invalid.len(),
+        invalid.len() + valid.len(),
+        path.display()
+    ));
     Ok(Output {
         stdout,
-        stderr: vec![format!(
-            "error: {} of {} templates in {} have problems (listed above)",
-            invalid.len(),
-            invalid.len() + valid.len(),
-            path.display()
-        )],
+        stderr,
         exit: 2,
+    })
+}
+
+/// `orb templates render`: the exact bodies an acquire of `count` machines would send.
+fn render_template(session: &Session, template_id: &str, count: u32) -> CliResult<Output> {
+    let loaded = session.config()?;
+    let entry = context::select_provider(&session.global, &loaded)?;
+    let catalog = context::load_catalog(&session.dirs, entry)?;
+    let template = catalog.get(template_id).ok_or_else(|| {
+        Failure::invalid(format!(
+            "template {template_id:?} is not defined; available templates: {}",
+            catalog.ids()
+        ))
+    })?;
+    let problems = template.problems();
+    if !problems.is_empty() {
+        return Err(Failure::invalid(format!(
+            "template {template_id:?} cannot be rendered: {}; fix it (`orb templates validate` \
+             lists every problem)",
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
+    }
+    let target =
+        K8sTarget::for_entry(&loaded, entry, &session.dirs.config_dir.path)?.ok_or_else(|| {
+            Failure::invalid(format!(
+                "orb templates render shows Kubernetes bodies, but provider {:?} has type {:?}; \
+                 pick a Kubernetes provider with --provider-name",
+                entry.name, entry.provider_type
+            ))
+        })?;
+    let rendered = match bodies::render_bodies(&target, template, count) {
+        Rendering::Ok(rendered) => rendered,
+        Rendering::Fails { problems, warnings } => {
+            let mut stderr: Vec<String> =
+                warnings.iter().map(|w| format!("warning: {w}")).collect();
+            stderr.extend(problems.iter().map(|p| format!("error: {p}")));
+            return Ok(Output {
+                stdout: String::new(),
+                stderr,
+                exit: 2,
+            });
+        }
+    };
+    let document = bodies::as_document(&rendered.bodies);
+    let stdout = render::render(&document, session.global.output, || {
+        let mut t = Table::new(vec!["KIND", "NAME", "NAMESPACE", "BUILT BY"]);
+        for body in &rendered.bodies {
+            t.row(vec![
+                bodies::body_kind(body).to_string(),
+                bodies::body_name(body).to_string(),
+                or_dash(body.pointer("/metadata/namespace").and_then(Value::as_str)),
+                rendered.path.as_str().to_string(),
+            ]);
+        }
+        t
+    })?;
+    let mut stderr = vec![format!(
+        "note: {} {} built by the {} path for request {PREVIEW_REQUEST_ID} (a placeholder); \
+         a real request gets its own id and names",
+        rendered.bodies.len(),
+        if rendered.bodies.len() == 1 {
+            "body"
+        } else {
+            "bodies"
+        },
+        rendered.path.as_str(),
+    )];
+    stderr.extend(rendered.warnings.iter().map(|w| format!("warning: {w}")));
+    Ok(Output {
+        stdout,
+        stderr,
+        exit: 0,
     })
 }
 
