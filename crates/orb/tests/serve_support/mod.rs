@@ -45,7 +45,8 @@ pub struct Env {
     pub app: Router,
 }
 
-fn entry() -> ProviderEntry {
+/// The provider entry the CLI tests use: a type no build knows.
+pub fn offline_entry() -> ProviderEntry {
     ProviderEntry {
         name: "kube".into(),
         provider_type: "offline".into(),
@@ -58,12 +59,17 @@ fn entry() -> ProviderEntry {
 
 impl Env {
     pub async fn new() -> Self {
+        Self::build(offline_entry(), TEMPLATES, Duration::from_millis(50)).await
+    }
+
+    /// A router over `entry`'s provider (built lazily, as `orb serve` does) and the
+    /// template file `templates`.
+    pub async fn build(entry: ProviderEntry, templates: &str, poll: Duration) -> Self {
         let root = tempfile::tempdir().unwrap();
         let config_dir = root.path().join("config");
         std::fs::create_dir_all(&config_dir).unwrap();
         let template_file = config_dir.join("kube_templates.json");
-        std::fs::write(&template_file, TEMPLATES).unwrap();
-        let entry = entry();
+        std::fs::write(&template_file, templates).unwrap();
         let catalog = load_catalog_from(&template_file, &entry).unwrap();
         let store = Store::open_sqlite_file(&root.path().join("work/orb.db"))
             .await
@@ -88,7 +94,7 @@ impl Env {
         };
         let options = ServeOptions {
             default_wait_secs: 1,
-            poll_interval: Duration::from_millis(50),
+            poll_interval: poll,
             template_defaults: Default::default(),
         };
         let app = router(AppState::new(broker, options));

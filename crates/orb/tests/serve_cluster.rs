@@ -1,0 +1,144 @@
+//! `orb serve` against the real local control plane: a machine request through the REST
+//! API becomes running pods, the event stream follows it to `complete`, and a return by
+//! request id gives the pods back. Needs the control plane (`tools/control-plane/cp up`).
+
+mod serve_support;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, StatusCode};
+use http_body_util::BodyExt;
+use kube_fixture::TestCluster;
+use orb_core::config::ProviderEntry;
+use serde_json::{Value, json};
+use serve_support::Env;
+
+const TEMPLATES: &str = r#"{"templates": [
+  {"templateId": "worker", "maxNumber": 4, "imageId": "busybox:1.36",
+   "command": ["sh", "-c", "sleep 3600"]}
+]}"#;
+
+/// Collects a request's event stream to its end; returns the statuses in order and the last event.
+async fn follow(env: &Env, id: &str) -> (Vec<String>, Value) {
+    let response = env
+        .call(
+            HttpRequest::get(format!("/api/v1/requests/{id}/events"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = tokio::time::timeout(Duration::from_secs(120), response.into_body().collect())
+        .await
+        .unwrap_or_else(|_| panic!("request {id} did not finish within 120 s"))
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|block| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix("data:"))
+                .and_then(|d| serde_json::from_str(d.trim()).ok())
+        })
+        .collect();
+    assert!(
+        text.contains("event: status"),
+        "status events expected: {text}"
+    );
+    let statuses = events
+        .iter()
+        .map(|e| e["request"]["status"].as_str().unwrap_or("?").to_string())
+        .collect();
+    (statuses, events.last().cloned().unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_rest_request_runs_pods_and_a_rest_return_removes_them() {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve").await;
+    let entry = ProviderEntry {
+        name: "kubernetes".into(),
+        provider_type: "k8s".into(),
+        enabled: true,
+        default: true,
+        config: json!({
+            "namespace": ns.name(),
+            "in_cluster": false,
+            "kubeconfig_path": cluster.kubeconfig,
+        }),
+        template_defaults: Default::default(),
+    };
+    let env = Env::build(entry, TEMPLATES, Duration::from_millis(500)).await;
+
+    let (code, ready) = env.get("/readyz").await;
+    assert_eq!(code, StatusCode::OK, "{ready}");
+
+    let (code, body) = env
+        .post(
+            "/api/v1/machines/request",
+            r#"{"template_id": "worker", "count": 2}"#,
+        )
+        .await;
+    assert_eq!(code, StatusCode::ACCEPTED, "{body}");
+    let id = body["request"]["request_id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("req-"), "{body}");
+
+    let (statuses, last) = follow(&env, &id).await;
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("complete"),
+        "{statuses:?}"
+    );
+    let running: Vec<&Value> = last["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["status"] == "running")
+        .collect();
+    assert_eq!(running.len(), 2, "{last}");
+    assert!(
+        running.iter().all(|m| m["private_ip"].is_string()),
+        "{last}"
+    );
+
+    // The template now allows 4 - 2 more.
+    let (_, worker) = env.get("/api/v1/templates/worker").await;
+    assert_eq!(worker["available_number"], 2, "{worker}");
+
+    let (code, body) = env
+        .post(
+            "/api/v1/machines/return",
+            &json!({"request_id": id}).to_string(),
+        )
+        .await;
+    assert!(
+        code == StatusCode::ACCEPTED || code == StatusCode::OK,
+        "{code}: {body}"
+    );
+    let ret = body["request"]["request_id"].as_str().unwrap().to_string();
+    assert!(ret.starts_with("ret-"), "{body}");
+    let (statuses, _) = follow(&env, &ret).await;
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("complete"),
+        "{statuses:?}"
+    );
+
+    let (_, live) = env.get("/api/v1/machines").await;
+    assert_eq!(live, json!([]), "no live machines after the return");
+
+    let (_, metrics) = env.get("/metrics").await;
+    let text = metrics.as_str().unwrap_or_default();
+    for line in [
+        "orb_acquire_total{handler=\"pod\",outcome=\"accepted\"} 1",
+        "orb_release_total{handler=\"pod\",outcome=\"accepted\"} 1",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}
