@@ -31,6 +31,8 @@ async fn serve(session: &Session, listen: SocketAddr) -> CliResult<Output> {
         default_wait_secs: loaded.config.request.default_timeout,
         poll_interval: Duration::from_secs(2),
         template_defaults: entry.template_defaults.clone(),
+        // Inbound authentication is not configurable yet; the API is open (bind to loopback).
+        auth: None,
     };
     let app = router(AppState::new(broker, options));
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {

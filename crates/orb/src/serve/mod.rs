@@ -2,6 +2,7 @@
 //! `/metrics` and a generated OpenAPI document. Handlers are thin: they parse input, call
 //! the same [`Broker`] the command line uses, and turn its answers into JSON or problems.
 
+pub mod auth;
 pub mod command;
 mod events;
 mod extract;
@@ -39,6 +40,8 @@ pub struct ServeOptions {
     pub poll_interval: Duration,
     /// The provider's `template_defaults`, applied by `POST /api/v1/templates/validate`.
     pub template_defaults: Map<String, Value>,
+    /// Bearer-token checks on every non-public route; `None` leaves the API open.
+    pub auth: Option<Arc<auth::Auth>>,
 }
 
 impl Default for ServeOptions {
@@ -47,6 +50,7 @@ impl Default for ServeOptions {
             default_wait_secs: 300,
             poll_interval: Duration::from_secs(2),
             template_defaults: Map::new(),
+            auth: None,
         }
     }
 }
@@ -139,12 +143,21 @@ pub fn openapi_json() -> String {
 pub fn router(state: AppState) -> Router {
     let (routes, api) = api_router().split_for_parts();
     let document = api.to_pretty_json().unwrap_or_default();
-    routes
+    let routes = routes
         .route(
             "/api/v1/openapi.json",
             get(move || async move { ([(header::CONTENT_TYPE, "application/json")], document) }),
         )
-        .fallback(not_found)
+        .fallback(not_found);
+    // Authentication runs inside the HTTP counter, so refusals are counted too.
+    let routes = match &state.options().auth {
+        Some(auth) => routes.layer(middleware::from_fn_with_state(
+            auth.clone(),
+            auth::require_token,
+        )),
+        None => routes,
+    };
+    routes
         .layer(middleware::from_fn_with_state(state.clone(), count_http))
         .with_state(state)
 }

@@ -65,6 +65,15 @@ impl Env {
     /// A router over `entry`'s provider (built lazily, as `orb serve` does) and the
     /// template file `templates`.
     pub async fn build(entry: ProviderEntry, templates: &str, poll: Duration) -> Self {
+        Self::build_with_auth(entry, templates, poll, None).await
+    }
+
+    pub async fn build_with_auth(
+        entry: ProviderEntry,
+        templates: &str,
+        poll: Duration,
+        auth: Option<Arc<orb_cli::serve::auth::Auth>>,
+    ) -> Self {
         let root = tempfile::tempdir().unwrap();
         let config_dir = root.path().join("config");
         std::fs::create_dir_all(&config_dir).unwrap();
@@ -96,6 +105,7 @@ impl Env {
             default_wait_secs: 1,
             poll_interval: poll,
             template_defaults: Default::default(),
+            auth,
         };
         let app = router(AppState::new(broker, options));
         Self { root, store, app }

@@ -1,0 +1,345 @@
+//! Inbound authentication: a Bearer token on every non-public route, checked by a pluggable
+//! [`TokenVerifier`] (the Kubernetes TokenReview API in production), the identity mapped to
+//! a [`Role`], and the role compared with what the route needs. 401 for a missing or bad
+//! token, 403 for too small a role, 503 when the verifier cannot be asked.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::problem::Problem;
+
+/// What a caller may do; each role includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// Read templates, machines, requests, events.
+    Viewer,
+    /// Also request and return machines, cancel requests.
+    Operator,
+    /// Everything (reserved for administrative routes).
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Viewer => "viewer",
+            Self::Operator => "operator",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "viewer" => Ok(Self::Viewer),
+            "operator" => Ok(Self::Operator),
+            "admin" => Ok(Self::Admin),
+            other => Err(format!(
+                "role {other:?} is not known; use viewer, operator or admin"
+            )),
+        }
+    }
+}
+
+/// Who a token belongs to, as the verifier reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// e.g. `system:serviceaccount:batch:hf-driver`.
+    pub username: String,
+    pub groups: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// The token is not valid (expired, revoked, wrong audience, garbage).
+    #[error("{0}")]
+    Rejected(String),
+    /// The verifier could not be asked (apiserver down, RBAC missing).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+pub type VerifyFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Identity, VerifyError>> + Send + 'a>>;
+
+/// Checks a bearer token. Implementations: a TokenReview client; stubs in tests.
+pub trait TokenVerifier: Send + Sync {
+    fn verify<'a>(&'a self, token: &'a str) -> VerifyFuture<'a>;
+}
+
+/// Roles by identity: an exact username (for service accounts also `namespace:name`), then
+/// `*:name` for a service account in any namespace, then the default (none = refused).
+#[derive(Debug, Clone, Default)]
+pub struct RoleMap {
+    entries: HashMap<String, Role>,
+    pub default: Option<Role>,
+}
+
+impl RoleMap {
+    /// Builds the map from `(key, role)` pairs, e.g. `("batch:hf-driver", "operator")`.
+    pub fn parse<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+        default: Option<Role>,
+    ) -> Result<Self, String> {
+        let mut entries = HashMap::new();
+        for (key, role) in pairs {
+            let role: Role = role
+                .parse()
+                .map_err(|e| format!("role mapping {key:?}: {e}"))?;
+            entries.insert(key.trim().to_string(), role);
+        }
+        Ok(Self { entries, default })
+    }
+
+    pub fn role_for(&self, identity: &Identity) -> Option<Role> {
+        if let Some(role) = self.entries.get(&identity.username) {
+            return Some(*role);
+        }
+        if let Some(rest) = identity.username.strip_prefix("system:serviceaccount:")
+            && let Some((namespace, name)) = rest.split_once(':')
+        {
+            let exact = format!("{namespace}:{name}");
+            let any = format!("*:{name}");
+            if let Some(role) = self.entries.get(&exact).or_else(|| self.entries.get(&any)) {
+                return Some(*role);
+            }
+        }
+        self.default
+    }
+}
+
+/// The role a route needs; `None` for public routes (probes, metrics, the OpenAPI document).
+pub fn required_role(method: &Method, path: &str) -> Option<Role> {
+    const PUBLIC: [&str; 5] = [
+        "/livez",
+        "/readyz",
+        "/health",
+        "/metrics",
+        "/api/v1/openapi.json",
+    ];
+    if PUBLIC.contains(&path) {
+        return None;
+    }
+    let changes_state =
+        *method != Method::GET && *method != Method::HEAD && path != "/api/v1/templates/validate";
+    Some(if changes_state {
+        Role::Operator
+    } else {
+        Role::Viewer
+    })
+}
+
+/// Verifier, role map and a short-lived cache of verified tokens.
+pub struct Auth {
+    verifier: Arc<dyn TokenVerifier>,
+    roles: RoleMap,
+    ttl: Duration,
+    cache: Mutex<HashMap<String, (Identity, Instant)>>,
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Auth")
+            .field("roles", &self.roles)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Auth {
+    /// `ttl`: how long a verified token is trusted without asking again (0 = always ask).
+    pub fn new(verifier: Arc<dyn TokenVerifier>, roles: RoleMap, ttl: Duration) -> Self {
+        Self {
+            verifier,
+            roles,
+            ttl,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn identify(&self, token: &str) -> Result<Identity, VerifyError> {
+        let now = Instant::now();
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            cache.retain(|_, (_, at)| now.duration_since(*at) < self.ttl);
+            if let Some((identity, _)) = cache.get(token) {
+                return Ok(identity.clone());
+            }
+        }
+        let identity = self.verifier.verify(token).await?;
+        if !self.ttl.is_zero() {
+            self.cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(token.to_string(), (identity.clone(), now));
+        }
+        Ok(identity)
+    }
+
+    /// The caller's role if it suffices for `needed`, else the problem to answer with.
+    pub async fn authorize(
+        &self,
+        authorization: Option<&str>,
+        needed: Role,
+    ) -> Result<Role, Problem> {
+        let token = match authorization.map(str::trim) {
+            Some(value) if value.len() > 7 && value[..7].eq_ignore_ascii_case("bearer ") => {
+                value[7..].trim()
+            }
+            Some(_) => {
+                return Err(unauthorized(
+                    "the Authorization header is not a Bearer token; send Authorization: Bearer <token>",
+                ));
+            }
+            None => {
+                return Err(unauthorized(
+                    "this route needs a Bearer token; send Authorization: Bearer <token> (for a service account: kubectl create token <name>)",
+                ));
+            }
+        };
+        let identity = self.identify(token).await.map_err(|e| match e {
+            VerifyError::Rejected(why) => unauthorized(&format!(
+                "the token was not accepted: {why}; get a fresh one"
+            )),
+            VerifyError::Unavailable(why) => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "auth-unavailable",
+                "Token could not be checked",
+                format!("the token could not be checked: {why}; retry later"),
+            ),
+        })?;
+        let Some(role) = self.roles.role_for(&identity) else {
+            return Err(forbidden(format!(
+                "{} has no role here; map it to viewer, operator or admin in the auth role mapping",
+                identity.username
+            )));
+        };
+        if role < needed {
+            return Err(forbidden(format!(
+                "{} has role {} but this call needs {}; map it to {} or higher in the auth role mapping",
+                identity.username,
+                role.as_str(),
+                needed.as_str(),
+                needed.as_str()
+            )));
+        }
+        Ok(role)
+    }
+}
+
+fn unauthorized(detail: &str) -> Problem {
+    Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+        "Not authenticated",
+        detail,
+    )
+}
+
+fn forbidden(detail: String) -> Problem {
+    Problem::new(StatusCode::FORBIDDEN, "forbidden", "Role too small", detail)
+}
+
+/// The middleware: public routes pass, the rest need a token with a large enough role.
+pub async fn require_token(
+    State(auth): State<Arc<Auth>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(needed) = required_role(request.method(), request.uri().path()) else {
+        return next.run(request).await;
+    };
+    let header_value = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match auth.authorize(header_value.as_deref(), needed).await {
+        Ok(_) => next.run(request).await,
+        Err(problem) => {
+            let challenge = problem.status == 401;
+            let mut response = problem.into_response();
+            if challenge {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn sa(namespace: &str, name: &str) -> Identity {
+        Identity {
+            username: format!("system:serviceaccount:{namespace}:{name}"),
+            groups: vec![],
+        }
+    }
+
+    #[rstest]
+    #[case(sa("batch", "driver"), Some(Role::Operator))]
+    #[case(sa("other", "driver"), Some(Role::Viewer))]
+    #[case(sa("batch", "boss"), Some(Role::Admin))]
+    #[case(sa("batch", "nobody"), None)]
+    #[case(Identity { username: "alice".into(), groups: vec![] }, Some(Role::Admin))]
+    fn roles_map_exact_then_any_namespace_then_default(
+        #[case] who: Identity,
+        #[case] role: Option<Role>,
+    ) {
+        let map = RoleMap::parse(
+            [
+                ("batch:driver", "operator"),
+                ("*:driver", "viewer"),
+                ("*:boss", "Admin"),
+                ("alice", "admin"),
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(map.role_for(&who), role);
+    }
+
+    #[test]
+    fn an_unknown_role_name_is_refused_with_the_choices() {
+        let err = RoleMap::parse([("a:b", "root")], None).unwrap_err();
+        assert!(
+            err.contains("\"root\"") && err.contains("viewer, operator or admin"),
+            "{err}"
+        );
+    }
+
+    #[rstest]
+    #[case(Method::GET, "/livez", None)]
+    #[case(Method::GET, "/metrics", None)]
+    #[case(Method::GET, "/api/v1/openapi.json", None)]
+    #[case(Method::GET, "/api/v1/requests", Some(Role::Viewer))]
+    #[case(Method::GET, "/api/v1/requests/req-1/events", Some(Role::Viewer))]
+    #[case(Method::POST, "/api/v1/templates/validate", Some(Role::Viewer))]
+    #[case(Method::POST, "/api/v1/machines/request", Some(Role::Operator))]
+    #[case(Method::POST, "/api/v1/machines/return", Some(Role::Operator))]
+    #[case(Method::POST, "/api/v1/requests/req-1/cancel", Some(Role::Operator))]
+    fn each_route_needs_its_role(
+        #[case] method: Method,
+        #[case] path: &str,
+        #[case] role: Option<Role>,
+    ) {
+        assert_eq!(required_role(&method, path), role);
+    }
+}
