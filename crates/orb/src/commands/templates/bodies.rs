@@ -256,3 +256,24 @@ pub(crate) fn body_name(body: &Value) -> &str {
 pub(crate) fn body_kind(body: &Value) -> &str {
     body.get("kind").and_then(Value::as_str).unwrap_or("?")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_body_is_printed_as_it_is_and_several_as_a_list() {
+        let pod =
+            |name: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}});
+        assert_eq!(as_document(&[pod("a")]), pod("a"));
+        let list = as_document(&[pod("a"), pod("b")]);
+        assert_eq!(list["apiVersion"], "v1");
+        assert_eq!(list["kind"], "List");
+        assert_eq!(list["items"], json!([pod("a"), pod("b")]));
+        assert_eq!(
+            (body_kind(&list["items"][1]), body_name(&list["items"][1])),
+            ("Pod", "b")
+        );
+        assert_eq!((body_kind(&json!({})), body_name(&json!({}))), ("?", "?"));
+    }
+}
