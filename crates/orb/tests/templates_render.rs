@@ -487,3 +487,49 @@ fn validate_server_needs_a_kubernetes_provider() {
         stderr(&out)
     );
 }
+
+#[test]
+fn typed_templates_of_every_kind_render_and_pass_the_server_dry_run() {
+    let env = Env::new(false);
+    // The example templates `orb init` writes: one typed template per kind.
+    let generated = env.run(&["templates", "generate", "--all-apis"]);
+    std::fs::write(env.config_dir().join("templates.json"), &generated.stdout).unwrap();
+
+    let set = env.run(&["templates", "render", "statefulset-worker", "--count", "2"]);
+    assert_eq!(exit(&set), Some(0), "{}", stderr(&set));
+    let list = json_of(&set);
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["StatefulSet", "Service"]);
+    assert_eq!(list["items"][0]["spec"]["replicas"], 2);
+
+    let out = env.run(&["templates", "validate", "--server"]);
+    assert_eq!(exit(&out), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    let reply = json_of(&out);
+    let verdicts: Vec<(String, String)> = reply["server"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap().to_string(),
+                v["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let accepted = |kind: &str| (kind.to_string(), "accepted".to_string());
+    assert_eq!(
+        verdicts,
+        [
+            accepted("Pod"),
+            accepted("Deployment"),
+            accepted("StatefulSet"),
+            accepted("Service"),
+            accepted("Job")
+        ]
+    );
+}
