@@ -13,6 +13,7 @@ mod probes;
 pub mod problem;
 mod requests;
 mod templates;
+pub mod token_review;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
