@@ -106,16 +106,38 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  orb serve\n  orb serve --listen 0.0.0.0:8080\n  curl -s localhost:8080/api/v1/templates"
     )]
-    Serve {
-        /// Address and port to listen on.
-        #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
-        listen: std::net::SocketAddr,
-    },
+    Serve(ServeArgs),
     /// Print a shell completion script, e.g. `orb completions bash > /etc/bash_completion.d/orb`.
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// Require a Bearer token on every API route, checked with the Kubernetes TokenReview
+    /// API (probes, /metrics and the OpenAPI document stay open).
+    #[arg(long)]
+    pub auth_token_review: bool,
+    /// Who gets which role: NAMESPACE:SERVICEACCOUNT=ROLE, *:SERVICEACCOUNT=ROLE or
+    /// USERNAME=ROLE, with ROLE viewer, operator or admin. Repeatable.
+    #[arg(
+        long = "auth-role",
+        value_name = "WHO=ROLE",
+        requires = "auth_token_review"
+    )]
+    pub auth_roles: Vec<String>,
+    /// Role of authenticated callers no --auth-role names (default: none; they get 403).
+    #[arg(long, value_name = "ROLE", requires = "auth_token_review")]
+    pub auth_default_role: Option<String>,
+    /// Kubeconfig for the TokenReview calls (default: $KUBECONFIG, ~/.kube/config, else
+    /// the in-cluster service account).
+    #[arg(long, value_name = "PATH", requires = "auth_token_review")]
+    pub auth_kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

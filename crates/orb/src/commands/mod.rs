@@ -117,7 +117,7 @@ pub fn run(cli: Cli) -> Output {
         Command::Hostfactory(cmd) => hostfactory::run(&session, cmd),
         Command::Init(args) => init::run(&session, args),
         Command::Config(cmd) => config::run(&session, cmd),
-        Command::Serve { listen } => crate::serve::command::run(&session, listen),
+        Command::Serve(args) => crate::serve::command::run(&session, args),
         other => match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

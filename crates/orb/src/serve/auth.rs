@@ -120,6 +120,25 @@ impl RoleMap {
     }
 }
 
+/// One `--auth-role WHO=ROLE` flag.
+pub fn parse_role_flag(flag: &str) -> Result<(String, Role), String> {
+    let Some((who, role)) = flag.rsplit_once('=') else {
+        return Err(format!(
+            "--auth-role {flag:?} has no '='; write WHO=ROLE, e.g. batch:hf-driver=operator"
+        ));
+    };
+    let who = who.trim();
+    if who.is_empty() {
+        return Err(format!(
+            "--auth-role {flag:?} names nobody; write WHO=ROLE, e.g. batch:hf-driver=operator"
+        ));
+    }
+    let role = role
+        .parse()
+        .map_err(|e| format!("--auth-role {flag:?}: {e}"))?;
+    Ok((who.to_string(), role))
+}
+
 /// The role a route needs; `None` for public routes (probes, metrics, the OpenAPI document).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     const PUBLIC: [&str; 5] = [
@@ -314,6 +333,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(map.role_for(&who), role);
+    }
+
+    #[rstest]
+    #[case("batch:hf-driver=operator", Ok(("batch:hf-driver".to_string(), Role::Operator)))]
+    #[case("*:dash=Viewer", Ok(("*:dash".to_string(), Role::Viewer)))]
+    #[case("alice=admin", Ok(("alice".to_string(), Role::Admin)))]
+    #[case("alice", Err("has no '='".to_string()))]
+    #[case("=admin", Err("names nobody".to_string()))]
+    #[case("alice=root", Err("\"root\" is not known".to_string()))]
+    fn role_flags_parse_or_say_what_to_write(
+        #[case] flag: &str,
+        #[case] want: Result<(String, Role), String>,
+    ) {
+        match (parse_role_flag(flag), want) {
+            (Ok(got), Ok(want)) => assert_eq!(got, want),
+            (Err(got), Err(needle)) => assert!(got.contains(&needle), "{got}"),
+            (got, want) => panic!("{flag}: got {got:?}, want {want:?}"),
+        }
     }
 
     #[test]

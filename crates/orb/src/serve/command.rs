@@ -2,9 +2,13 @@
 //! HTTP until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::auth::{Auth, RoleMap, parse_role_flag};
+use super::token_review::TokenReviewVerifier;
 use super::{AppState, ServeOptions, router};
+use crate::cli::ServeArgs;
 use crate::commands::{Output, Session};
 use crate::context;
 use crate::failure::{CliResult, Failure};
@@ -12,15 +16,76 @@ use crate::failure::{CliResult, Failure};
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Runs the server on its own multi-threaded runtime; returns when it has shut down.
-pub fn run(session: &Session, listen: SocketAddr) -> CliResult<Output> {
+pub fn run(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::generic(format!("cannot start the async runtime: {e}")))?;
-    runtime.block_on(serve(session, listen))
+    runtime.block_on(serve(session, args))
 }
 
-async fn serve(session: &Session, listen: SocketAddr) -> CliResult<Output> {
+/// How long a token the apiserver accepted is trusted without asking again.
+const TOKEN_CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// The inbound-auth settings from the flags; every problem is reported before anything starts.
+async fn auth_from(args: &ServeArgs) -> CliResult<Option<Arc<Auth>>> {
+    if !args.auth_token_review {
+        return Ok(None);
+    }
+    let pairs = args
+        .auth_roles
+        .iter()
+        .map(|flag| parse_role_flag(flag))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::invalid)?;
+    let default = args
+        .auth_default_role
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e: String| Failure::invalid(format!("--auth-default-role: {e}")))?;
+    if pairs.is_empty() && default.is_none() {
+        return Err(Failure::invalid(
+            "--auth-token-review needs at least one --auth-role WHO=ROLE (or --auth-default-role), \
+             otherwise every caller would be refused",
+        ));
+    }
+    let roles = RoleMap::parse(
+        pairs
+            .iter()
+            .map(|(who, role)| (who.as_str(), role.as_str())),
+        default,
+    )
+    .map_err(Failure::invalid)?;
+    let config = match &args.auth_kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                Failure::invalid(format!(
+                    "--auth-kubeconfig {}: {e}; point it at a readable kubeconfig",
+                    path.display()
+                ))
+            })?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| {
+                    Failure::invalid(format!("--auth-kubeconfig {}: {e}", path.display()))
+                })?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Failure::invalid(format!(
+                "no Kubernetes credentials for TokenReview ({e}); pass --auth-kubeconfig PATH"
+            ))
+        })?,
+    };
+    let client = kube::Client::try_from(config)
+        .map_err(|e| Failure::generic(format!("cannot build the TokenReview client: {e}")))?;
+    let verifier = Arc::new(TokenReviewVerifier::new(client, vec![]));
+    Ok(Some(Arc::new(Auth::new(verifier, roles, TOKEN_CACHE_TTL))))
+}
+
+async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
+    let listen: SocketAddr = args.listen;
+    let auth = auth_from(&args).await?;
     let loaded = session.config()?;
     let entry = context::select_provider(&session.global, &loaded)?.clone();
     let (broker, warnings) = session.broker(&loaded).await?;
@@ -31,8 +96,7 @@ async fn serve(session: &Session, listen: SocketAddr) -> CliResult<Output> {
         default_wait_secs: loaded.config.request.default_timeout,
         poll_interval: Duration::from_secs(2),
         template_defaults: entry.template_defaults.clone(),
-        // Inbound authentication is not configurable yet; the API is open (bind to loopback).
-        auth: None,
+        auth,
     };
     let app = router(AppState::new(broker, options));
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -42,8 +106,13 @@ async fn serve(session: &Session, listen: SocketAddr) -> CliResult<Output> {
     })?;
     let bound = listener.local_addr().unwrap_or(listen);
     eprintln!(
-        "orb serve: listening on http://{bound} (provider {:?}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
-        entry.name
+        "orb serve: listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
+        entry.name,
+        if args.auth_token_review {
+            "Bearer tokens checked by TokenReview"
+        } else {
+            "no authentication"
+        }
     );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
