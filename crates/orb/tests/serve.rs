@@ -174,6 +174,12 @@ async fn bad_machine_requests_are_refused_and_store_nothing() {
         "not-json",
         "Content-Type",
     );
+    let huge = format!(
+        r#"{{"template_id": "{}", "count": 1}}"#,
+        "x".repeat(3 * 1024 * 1024)
+    );
+    let got = env.post("/api/v1/machines/request", &huge).await;
+    assert_problem(&got, 413, "unreadable-body", "at most 2 MiB");
     assert_eq!(env.request_count().await, 0);
 }
 

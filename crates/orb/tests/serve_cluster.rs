@@ -130,10 +130,21 @@ async fn a_rest_request_runs_pods_and_a_rest_return_removes_them() {
     let (_, live) = env.get("/api/v1/machines").await;
     assert_eq!(live, json!([]), "no live machines after the return");
 
+    // With wait=true the reply comes when the request has finished.
+    let (code, waited) = env
+        .post(
+            "/api/v1/machines/request?wait=true&timeout=120",
+            r#"{"template_id": "worker", "count": 1}"#,
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{waited}");
+    assert_eq!(waited["request"]["status"], "complete", "{waited}");
+    assert_eq!(waited["machines"][0]["status"], "running", "{waited}");
+
     let (_, metrics) = env.get("/metrics").await;
     let text = metrics.as_str().unwrap_or_default();
     for line in [
-        "orb_acquire_total{handler=\"pod\",outcome=\"accepted\"} 1",
+        "orb_acquire_total{handler=\"pod\",outcome=\"accepted\"} 2",
         "orb_release_total{handler=\"pod\",outcome=\"accepted\"} 1",
     ] {
         assert!(

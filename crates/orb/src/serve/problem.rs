@@ -90,9 +90,14 @@ impl Problem {
                 "Unsupported media type",
                 "the request body must be JSON; send the header Content-Type: application/json",
             ),
-            other => Self::bad_request(
+            other => Self::new(
+                other.status(),
                 "unreadable-body",
-                format!("the request body could not be read: {}", other.body_text()),
+                "Request body could not be read",
+                format!(
+                    "the request body could not be read: {}; send one JSON object (at most 2 MiB)",
+                    other.body_text()
+                ),
             ),
         }
     }
