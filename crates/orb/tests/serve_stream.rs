@@ -195,3 +195,40 @@ async fn metrics_are_openmetrics_with_every_documented_family() {
     }
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
 }
+
+#[tokio::test]
+async fn a_store_failure_mid_stream_ends_it_with_an_error_event() {
+    let env = Env::new().await;
+    env.seed_running().await;
+    let response = open_stream(&env, RUNNING).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("a first event")
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    env.store.close().await;
+    let rest = tokio::time::timeout(Duration::from_secs(10), body.collect())
+        .await
+        .expect("the stream ends after the error event")
+        .unwrap()
+        .to_bytes();
+    text.push_str(&String::from_utf8_lossy(&rest));
+    let all = events(&text);
+    assert_eq!(all.len(), 2, "{text}");
+    assert_eq!(all[0].0, "status");
+    let (name, _, problem) = &all[1];
+    assert_eq!(name, "error", "{text}");
+    assert_eq!(
+        problem["type"], "urn:orb:problem:store-unavailable",
+        "{text}"
+    );
+    assert_eq!(problem["status"], 503);
+}
