@@ -1,0 +1,134 @@
+//! The `orb serve` command itself: loads the configuration like every command, binds,
+//! answers HTTP, and stops cleanly on SIGTERM; an address in use is a clear error.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+fn config_root() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.json"),
+        json!({"providers": [{"name": "kube", "type": "offline", "config": {}}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("kube_templates.json"),
+        r#"{"templates": [{"templateId": "worker", "maxNumber": 3, "imageId": "busybox:1.36"}]}"#,
+    )
+    .unwrap();
+    root
+}
+
+fn orb(root: &tempfile::TempDir, args: &[&str]) -> Command {
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
+    for var in [
+        "ORB_CONFIG_DIR",
+        "ORB_WORK_DIR",
+        "ORB_LOG_DIR",
+        "ORB_CONFIG_FILE",
+        "ORB_SCHEDULER",
+        "ORB_STORAGE_URL",
+        "HF_PROVIDER_NAME",
+        "HF_PROVIDER_CONFDIR",
+        "HF_PROVIDER_WORKDIR",
+        "HF_PROVIDER_LOGDIR",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("ORB_ROOT_DIR", root.path())
+        .env("HOME", root.path())
+        .args(args);
+    cmd
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn serve_answers_http_and_stops_on_sigterm() {
+    let root = config_root();
+    let mut child = orb(&root, &["serve", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in the start-up line: {first:?}"))
+        .to_string();
+    assert!(first.contains("no authentication"), "{first}");
+
+    let reply = http_get(&addr, "/api/v1/templates");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("\"template_id\":\"worker\""), "{reply}");
+    let reply = http_get(&addr, "/livez");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(exit.success(), "exit {exit:?}: {rest}");
+    assert!(rest.contains("orb serve: stopped"), "{rest}");
+}
+
+#[test]
+fn an_address_in_use_is_refused_with_the_fix() {
+    let root = config_root();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = orb(&root, &["serve", "--listen", &addr]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on {addr}")) && err.contains("--listen"),
+        "{err}"
+    );
+}
+
+#[test]
+fn auth_flags_are_checked_before_anything_starts() {
+    let root = config_root();
+    let out = orb(&root, &["serve", "--auth-token-review"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs at least one --auth-role"), "{err}");
+    let out = orb(
+        &root,
+        &["serve", "--auth-token-review", "--auth-role", "a:b=root"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"root\" is not known"), "{err}");
+}
