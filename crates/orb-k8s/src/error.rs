@@ -18,6 +18,8 @@ pub enum K8sError {
     TemplateConfig(ConfigErrors),
     #[error(transparent)]
     StatefulSetRelease(#[from] StatefulSetReleaseError),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditRejection),
     /// A refusal decided by orb (with the fix in the text).
     #[error("{0}")]
     Refused(String),
@@ -83,6 +85,7 @@ impl From<K8sError> for ProviderError {
             | K8sError::Namespace(_)
             | K8sError::TemplateConfig(_)
             | K8sError::StatefulSetRelease(_)
+            | K8sError::Audit(_)
             | K8sError::Refused(_) => ProviderError::Rejected(text),
             K8sError::Api { .. } => ProviderError::Unavailable(text),
         }

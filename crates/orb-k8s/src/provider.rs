@@ -16,6 +16,7 @@ use orb_core::template::Template;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use crate::audit::{AuditMode, enforce_audit_policy};
 use crate::config::{
     AuthEnvironment, AuthPlan, K8sProviderConfig, ResolvedConfig, TemplateOverrides,
     kube_config_for, plan_auth, resolve_default_namespace,
@@ -24,7 +25,7 @@ use crate::error::K8sError;
 use crate::handlers::{HandlerCx, handler_for};
 use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
-use crate::spec::{SpecInputs, build_workload};
+use crate::spec::{BuiltWorkload, SpecInputs, build_workload};
 use crate::status_cache::ControllerStatusCache;
 
 /// The provider type names this provider answers to in `config.json`.
@@ -163,6 +164,7 @@ impl K8sProvider {
             },
             kind,
         )?;
+        audit_before_create(&config, &built)?;
         let record = RequestRecord {
             request_id: input.request_id.to_string(),
             namespace,
@@ -237,6 +239,25 @@ impl K8sProvider {
         outcome.provider_data = json!({"released": outcome.released});
         Ok(outcome)
     }
+}
+
+/// The high-risk pod field audit on the final bodies, before any call: reject mode fails
+/// the request listing every finding, warn mode logs them.
+fn audit_before_create(config: &K8sProviderConfig, built: &BuiltWorkload) -> Result<(), K8sError> {
+    let mode = AuditMode::from_config(config);
+    let bodies: Vec<Value> = match built {
+        // Every pod of a request has the same spec; the first stands for all.
+        BuiltWorkload::Pods(pods) => pods.iter().take(1).map(|p| json!(p)).collect(),
+        BuiltWorkload::Deployment(d) => vec![json!(d)],
+        BuiltWorkload::StatefulSet(s, _) => vec![json!(s)],
+        BuiltWorkload::Job(j) => vec![json!(j)],
+    };
+    for body in &bodies {
+        for finding in enforce_audit_policy(mode, body)? {
+            tracing::warn!(%finding, "high-risk pod field (reject_high_risk_pod_fields=false lets it through)");
+        }
+    }
+    Ok(())
 }
 
 impl Provider for K8sProvider {

@@ -167,10 +167,10 @@ pub fn object_labels(
     Ok(merge_labels(&inputs.config.label_prefix, &wanted, &orb).labels)
 }
 
-/// Fields a later issue wires (native spec, overrides); refused rather than silently ignored.
+/// Native-spec fields belong to the native path, which the typed builders do not apply;
+/// refused rather than silently ignored.
 fn refuse_unapplied_fields(template: &Template) -> Result<(), SpecError> {
     let unapplied = [
-        ("podSpecOverride", template.pod_spec_override.is_some()),
         ("native_spec", template.native_spec.is_some()),
         ("nativeSpecPath", template.native_spec_path.is_some()),
     ];
@@ -222,6 +222,10 @@ pub fn build_pod_template(
         )?,
         ..PodSpec::default()
     };
+    let spec = match &template.pod_spec_override {
+        None | Some(serde_json::Value::Null) => spec,
+        Some(overlay) => override_pod_spec(template, kind, spec, overlay)?,
+    };
     let annotations = (!template.annotations.is_empty()).then(|| template.annotations.clone());
     Ok(PodTemplateSpec {
         metadata: Some(ObjectMeta {
@@ -231,4 +235,24 @@ pub fn build_pod_template(
         }),
         spec: Some(spec),
     })
+}
+
+/// `pod_spec_override` deep-merged onto the built pod spec (containers merge by name, so
+/// orb's container stays; `restartPolicy` cannot change).
+fn override_pod_spec(
+    template: &Template,
+    kind: ResourceKind,
+    spec: PodSpec,
+    overlay: &serde_json::Value,
+) -> Result<PodSpec, SpecError> {
+    let invalid = |error: String| SpecError::InvalidField {
+        template_id: template.template_id.clone(),
+        field: "podSpecOverride".into(),
+        error,
+        fix: "write it as a partial Kubernetes pod spec (camelCase keys)".into(),
+    };
+    let built = serde_json::to_value(&spec).map_err(|e| invalid(e.to_string()))?;
+    let merged = crate::native_spec::apply_pod_spec_override(kind, &built, overlay)
+        .map_err(|e| invalid(e.to_string()))?;
+    serde_json::from_value(merged).map_err(|e| invalid(e.to_string()))
 }

@@ -263,7 +263,8 @@ fn a_job_template_asking_for_on_failure_is_rejected_before_building() {
 #[case::blank_image(|t: &mut Template| t.container_image = Some("  ".into()), "has no container image")]
 #[case::bad_toleration(|t: &mut Template| t.tolerations = Some(vec![json!({"tolerationSeconds": "soon"})]), "tolerations[0] is not a valid")]
 #[case::bad_label(|t: &mut Template| { t.labels.insert("bad key!".into(), "v".into()); }, "bad key!")]
-#[case::override_not_applied(|t: &mut Template| t.pod_spec_override = Some(json!({})), "podSpecOverride")]
+#[case::native_spec_not_applied(|t: &mut Template| t.native_spec = Some(json!({})), "native_spec")]
+#[case::override_changing_restart_policy(|t: &mut Template| t.pod_spec_override = Some(json!({"restartPolicy": "Always"})), "podSpecOverride")]
 #[case::bad_volume(|t: &mut Template| t.volumes = Some(vec![json!("nope")]), "volumes[0]")]
 fn bad_templates_are_refused_with_the_field(
     #[case] spoil: fn(&mut Template),
@@ -323,4 +324,24 @@ fn a_custom_label_prefix_names_every_orb_label() {
         "{labels:?}"
     );
     assert!(!labels.contains_key("symphony/open-resource-broker-reqid"));
+}
+
+#[test]
+fn pod_spec_override_merges_onto_the_built_spec_and_keeps_orbs_container() {
+    let mut t = template(ProviderApi::Deployment);
+    t.pod_spec_override = Some(json!({
+        "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["scheduler"]}],
+        "containers": [{"name": "orb", "workingDir": "/scratch"}]
+    }));
+    let cfg = config();
+    let spec = build_deployment(&inputs(&t, &cfg, 1))
+        .unwrap()
+        .spec
+        .template
+        .spec
+        .unwrap();
+    assert_eq!(spec.host_aliases.unwrap()[0].ip, "10.0.0.1");
+    assert_eq!(spec.containers.len(), 1);
+    assert_eq!(spec.containers[0].working_dir.as_deref(), Some("/scratch"));
+    assert_eq!(spec.containers[0].image.as_deref(), Some("busybox:1.36"));
 }

@@ -257,3 +257,38 @@ async fn reclaims_report_a_pod_deleted_outside_orb_and_leave_the_others() {
     assert_eq!(notices[0].machine_id, gone);
     assert_eq!(notices[0].grace_period_secs, 0);
 }
+
+#[tokio::test]
+async fn a_high_risk_deployment_pod_spec_is_rejected_before_anything_is_created() {
+    let h = harness("audit", json!({})).await;
+    let mut t = template("risky", Some(ProviderApi::Deployment));
+    t.pod_spec_override = Some(json!({
+        "hostNetwork": true,
+        "containers": [{"name": "orb", "securityContext": {"privileged": true}}]
+    }));
+    let err = h
+        .provider
+        .acquire(AcquireInput {
+            request_id: orb_core::ids::RequestId::new_acquire(),
+            template: t,
+            count: 1,
+        })
+        .await
+        .unwrap_err();
+    let ProviderError::Rejected(text) = &err else {
+        panic!("expected a rejection, got {err:?}")
+    };
+    assert!(
+        text.contains("hostNetwork") && text.contains("privileged"),
+        "{text}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    assert!(
+        deployments
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
