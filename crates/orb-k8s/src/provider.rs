@@ -289,3 +289,7 @@ impl Provider for K8sProvider {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "provider_tests.rs"]
+mod tests;

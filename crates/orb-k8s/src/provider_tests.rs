@@ -1,0 +1,94 @@
+use orb_core::template::{ProviderApi, Template};
+use rstest::rstest;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::{ConfigLayers, FileLayer};
+
+/// A provider with an unconnected client: these tests never reach a cluster.
+fn provider(settings: Value) -> K8sProvider {
+    let Value::Object(block) = settings else {
+        panic!("settings must be an object")
+    };
+    let layers = ConfigLayers::new(
+        Some(FileLayer {
+            path: "config.json".into(),
+            block,
+        }),
+        Vec::<(String, String)>::new(),
+    );
+    let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let client = Client::try_from(config).unwrap();
+    K8sProvider::with_client(client, layers.resolve(None).unwrap(), "detected")
+}
+
+fn template(namespace: Option<&str>, provider_config: Option<Value>) -> Template {
+    Template {
+        template_id: "t".into(),
+        namespace: namespace.map(str::to_string),
+        provider_config,
+        ..Template::default()
+    }
+}
+
+#[rstest]
+#[case::config_namespace(json!({"namespace": "orb"}), None, Ok("orb"))]
+#[case::detected_when_unset(json!({}), None, Ok("detected"))]
+#[case::template_overrides_single(json!({"namespace": "orb"}), Some("team-x"), Ok("team-x"))]
+#[case::first_of_the_list(json!({"namespaces": ["a", "b"]}), None, Ok("a"))]
+#[case::list_allows_member(json!({"namespaces": ["a", "b"]}), Some("b"), Ok("b"))]
+#[case::list_is_a_boundary(json!({"namespaces": ["a", "b"]}), Some("c"), Err("is not managed by this provider"))]
+#[case::not_a_label(json!({}), Some("production.jobs"), Err("is not a valid namespace name"))]
+#[tokio::test]
+async fn target_namespace(
+    #[case] settings: Value,
+    #[case] template_ns: Option<&str>,
+    #[case] expected: Result<&str, &str>,
+) {
+    let p = provider(settings);
+    let t = template(template_ns, None);
+    let cfg = p.effective_config(Some(&t)).unwrap();
+    match (p.target_namespace(&cfg, &t), expected) {
+        (Ok(ns), Ok(want)) => assert_eq!(ns, want),
+        (Err(e), Err(needle)) => assert!(e.to_string().contains(needle), "{e}"),
+        (got, want) => panic!("got {got:?}, wanted {want:?}"),
+    }
+}
+
+#[tokio::test]
+async fn template_provider_config_overrides_the_provider_settings() {
+    let p = provider(json!({"pod_timeout_seconds": 300}));
+    let t = template(None, Some(json!({"pod_timeout_seconds": 7})));
+    assert_eq!(p.effective_config(Some(&t)).unwrap().pod_timeout_seconds, 7);
+    assert_eq!(p.effective_config(None).unwrap().pod_timeout_seconds, 300);
+}
+
+#[rstest]
+#[case::unknown_key(json!({"pod_timeout": "x", "no_such_key": 1}), "no_such_key")]
+#[case::not_an_object(json!(["pod_timeout_seconds"]), "provider_config must be an object")]
+#[tokio::test]
+async fn bad_template_provider_config_is_refused(#[case] overrides: Value, #[case] needle: &str) {
+    let p = provider(json!({}));
+    let err = p
+        .effective_config(Some(&template(None, Some(overrides))))
+        .unwrap_err();
+    assert!(err.to_string().contains(needle), "{err}");
+}
+
+#[rstest]
+#[case(None, ResourceKind::Pod)]
+#[case(Some(ProviderApi::Pod), ResourceKind::Pod)]
+#[case(Some(ProviderApi::Deployment), ResourceKind::Deployment)]
+#[case(Some(ProviderApi::StatefulSet), ResourceKind::StatefulSet)]
+#[case(Some(ProviderApi::Job), ResourceKind::Job)]
+fn the_handler_kind_follows_provider_api(
+    #[case] api: Option<ProviderApi>,
+    #[case] kind: ResourceKind,
+) {
+    let t = Template {
+        provider_api: api,
+        ..Template::default()
+    };
+    assert_eq!(kind_of(&t), kind);
+    assert_eq!(handler_for(kind).kind(), kind);
+}
