@@ -92,8 +92,33 @@ impl AppState {
     }
 }
 
+/// Declares the optional Bearer authentication (`orb serve --auth-token-review`).
+struct BearerScheme;
+
+impl utoipa::Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A Kubernetes token, checked with the TokenReview API, when the server runs \
+                         with --auth-token-review; otherwise no authentication. Probes, /metrics and \
+                         this document are always open.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
+    modifiers(&BearerScheme),
+    security((), ("bearer" = [])),
     info(
         title = "orb",
         description = "orb's REST API: machine templates, machine requests and returns, request status and events, probes and metrics."
