@@ -184,7 +184,10 @@ pub async fn sweep_deleted_workloads(ctx: &Context) {
     };
     let alive = [
         ("Deployment", names_of(ctx.scope.api::<Deployment>(c)).await),
-        ("StatefulSet", names_of(ctx.scope.api::<StatefulSet>(c)).await),
+        (
+            "StatefulSet",
+            names_of(ctx.scope.api::<StatefulSet>(c)).await,
+        ),
         ("Workload", names_of(ctx.scope.api::<Workload>(c)).await),
         ("LeaderWorkerSet", names_of(lws).await),
     ];
@@ -193,7 +196,11 @@ pub async fn sweep_deleted_workloads(ctx: &Context) {
             .iter()
             .find(|(kind, _)| *kind == k.kind)
             .and_then(|(_, names)| names.as_ref())
-            .is_none_or(|names| names.iter().any(|(ns, n)| *ns == k.namespace && *n == k.name))
+            .is_none_or(|names| {
+                names
+                    .iter()
+                    .any(|(ns, n)| *ns == k.namespace && *n == k.name)
+            })
     });
     if removed {
         ctx.outcomes.refresh_gauges(&ctx.metrics);
