@@ -22,7 +22,7 @@ use crate::config::{
     kube_config_for, plan_auth, resolve_default_namespace,
 };
 use crate::error::K8sError;
-use crate::handlers::{HandlerCx, handler_for};
+use crate::handlers::{HandlerCx, Victims, handler_for};
 use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
 use crate::spec::{BuiltWorkload, SpecInputs, build_workload};
@@ -181,16 +181,19 @@ impl K8sProvider {
 
     async fn release_inner(&self, input: ReleaseInput) -> Result<ReleaseOutcome, K8sError> {
         // Machines of one acquire request are released together, by that request's handler.
-        let mut groups: BTreeMap<String, (Value, Option<String>, Vec<String>)> = BTreeMap::new();
+        let mut groups: BTreeMap<String, (Value, Option<String>, Victims)> = BTreeMap::new();
         for m in &input.machines {
             let entry = groups.entry(m.request_id.to_string()).or_insert_with(|| {
                 (
                     m.request_provider_data.clone(),
                     m.provider_api.clone(),
-                    Vec::new(),
+                    Victims::default(),
                 )
             });
-            entry.2.push(m.machine_id.clone());
+            if let Some(uid) = &m.uid {
+                entry.2.uids.insert(m.machine_id.clone(), uid.clone());
+            }
+            entry.2.names.push(m.machine_id.clone());
         }
         let client = self.client().await?;
         let cx = self.cx(client);
@@ -198,7 +201,7 @@ impl K8sProvider {
         let mut messages = Vec::new();
         for (request_id, (data, api, victims)) in groups {
             let Some(record) = RequestRecord::from_value(&data) else {
-                outcome.failed.extend(victims.into_iter().map(|machine_id| MachineFailure {
+                outcome.failed.extend(victims.names.into_iter().map(|machine_id| MachineFailure {
                     machine_id,
                     reason: format!(
                         "request {request_id} has no Kubernetes bookkeeping (provider_data), so orb cannot tell which objects to change"
@@ -224,15 +227,13 @@ impl K8sProvider {
                 }
                 // A refused plan changes nothing; with one request the whole return fails
                 // with the reason, otherwise the other requests' machines still go.
-                Err(e) if input.machines.len() == victims.len() => return Err(e),
-                Err(e) => {
-                    outcome
-                        .failed
-                        .extend(victims.into_iter().map(|machine_id| MachineFailure {
-                            machine_id,
-                            reason: e.to_string(),
-                        }))
-                }
+                Err(e) if input.machines.len() == victims.names.len() => return Err(e),
+                Err(e) => outcome
+                    .failed
+                    .extend(victims.names.into_iter().map(|machine_id| MachineFailure {
+                        machine_id,
+                        reason: e.to_string(),
+                    })),
             }
         }
         outcome.message = (!messages.is_empty()).then(|| messages.join("; "));

@@ -16,7 +16,7 @@ use crate::error::K8sError;
 use crate::fulfilment::{
     AcquireFacts, PodTimeoutPolicy, StatusDecision, decide_acquire, decide_return,
 };
-use crate::handlers::{handler_for, request_pods};
+use crate::handlers::{Victims, handler_for, request_pods};
 use crate::machine_state::observe_pod;
 use crate::naming::ResourceKind;
 use crate::provider::K8sProvider;
@@ -45,15 +45,20 @@ fn keep_polling(message: String) -> StatusReport {
 
 /// Timed-out pods the release path should still act on: not already marked for deletion by
 /// an earlier read (a Deployment must not be scaled down twice for the same pod).
-fn still_to_release(kind: ResourceKind, pods: &[&Pod]) -> Vec<String> {
-    pods.iter()
-        .filter(|p| {
-            kind != ResourceKind::Deployment
-                || p.annotations().get(POD_DELETION_COST).map(String::as_str)
-                    != Some(VICTIM_DELETION_COST)
-        })
-        .map(|p| p.name_any())
-        .collect()
+fn still_to_release(kind: ResourceKind, pods: &[&Pod]) -> Victims {
+    let mut victims = Victims::default();
+    for pod in pods.iter().filter(|p| {
+        kind != ResourceKind::Deployment
+            || p.annotations().get(POD_DELETION_COST).map(String::as_str)
+                != Some(VICTIM_DELETION_COST)
+    }) {
+        let name = pod.name_any();
+        if let Some(uid) = &pod.metadata.uid {
+            victims.uids.insert(name.clone(), uid.clone());
+        }
+        victims.names.push(name);
+    }
+    victims
 }
 
 impl K8sProvider {
@@ -109,12 +114,15 @@ impl K8sProvider {
         let mut notes = Vec::new();
         if config.delete_timed_out_pods && !timed_out.is_empty() {
             let victims = still_to_release(kind, &timed_out);
-            if !victims.is_empty() {
+            if !victims.names.is_empty() {
                 match handler_for(kind)
                     .release(&cx, &record, victims.clone())
                     .await
                 {
-                    Ok(_) => notes.push(format!("released timed-out pods: {}", victims.join(", "))),
+                    Ok(_) => notes.push(format!(
+                        "released timed-out pods: {}",
+                        victims.names.join(", ")
+                    )),
                     Err(e) => notes.push(format!("timed-out pods not released: {e}")),
                 }
             }

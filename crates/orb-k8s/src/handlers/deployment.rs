@@ -12,7 +12,7 @@ use orb_core::provider::{AcquireOutcome, MachineFailure};
 use serde_json::json;
 
 use super::{
-    HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, WorkloadHandler,
+    HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims, WorkloadHandler,
     cached_controller_state, create_or_adopt, deleted_or_gone, live_pod_names, patch_replicas,
     request_pods,
 };
@@ -130,7 +130,7 @@ impl WorkloadHandler for DeploymentHandler {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
-        victims: Vec<String>,
+        victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
         Box::pin(async move {
             let name = name_of(record)?;
@@ -140,17 +140,23 @@ impl WorkloadHandler for DeploymentHandler {
                 Ok(Some(_)) => {}
                 Ok(None) => {
                     return Ok(ReleaseResult {
-                        released: victims,
+                        released: victims.names,
                         message: Some(format!("Deployment {name} is already gone")),
                         ..ReleaseResult::default()
                     });
                 }
                 Err(e) => return Err(K8sError::api(format!("reading Deployment {name}"), e)),
             }
-            let live = live_pod_names(&request_pods(cx.client, record).await?);
+            // Only this Deployment's live pods, and only the incarnations orb was asked about.
+            let pods = request_pods(cx.client, record).await?;
+            let current: Vec<_> = pods
+                .into_iter()
+                .filter(|p| victims.is_same_incarnation(p))
+                .collect();
+            let live = live_pod_names(&current);
             cx.status_cache
                 .invalidate("Deployment", &record.namespace, name);
-            match plan_deployment_release(name, &live, &victims) {
+            match plan_deployment_release(name, &live, &victims.names) {
                 DeploymentReleasePlan::NothingToDo { already_gone } => Ok(ReleaseResult {
                     released: already_gone,
                     ..ReleaseResult::default()
@@ -159,7 +165,7 @@ impl WorkloadHandler for DeploymentHandler {
                     deleted_or_gone(api.delete(name, &DeleteParams::background()).await)
                         .map_err(|e| K8sError::api(format!("deleting Deployment {name}"), e))?;
                     Ok(ReleaseResult {
-                        released: victims,
+                        released: victims.names,
                         message: Some(format!("deleted Deployment {name}")),
                         ..ReleaseResult::default()
                     })

@@ -9,7 +9,7 @@ use kube::{Api, ResourceExt};
 use orb_core::provider::AcquireOutcome;
 
 use super::{
-    HandlerCx, ReleaseResult, WorkloadHandler, cached_controller_state, create_or_adopt,
+    HandlerCx, ReleaseResult, Victims, WorkloadHandler, cached_controller_state, create_or_adopt,
     deleted_or_gone,
 };
 use crate::error::K8sError;
@@ -62,8 +62,9 @@ impl WorkloadHandler for JobHandler {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
-        victims: Vec<String>,
+        victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
+        let victims = victims.names;
         Box::pin(async move {
             let name = record.job_name.as_deref().ok_or_else(|| {
                 K8sError::Refused(format!(

@@ -43,6 +43,32 @@ pub struct HandlerCx<'a> {
     pub status_cache: &'a ControllerStatusCache,
 }
 
+/// The machines to release: pod names, with the UID of the incarnation orb knows when it
+/// knows one. A pod of that name with another UID is a different incarnation (the one orb
+/// meant is already gone) and is left alone.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Victims {
+    pub names: Vec<String>,
+    pub uids: std::collections::BTreeMap<String, String>,
+}
+
+impl Victims {
+    pub fn named(names: Vec<String>) -> Self {
+        Self {
+            names,
+            uids: Default::default(),
+        }
+    }
+
+    /// False when orb knows this victim's UID and `pod` is another incarnation.
+    pub fn is_same_incarnation(&self, pod: &Pod) -> bool {
+        match (self.uids.get(&pod.name_any()), pod.metadata.uid.as_ref()) {
+            (Some(known), Some(current)) => known == current,
+            _ => true,
+        }
+    }
+}
+
 /// The outcome of releasing machines of one request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ReleaseResult {
@@ -69,7 +95,7 @@ pub trait WorkloadHandler: Send + Sync {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
-        victims: Vec<String>,
+        victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>>;
 
     /// The controller's state (`None` for bare pods, or when the controller is gone).

@@ -4,14 +4,15 @@
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, ResourceExt};
 use orb_core::provider::{AcquireOutcome, MachineFailure};
 
 use super::{
-    HandlerCx, MAX_IN_FLIGHT, ReleaseResult, WorkloadHandler, create_or_adopt, deleted_or_gone,
+    HandlerCx, MAX_IN_FLIGHT, ReleaseResult, Victims, WorkloadHandler, create_or_adopt,
+    deleted_or_gone,
 };
-use crate::error::K8sError;
+use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::ControllerState;
 use crate::labels::LabelKeys;
 use crate::machine_state::observe_pod;
@@ -113,10 +114,10 @@ impl WorkloadHandler for PodHandler {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
-        victims: Vec<String>,
+        victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
         Box::pin(async move {
-            let names = plan_pod_release(&victims);
+            let names = plan_pod_release(&victims.names);
             if names.is_empty() {
                 return Ok(ReleaseResult::default());
             }
@@ -124,9 +125,20 @@ impl WorkloadHandler for PodHandler {
             let outcomes: Vec<(String, Result<(), kube::Error>)> = stream::iter(names)
                 .map(|name| {
                     let api = &api;
+                    // With the UID as precondition, a newer pod of the same name is never
+                    // deleted in place of the one orb meant (a 409 then: ours is gone).
+                    let params = DeleteParams {
+                        preconditions: victims.uids.get(&name).map(|uid| Preconditions {
+                            uid: Some(uid.clone()),
+                            resource_version: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
                     async move {
-                        let result =
-                            deleted_or_gone(api.delete(&name, &DeleteParams::default()).await);
+                        let result = match api.delete(&name, &params).await {
+                            Err(e) if is_conflict(&e) => Ok(()),
+                            other => deleted_or_gone(other),
+                        };
                         (name, result)
                     }
                 })

@@ -10,8 +10,8 @@ use kube::{Api, ResourceExt};
 use orb_core::provider::AcquireOutcome;
 
 use super::{
-    HandlerCx, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, WorkloadHandler, cached_controller_state,
-    create_or_adopt, deleted_or_gone, patch_replicas,
+    HandlerCx, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims, WorkloadHandler,
+    cached_controller_state, create_or_adopt, deleted_or_gone, patch_replicas,
 };
 use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::{ControllerState, statefulset_state};
@@ -105,8 +105,10 @@ impl WorkloadHandler for StatefulSetHandler {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
-        victims: Vec<String>,
+        victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
+        // Ordinals are the identity of a StatefulSet's hosts; the plan works on names.
+        let victims = victims.names;
         Box::pin(async move {
             let name = name_of(record)?;
             let api: Api<StatefulSet> = Api::namespaced(cx.client.clone(), &record.namespace);

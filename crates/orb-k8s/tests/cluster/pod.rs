@@ -168,3 +168,47 @@ async fn pod_acquire_where_every_create_fails_returns_the_apiservers_reason() {
         other => panic!("expected a rejection, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn pod_release_never_deletes_a_newer_pod_of_the_same_name() {
+    use orb_core::provider::ReleaseInput;
+    let h = harness("pod-uid", json!({})).await;
+    let t = template("bare", None);
+    let (req, outcome) = acquire(&h, &t, 1).await;
+    let name = outcome.resource_ids[0].clone();
+    // orb remembers an older incarnation of this name (another UID).
+    let mut stale = machine_ref(&req, &name, &outcome, "Pod");
+    stale.uid = Some("00000000-0000-4000-8000-000000000000".into());
+    let released = h
+        .provider
+        .release(ReleaseInput {
+            return_request_id: orb_core::ids::RequestId::new_return(),
+            machines: vec![stale],
+            templates: Default::default(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        released.released,
+        vec![name.clone()],
+        "the remembered pod is gone"
+    );
+    assert_eq!(
+        live_pods(&h, &req).await,
+        vec![name.clone()],
+        "the current pod stays"
+    );
+
+    // With the right UID the pod goes.
+    let mut current = machine_ref(&req, &name, &outcome, "Pod");
+    current.uid = outcome.machines[0].uid.clone();
+    h.provider
+        .release(ReleaseInput {
+            return_request_id: orb_core::ids::RequestId::new_return(),
+            machines: vec![current],
+            templates: Default::default(),
+        })
+        .await
+        .unwrap();
+    wait_live_pods(&h, &req, &[]).await;
+}
