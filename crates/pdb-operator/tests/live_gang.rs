@@ -315,6 +315,38 @@ async fn workload_before_its_pods_is_deferred_then_protected() {
         min_available(p) == Some(json!(6))
     })
     .await;
+    // Scenario 53 (corrected): a stranger pod with the shared label, created after the PDB
+    // exists, makes the selector inexact → PDB deleted, WorkloadSelectorUnresolvable.
+    create_pod(c, ns.name(), "intruder", None, json!({"app": "job"})).await;
+    wait_no_pdb(&pdbs, "job-pdb").await;
+    let note = wait_event(c, ns.name(), "job", "WorkloadSelectorUnresolvable").await;
+    assert!(note.contains("intruder"), "{note}");
+
+    // Scenario 48: all gang pods deleted later → deferred again.
+    let pods: Api<Pod> = Api::namespaced(c.clone(), ns.name());
+    let zero = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    for g in 0..4 {
+        for i in 0..2 {
+            pods.delete(&format!("job-{g}-{i}"), &zero).await.unwrap();
+        }
+    }
+    wait_for(
+        "WorkloadPDBDeferred reported a second time",
+        WAIT,
+        || async {
+            let n = occurrences(c, ns.name(), "job", "WorkloadPDBDeferred").await;
+            if n >= 2 {
+                Check::Done(())
+            } else {
+                Check::NotYet(format!("{n} occurrence(s)"))
+            }
+        },
+    )
+    .await;
+    assert!(pdbs.get_opt("job-pdb").await.unwrap().is_none());
 }
 
 /// Rows of seed 003's shape table, each a Workload with its own label in one namespace.

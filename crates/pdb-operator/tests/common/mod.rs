@@ -147,6 +147,15 @@ pub async fn events_for(client: &Client, ns: &str, object: &str, reason: &str) -
         .collect()
 }
 
+/// How many times an event with `reason` was reported about `object` (series included).
+pub async fn occurrences(client: &Client, ns: &str, object: &str, reason: &str) -> i32 {
+    events_for(client, ns, object, reason)
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
 /// Waits for an event about `object` with `reason` and returns its note.
 pub async fn wait_event(client: &Client, ns: &str, object: &str, reason: &str) -> String {
     wait_for(&format!("event {reason} on {object}"), WAIT, || async {
