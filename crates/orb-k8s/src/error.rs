@@ -20,6 +20,9 @@ pub enum K8sError {
     StatefulSetRelease(#[from] StatefulSetReleaseError),
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditRejection),
+    /// The Kubernetes client could not be built (kubeconfig, context, in-cluster auth).
+    #[error("cannot connect to Kubernetes: {0}")]
+    Client(String),
     /// A refusal decided by orb (with the fix in the text).
     #[error("{0}")]
     Refused(String),
@@ -87,6 +90,7 @@ impl From<K8sError> for ProviderError {
             | K8sError::StatefulSetRelease(_)
             | K8sError::Audit(_)
             | K8sError::Refused(_) => ProviderError::Rejected(text),
+            K8sError::Client(_) => ProviderError::Misconfigured(text),
             K8sError::Api { .. } => ProviderError::Unavailable(text),
         }
     }

@@ -86,7 +86,7 @@ impl K8sProvider {
         self.client
             .get_or_try_init(|| async {
                 let plan = self.auth.as_ref().ok_or_else(|| {
-                    K8sError::Refused("the provider has neither a client nor an auth plan".into())
+                    K8sError::Client("the provider has neither a client nor an auth plan".into())
                 })?;
                 let namespace = self
                     .resolved
@@ -94,9 +94,8 @@ impl K8sProvider {
                     .default_namespace(&self.detected_namespace);
                 let config = kube_config_for(plan, &namespace)
                     .await
-                    .map_err(|e| K8sError::Refused(e.to_string()))?;
-                Client::try_from(config)
-                    .map_err(|e| K8sError::api("building the Kubernetes client", e))
+                    .map_err(|e| K8sError::Client(e.to_string()))?;
+                Client::try_from(config).map_err(|e| K8sError::Client(e.to_string()))
             })
             .await
     }

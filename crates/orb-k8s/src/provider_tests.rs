@@ -92,3 +92,40 @@ fn the_handler_kind_follows_provider_api(
     assert_eq!(kind_of(&t), kind);
     assert_eq!(handler_for(kind).kind(), kind);
 }
+
+#[tokio::test]
+async fn an_unreadable_kubeconfig_is_a_configuration_problem_naming_the_file() {
+    use orb_core::provider::{AcquireInput, Provider, ProviderError};
+    let mut block = serde_json::Map::new();
+    block.insert("in_cluster".into(), json!(false));
+    block.insert(
+        "kubeconfig_path".into(),
+        json!("/nonexistent/orb/kubeconfig"),
+    );
+    let resolved = ConfigLayers::new(
+        Some(FileLayer {
+            path: "config.json".into(),
+            block,
+        }),
+        Vec::<(String, String)>::new(),
+    )
+    .resolve(None)
+    .unwrap();
+    let provider = K8sProvider::new(resolved).expect("deciding auth needs no file");
+    let err = provider
+        .acquire(AcquireInput {
+            request_id: orb_core::ids::RequestId::new_acquire(),
+            template: Template {
+                template_id: "t".into(),
+                container_image: Some("busybox:1.36".into()),
+                ..Template::default()
+            },
+            count: 1,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Misconfigured(m) if m.contains("/nonexistent/orb/kubeconfig")),
+        "{err:?}"
+    );
+}

@@ -244,3 +244,30 @@ pub(crate) fn live_pod_names(pods: &[Pod]) -> Vec<String> {
         .map(|p| p.name_any())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn pod(uid: Option<&str>) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p-0", "uid": uid}})).unwrap()
+    }
+
+    #[rstest]
+    #[case::unknown_uid(None, Some("u-2"), true)]
+    #[case::same_uid(Some("u-1"), Some("u-1"), true)]
+    #[case::newer_incarnation(Some("u-1"), Some("u-2"), false)]
+    #[case::pod_without_uid(Some("u-1"), None, true)]
+    fn only_the_remembered_incarnation_is_a_victim(
+        #[case] known: Option<&str>,
+        #[case] current: Option<&str>,
+        #[case] same: bool,
+    ) {
+        let mut victims = Victims::named(vec!["p-0".into()]);
+        if let Some(uid) = known {
+            victims.uids.insert("p-0".into(), uid.into());
+        }
+        assert_eq!(victims.is_same_incarnation(&pod(current)), same);
+    }
+}
