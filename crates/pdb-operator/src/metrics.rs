@@ -206,10 +206,33 @@ mod tests {
     #[test]
     fn every_named_metric_is_exported() {
         let metrics = Metrics::new();
-        metrics
-            .pdbs_created
-            .get_or_create(&vec![("namespace", "a".into())])
-            .inc();
+        // Families without series are not printed; give each one a series.
+        let one = vec![("namespace", "a".to_string())];
+        for c in [
+            &metrics.pdbs_created,
+            &metrics.pdbs_updated,
+            &metrics.pdbs_deleted,
+            &metrics.reconcile_errors,
+            &metrics.enforcement_decisions,
+            &metrics.override_attempts,
+            &metrics.policy_evaluations,
+            &metrics.policy_conflicts,
+            &metrics.multi_policy_matches,
+            &metrics.policy_tie_breaks,
+        ] {
+            c.get_or_create(&one).inc();
+        }
+        for g in [
+            &metrics.deployments_managed,
+            &metrics.statefulsets_managed,
+            &metrics.leaderworkersets_managed,
+            &metrics.workloads_managed,
+            &metrics.compliance_status,
+            &metrics.policies_active,
+            &metrics.maintenance_window_active,
+        ] {
+            g.get_or_create(&one).set(1);
+        }
         metrics
             .reconcile_duration
             .get_or_create(&vec![("controller", "x".into())])
