@@ -1,6 +1,6 @@
 //! The operator against the real local control plane (Kubernetes 1.37, GenericWorkload on):
 //! Workload API gangs — seed 003's worked example with real evictions, deferral, the rows of the
-//! declared-shape table — and LeaderWorkerSets.
+//! declared-shape table (LeaderWorkerSets: live_lws.rs).
 
 mod common;
 
@@ -8,11 +8,9 @@ use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kube_fixture::{Check, TestCluster, wait_for};
-use pdb_operator::crd::PDBPolicy;
 use serde_json::{Value, json};
 
 async fn create_workload(client: &Client, ns: &str, name: &str, labels: Value, templates: Value) {
@@ -52,23 +50,6 @@ async fn create_pod_group(
     api.create(&PostParams::default(), &g)
         .await
         .unwrap_or_else(|e| panic!("create PodGroup {name}: {e}"));
-}
-
-/// A pod of `group` (through spec.schedulingGroup.podGroupName) with `labels`.
-async fn create_pod(client: &Client, ns: &str, name: &str, group: Option<&str>, labels: Value) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut spec = json!({"containers": [{"name": "c", "image": "busybox:1.36"}]});
-    if let Some(g) = group {
-        spec["schedulingGroup"] = json!({"podGroupName": g});
-    }
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &p)
-        .await
-        .unwrap_or_else(|e| panic!("create Pod {name}: {e}"));
 }
 
 /// A gang to create: `groups` PodGroups `<name>-workers-<i>` with `per_group` pods each,
@@ -116,18 +97,6 @@ async fn create_gang(client: &Client, ns: &str, gang: Gang<'_>) {
             .await;
         }
     }
-}
-
-async fn strict_policy(client: &Client, ns: &str, name: &str, class: &str, app: &str) {
-    let api: Api<PDBPolicy> = Api::namespaced(client.clone(), ns);
-    let p: PDBPolicy = serde_json::from_value(json!({
-        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
-        "metadata": {"name": name},
-        "spec": {"availabilityClass": class, "enforcement": "strict",
-                 "workloadSelector": {"matchLabels": {"app": app}}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &p).await.unwrap();
 }
 
 #[tokio::test]
@@ -573,96 +542,4 @@ async fn declared_shapes_give_the_documented_budgets_or_events() {
         |p| min_available(p) == Some(json!(2)),
     )
     .await;
-}
-
-/// A minimal LeaderWorkerSet CRD: the upstream LWS controller is not available here, so the
-/// test installs only the API (idempotently, never deleted) and creates the pods the LWS
-/// controller would create, with its labels.
-fn lws_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "leaderworkersets.leaderworkerset.x-k8s.io"},
-        "spec": {
-            "group": "leaderworkerset.x-k8s.io",
-            "scope": "Namespaced",
-            "names": {"plural": "leaderworkersets", "singular": "leaderworkerset",
-                      "kind": "LeaderWorkerSet", "listKind": "LeaderWorkerSetList", "shortNames": ["lws"]},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                          "subresources": {"status": {}},
-                          "schema": {"openAPIV3Schema": {"type": "object",
-                              "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                                             "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]
-        }
-    }))
-    .unwrap()
-}
-
-#[tokio::test]
-async fn leader_worker_set_budget_is_whole_groups() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    install_crd(&cluster.client, &lws_crd()).await;
-    let ns = cluster.namespace("pdbop-lws").await;
-    let c = &cluster.client;
-    let n = ns.name();
-    let _op = start_operator(&cluster, n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
-    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
-    strict_policy(c, n, "serving", "mission-critical", "vllm").await;
-    let ar = pdb_operator::controller::gang::lws_resource();
-    let lws_api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &ar);
-    let lws: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "vllm", "labels": {"app": "vllm"}},
-        "spec": {"replicas": 4, "leaderWorkerTemplate": {"size": 2}}
-    }))
-    .unwrap();
-    // Discovery may still be starting; the CRD was just installed.
-    let created = lws_api.create(&PostParams::default(), &lws).await.unwrap();
-    for g in 0..4 {
-        for w in 0..2 {
-            let gs = g.to_string();
-            let ws = w.to_string();
-            create_pod(
-                c,
-                n,
-                &format!("vllm-{g}-{w}"),
-                None,
-                json!({"leaderworkerset.sigs.k8s.io/name": "vllm",
-                       "leaderworkerset.sigs.k8s.io/group-index": gs,
-                       "leaderworkerset.sigs.k8s.io/worker-index": ws}),
-            )
-            .await;
-        }
-    }
-    wait_ready_pods(&pods, "leaderworkerset.sigs.k8s.io/name=vllm", 8).await;
-    // L8: "90%" over 4 groups of 2: ceil(3.6) = 4 → clamp 3 groups → 6; 2 evictions allowed.
-    let pdb = wait_pdb(&pdbs, "vllm-pdb", "minAvailable 6", |p| {
-        min_available(p) == Some(json!(6))
-    })
-    .await;
-    assert_eq!(
-        serde_json::to_value(&pdb.spec.as_ref().unwrap().selector).unwrap(),
-        json!({"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}})
-    );
-    let owner = &pdb.owner_references()[0];
-    assert_eq!(
-        (
-            owner.api_version.as_str(),
-            owner.kind.as_str(),
-            owner.uid.as_str()
-        ),
-        (
-            "leaderworkerset.x-k8s.io/v1",
-            "LeaderWorkerSet",
-            created.uid().unwrap().as_str()
-        )
-    );
-    wait_disruptions(&pdbs, "vllm-pdb", 8, 2).await;
-    assert_eq!(evict(&pods, "vllm-0-0").await, Ok(()));
-    assert_eq!(evict(&pods, "vllm-0-1").await, Ok(()));
-    let (code, message) = evict(&pods, "vllm-1-0")
-        .await
-        .expect_err("second group protected");
-    assert_eq!(code, 429, "{message}");
 }

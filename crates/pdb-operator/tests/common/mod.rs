@@ -10,11 +10,13 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::PostParams;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use kube_fixture::{Check, TestCluster, wait_for};
 use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
 use pdb_operator::runtime::{RunOptions, run};
+use serde_json::{Value, json};
 
 pub const WAIT: Duration = Duration::from_secs(90);
 
@@ -305,4 +307,34 @@ pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// A pod of `group` (through spec.schedulingGroup.podGroupName) with `labels`.
+pub async fn create_pod(client: &Client, ns: &str, name: &str, group: Option<&str>, labels: Value) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut spec = json!({"containers": [{"name": "c", "image": "busybox:1.36"}]});
+    if let Some(g) = group {
+        spec["schedulingGroup"] = json!({"podGroupName": g});
+    }
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("create Pod {name}: {e}"));
+}
+
+/// A strict PDBPolicy of `class` selecting workloads labelled `app=<app>`.
+pub async fn strict_policy(client: &Client, ns: &str, name: &str, class: &str, app: &str) {
+    let api: Api<PDBPolicy> = Api::namespaced(client.clone(), ns);
+    let p: PDBPolicy = serde_json::from_value(json!({
+        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
+        "metadata": {"name": name},
+        "spec": {"availabilityClass": class, "enforcement": "strict",
+                 "workloadSelector": {"matchLabels": {"app": app}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &p).await.unwrap();
 }
