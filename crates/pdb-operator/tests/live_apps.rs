@@ -350,6 +350,10 @@ async fn cluster_policy_limited_to_the_namespace_applies_and_tie_goes_to_the_nam
         .create(&PostParams::default(), &cp)
         .await
         .unwrap();
+    let guard = ClusterPolicyGuard {
+        kubeconfig: cluster.kubeconfig.clone(),
+        name: cp_name.clone(),
+    };
     deployments
         .create(
             &PostParams::default(),
@@ -385,10 +389,18 @@ async fn cluster_policy_limited_to_the_namespace_applies_and_tie_goes_to_the_nam
     .await;
     assert_eq!(pdb.annotations()["pdboperator.io/policy-source"], "team-x");
     wait_event(&cluster.client, ns.name(), "api", "PolicyConflict").await;
-    cluster_policies
-        .delete(&cp_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    drop(guard);
+    assert!(
+        cluster_policies.get_opt(&cp_name).await.unwrap().is_none()
+            || cluster_policies
+                .get(&cp_name)
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some(),
+        "cluster policy {cp_name} removed"
+    );
 }
 
 #[tokio::test]

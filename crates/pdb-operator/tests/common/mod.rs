@@ -58,6 +58,33 @@ pub async fn install_policy_crds(client: &Client) {
     install_crd(client, &ClusterPDBPolicy::crd()).await;
 }
 
+/// Deletes a test's ClusterPDBPolicy when dropped (pass or panic). The delete runs on a runtime
+/// of its own with a fresh client: the test's client belongs to the test runtime, which is
+/// blocked while this runs.
+pub struct ClusterPolicyGuard {
+    pub kubeconfig: std::path::PathBuf,
+    pub name: String,
+}
+
+impl Drop for ClusterPolicyGuard {
+    fn drop(&mut self) {
+        let (kubeconfig, name) = (self.kubeconfig.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            let Ok(rt) = rt else { return };
+            rt.block_on(async move {
+                if let Ok(client) = kube_fixture::client_from(&kubeconfig).await {
+                    let api: Api<ClusterPDBPolicy> = Api::all(client);
+                    let _ = api.delete(&name, &Default::default()).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 /// The operator running in this test's runtime; aborted when dropped.
 pub struct Operator(tokio::task::JoinHandle<Result<(), pdb_operator::runtime::RunError>>);
 
