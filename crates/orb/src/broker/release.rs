@@ -7,7 +7,7 @@ use orb_core::hostfactory::input::MachineSelector;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent, Verdict};
 use orb_core::machine::Machine;
-use orb_core::provider::ReleaseInput;
+use orb_core::provider::{ProviderError, ReleaseInput};
 use orb_core::request::{Request, RequestType};
 use orb_store::MachineFilter;
 
@@ -244,6 +244,15 @@ impl Broker {
                         },
                         now,
                     )?;
+                }
+            }
+            Err(ProviderError::Rejected(reason)) => {
+                // The provider refused the plan and changed nothing: the return ends failed
+                // and its machines are free to be returned again.
+                lifecycle::apply(&mut request, LifecycleEvent::Fail { reason }, now)?;
+                for m in &mut machines {
+                    m.return_request_id = None;
+                    m.updated_at = now;
                 }
             }
             Err(err) => {

@@ -13,6 +13,8 @@ pub struct ScriptedProvider {
     pub acquire_error: Mutex<Option<ProviderError>>,
     pub statuses: Mutex<VecDeque<Result<StatusReport, ProviderError>>>,
     pub release_failures: Mutex<Vec<MachineFailure>>,
+    /// When set, the next release is refused as a whole with this error.
+    pub release_error: Mutex<Option<ProviderError>>,
     pub notices: Mutex<Vec<ReclaimNotice>>,
     pub calls: Mutex<Vec<String>>,
 }
@@ -82,7 +84,11 @@ impl Provider for ScriptedProvider {
             .collect();
         self.record(format!("release {}", ids.join(",")));
         let failed = self.release_failures.lock().unwrap().clone();
+        let error = self.release_error.lock().unwrap().take();
         Box::pin(async move {
+            if let Some(error) = error {
+                return Err(error);
+            }
             Ok(ReleaseOutcome {
                 released: ids,
                 failed,

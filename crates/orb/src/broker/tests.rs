@@ -370,6 +370,61 @@ async fn a_failed_release_fails_the_return() {
 }
 
 #[tokio::test]
+async fn a_refused_release_fails_the_return_and_frees_the_machines_for_another_return() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
+    let ids: Vec<String> = acquire
+        .machines
+        .iter()
+        .map(|m| m.machine_id.clone())
+        .collect();
+    let refusal = "releasing ordinal 0 also needs ordinal 1 to go";
+    *f.provider.release_error.lock().unwrap() = Some(ProviderError::Rejected(refusal.into()));
+    let selectors: Vec<_> = ids.iter().map(|id| by_name(id)).collect();
+
+    let refused = f
+        .broker
+        .return_machines(&selectors, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(refused.request.status, RequestStatus::Failed);
+    assert_eq!(refused.request.status_message.as_deref(), Some(refusal));
+    assert!(
+        refused
+            .machines
+            .iter()
+            .all(|m| m.return_request_id.is_none())
+    );
+    let stored_request = f
+        .broker
+        .store
+        .get_request(&refused.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored_request.status, RequestStatus::Failed);
+    let stored = f.broker.store.find_machines(&ids).await.unwrap();
+    assert_eq!(stored.len(), 2);
+    assert!(
+        stored.iter().all(|m| m.return_request_id.is_none()),
+        "a refused return must not leave machines marked as being returned: {stored:?}"
+    );
+
+    let again = f
+        .broker
+        .return_machines(&selectors, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_ne!(again.request.status, RequestStatus::Failed);
+    assert!(
+        again
+            .machines
+            .iter()
+            .all(|m| m.return_request_id.as_ref() == Some(&again.request.request_id))
+    );
+}
+
+#[tokio::test]
 async fn without_a_provider_the_deadline_still_settles_requests() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 2).await.unwrap();
