@@ -200,6 +200,16 @@ fn default_request_message(request: &Request) -> String {
     }
 }
 
+/// The host the machine runs on, as the provider recorded it (`provider_data.cloud_host_id`;
+/// the node name on Kubernetes); `None` before it is placed.
+fn cloud_host_id(machine: &Machine) -> Option<String> {
+    machine
+        .provider_data
+        .get("cloud_host_id")
+        .and_then(Value::as_str)
+        .map(String::from)
+}
+
 pub fn machine_entry(request_type: RequestType, machine: &Machine) -> MachineEntry {
     let result = hf_machine_result(request_type, machine.status);
     let message = match (&machine.status_reason, result) {
@@ -216,7 +226,7 @@ pub fn machine_entry(request_type: RequestType, machine: &Machine) -> MachineEnt
         public_ip_address: machine.public_ip.clone(),
         launchtime: machine.launch_time.map(|t| t.as_second()).unwrap_or(0),
         message,
-        cloud_host_id: None,
+        cloud_host_id: cloud_host_id(machine),
         instance_type: machine.instance_type.clone(),
         price_type: machine.price_type.clone(),
         instance_tags: tags_to_string(&machine.tags),
@@ -304,5 +314,52 @@ pub fn return_requests_reply(entries: Vec<ReclaimEntry>) -> ReturnRequestsReply 
         status: "complete",
         message,
         requests: entries,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[rstest]
+    #[case::node_name_recorded(json!({"cloud_host_id": "kwok-node-1"}), Some("kwok-node-1"))]
+    #[case::not_scheduled_yet(json!({"cloud_host_id": null}), None)]
+    #[case::no_provider_data(Value::Null, None)]
+    #[case::other_keys_only(json!({"node_name": "kwok-node-1"}), None)]
+    #[case::not_a_string(json!({"cloud_host_id": 7}), None)]
+    fn cloud_host_id_comes_from_provider_data(
+        #[case] provider_data: Value,
+        #[case] expected: Option<&str>,
+    ) {
+        let at = jiff::Timestamp::from_second(1_767_225_600).unwrap();
+        let machine = Machine {
+            machine_id: "orb-1234-0000".into(),
+            name: "orb-1234-0000".into(),
+            request_id: crate::ids::RequestId::parse("req-fe4cda5c-0194-44bc-981b-0a2b3c4d5e6f")
+                .unwrap(),
+            return_request_id: None,
+            template_id: "worker".into(),
+            provider_name: "kubernetes".into(),
+            provider_api: Some("Pod".into()),
+            resource_id: None,
+            uid: None,
+            status: MachineStatus::Running,
+            status_reason: None,
+            private_ip: None,
+            public_ip: None,
+            launch_time: None,
+            instance_type: None,
+            price_type: None,
+            tags: BTreeMap::new(),
+            provider_data,
+            created_at: at,
+            updated_at: at,
+            version: 1,
+        };
+        let entry = machine_entry(RequestType::Acquire, &machine);
+        assert_eq!(entry.cloud_host_id.as_deref(), expected);
     }
 }

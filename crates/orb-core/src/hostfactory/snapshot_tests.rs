@@ -117,13 +117,15 @@ fn submit_replies() {
 #[test]
 fn status_reply_for_acquire_return_and_unknown_ids() {
     let acquire = request(RequestType::Acquire, RequestStatus::PartialPending, 3, 1);
+    let mut running = machine(
+        "orb-fe4cda5c019444bc981b-0000",
+        MachineStatus::Running,
+        Some("10.0.0.7"),
+        None,
+    );
+    running.provider_data = json!({"cloud_host_id": "kwok-node-3", "node_name": "kwok-node-3"});
     let acquired = vec![
-        machine(
-            "orb-fe4cda5c019444bc981b-0000",
-            MachineStatus::Running,
-            Some("10.0.0.7"),
-            None,
-        ),
+        running,
         machine(
             "orb-fe4cda5c019444bc981b-0001",
             MachineStatus::Pending,
