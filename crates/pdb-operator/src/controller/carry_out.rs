@@ -56,16 +56,36 @@ fn note_set(notes: &[EventNote]) -> BTreeSet<(String, String)> {
 }
 
 /// Posts the notes that were not posted for the previous decision and records `outcome`.
-async fn record_and_publish(ctx: &Context, s: &Subject, notes: &[EventNote], mut outcome: Outcome) {
+/// Returns false when a post failed (the caller retries in 30 s).
+async fn record_and_publish(
+    ctx: &Context,
+    s: &Subject,
+    notes: &[EventNote],
+    mut outcome: Outcome,
+) -> bool {
     outcome.events = note_set(notes);
     let fresh = ctx.outcomes.record(s.key(), outcome);
+    let mut all_posted = true;
     for n in notes {
-        if fresh.contains(&(n.reason.to_string(), n.message.clone())) {
-            ctx.publish(&s.reference, n).await;
+        let id = (n.reason.to_string(), n.message.clone());
+        // A note that could not be posted is forgotten, so the next reconcile posts it again.
+        if fresh.contains(&id) && !ctx.publish(&s.reference, n).await {
+            ctx.outcomes.forget_event(&s.key(), &id);
+            all_posted = false;
         }
     }
     ctx.outcomes.refresh_gauges(&ctx.metrics);
     ctx.status_changed.notify_one();
+    all_posted
+}
+
+/// `planned`, or the 30 s retry when an event could not be posted.
+fn or_retry(all_posted: bool, planned: Action) -> Action {
+    if all_posted {
+        planned
+    } else {
+        Action::requeue(RETRY_AFTER)
+    }
 }
 
 fn count_resolution(ctx: &Context, ns: &str, c: &EffectiveConfig) {
@@ -200,8 +220,8 @@ async fn apply(
             window_open: true,
             ..base
         };
-        record_and_publish(ctx, s, &notes, outcome).await;
-        return Ok(Action::requeue(want.requeue_after));
+        let posted = record_and_publish(ctx, s, &notes, outcome).await;
+        return Ok(or_retry(posted, Action::requeue(want.requeue_after)));
     }
     let mut pdb = want.pdb.clone();
     let now = jiff::Timestamp::now();
@@ -276,8 +296,8 @@ async fn apply(
         window_open: want.window.open,
         ..base
     };
-    record_and_publish(ctx, s, &notes, outcome).await;
-    Ok(Action::requeue(want.requeue_after))
+    let posted = record_and_publish(ctx, s, &notes, outcome).await;
+    Ok(or_retry(posted, Action::requeue(want.requeue_after)))
 }
 
 async fn remove(
@@ -335,9 +355,10 @@ async fn remove(
         not_compliant: Some(none.cause.to_string()),
         ..Outcome::default()
     };
-    record_and_publish(ctx, s, &notes, outcome).await;
-    Ok(match none.retry_after {
+    let posted = record_and_publish(ctx, s, &notes, outcome).await;
+    let planned = match none.retry_after {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
-    })
+    };
+    Ok(or_retry(posted, planned))
 }

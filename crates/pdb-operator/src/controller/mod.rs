@@ -136,8 +136,8 @@ impl Context {
     }
 
     /// Posts one event on `regarding` (events.k8s.io/v1, action = reason). A failed post is
-    /// logged, never fatal: the decision has been carried out already.
-    pub async fn publish(&self, regarding: &ObjectReference, note: &EventNote) {
+    /// logged, never fatal: the decision has been carried out already. Returns whether it posted.
+    pub async fn publish(&self, regarding: &ObjectReference, note: &EventNote) -> bool {
         let ev = Event {
             type_: match note.type_ {
                 EventType::Normal => KubeEventType::Normal,
@@ -148,8 +148,12 @@ impl Context {
             action: note.reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, regarding).await {
-            tracing::warn!(reason = note.reason, error = %e, "posting event failed");
+        match self.recorder.publish(&ev, regarding).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(reason = note.reason, error = %e, "posting event failed");
+                false
+            }
         }
     }
 }

@@ -63,6 +63,14 @@ impl Outcomes {
         fresh
     }
 
+    /// Marks one event of the recorded outcome as not posted (its post failed).
+    pub fn forget_event(&self, key: &WorkloadKey, event: &(String, String)) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = map.get_mut(key) {
+            o.events.remove(event);
+        }
+    }
+
     /// Forgets workloads that no longer exist (`alive` says which do).
     pub fn retain(&self, alive: impl Fn(&WorkloadKey) -> bool) -> bool {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
