@@ -5,6 +5,7 @@
 //! never load a kubeconfig.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use kube::Client;
 use orb_core::provider::{
@@ -16,7 +17,6 @@ use orb_core::template::Template;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-use crate::audit::{AuditMode, enforce_audit_policy};
 use crate::config::{
     AuthEnvironment, AuthPlan, K8sProviderConfig, ResolvedConfig, TemplateOverrides,
     kube_config_for, plan_auth, resolve_default_namespace,
@@ -24,8 +24,9 @@ use crate::config::{
 use crate::error::K8sError;
 use crate::handlers::{HandlerCx, Victims, handler_for};
 use crate::naming::ResourceKind;
+use crate::native_spec::NativeSpecSwitches;
 use crate::provider_data::RequestRecord;
-use crate::spec::{BuiltWorkload, SpecInputs, build_workload};
+use crate::spec::{FinalBodyError, FinalBodyRequest, FinalWorkload, final_workload};
 use crate::status_cache::ControllerStatusCache;
 
 /// The provider type names this provider answers to in `config.json`.
@@ -37,6 +38,24 @@ pub struct K8sProvider {
     detected_namespace: String,
     client: OnceCell<Client>,
     pub(crate) status_cache: ControllerStatusCache,
+    native: NativeSpecContext,
+}
+
+/// One acquire, planned: its final objects, their namespace and the effective config.
+#[derive(Debug, Clone)]
+pub struct PlannedAcquire {
+    pub workload: FinalWorkload,
+    pub namespace: String,
+    pub config: K8sProviderConfig,
+}
+
+/// What the native spec hatch needs from outside the provider's own config block.
+#[derive(Debug, Clone, Default)]
+struct NativeSpecContext {
+    /// config.json's `native_spec.enabled` (`None`: absent, which means enabled).
+    application_enabled: Option<bool>,
+    /// Where `specs/<api>/default.json` overrides and relative `native_spec_path`s live.
+    config_dir: Option<PathBuf>,
 }
 
 /// The provider API of a template as a resource kind (Pod when unset).
@@ -63,6 +82,7 @@ impl K8sProvider {
             auth: Some(plan),
             detected_namespace,
             client: OnceCell::new(),
+            native: NativeSpecContext::default(),
         })
     }
 
@@ -75,7 +95,72 @@ impl K8sProvider {
             auth: None,
             detected_namespace: detected_namespace.to_string(),
             client: OnceCell::new_with(Some(client)),
+            native: NativeSpecContext::default(),
         }
+    }
+
+    /// The application-level half of the native spec switch (config.json
+    /// `native_spec.enabled`, see [`crate::native_spec::app_native_spec_enabled`]) and the
+    /// config directory native specs are read from. Without this call the application switch
+    /// counts as on (its documented default) and relative paths resolve under the working
+    /// directory.
+    pub fn with_native_spec_context(
+        mut self,
+        application_enabled: bool,
+        config_dir: Option<PathBuf>,
+    ) -> Self {
+        self.native = NativeSpecContext {
+            application_enabled: Some(application_enabled),
+            config_dir,
+        };
+        self
+    }
+
+    /// Both native spec switches for a template's effective config.
+    pub fn native_spec_switches(&self, config: &K8sProviderConfig) -> NativeSpecSwitches {
+        NativeSpecSwitches {
+            provider_enabled: config.native_spec_enabled,
+            application_enabled: self.native.application_enabled.unwrap_or(true),
+        }
+    }
+
+    /// The config directory native specs are read from, if one was given.
+    pub fn native_spec_config_dir(&self) -> Option<&Path> {
+        self.native.config_dir.as_deref()
+    }
+
+    /// The exact objects an acquire of `count` machines of `template` under `request_id`
+    /// creates, audited: native spec or typed builders, as the switches decide. `orb templates
+    /// render` prints these, so what it shows is what acquire sends.
+    pub fn final_workload_for(
+        &self,
+        template: &Template,
+        request_id: &str,
+        count: u32,
+    ) -> Result<PlannedAcquire, FinalBodyError> {
+        let early = |source: K8sError| FinalBodyError {
+            source,
+            warnings: Vec::new(),
+        };
+        let config = self.effective_config(Some(template)).map_err(early)?;
+        let namespace = self.target_namespace(&config, template).map_err(early)?;
+        let workload = final_workload(
+            &FinalBodyRequest {
+                template,
+                config: &config,
+                request_id,
+                namespace: &namespace,
+                count,
+                switches: self.native_spec_switches(&config),
+                config_dir: self.native_spec_config_dir(),
+            },
+            kind_of(template),
+        )?;
+        Ok(PlannedAcquire {
+            workload,
+            namespace,
+            config,
+        })
     }
 
     pub fn config(&self) -> &K8sProviderConfig {
@@ -150,22 +235,21 @@ impl K8sProvider {
     }
 
     async fn acquire_inner(&self, input: AcquireInput) -> Result<AcquireOutcome, K8sError> {
-        let config = self.effective_config(Some(&input.template))?;
-        let namespace = self.target_namespace(&config, &input.template)?;
-        let kind = kind_of(&input.template);
-        let built = build_workload(
-            &SpecInputs {
-                template: &input.template,
-                config: &config,
-                request_id: input.request_id.as_str(),
-                namespace: &namespace,
-                count: input.count,
-            },
-            kind,
-        )?;
-        audit_before_create(&config, &built)?;
+        let request_id = input.request_id.as_str();
+        let PlannedAcquire {
+            workload,
+            namespace,
+            config,
+        } = self
+            .final_workload_for(&input.template, request_id, input.count)
+            .map_err(|failure| {
+                log_warnings(request_id, &failure.warnings);
+                failure.source
+            })?;
+        log_warnings(request_id, &workload.warnings);
+        let kind = workload.built.kind();
         let record = RequestRecord {
-            request_id: input.request_id.to_string(),
+            request_id: request_id.to_string(),
             namespace,
             provider_api: kind.as_str().to_string(),
             label_prefix: config.label_prefix.clone(),
@@ -174,7 +258,7 @@ impl K8sProvider {
         };
         let client = self.client().await?;
         handler_for(kind)
-            .create(&self.cx(client), built, record)
+            .create(&self.cx(client), workload.built, record)
             .await
     }
 
@@ -241,23 +325,12 @@ impl K8sProvider {
     }
 }
 
-/// The high-risk pod field audit on the final bodies, before any call: reject mode fails
-/// the request listing every finding, warn mode logs them.
-fn audit_before_create(config: &K8sProviderConfig, built: &BuiltWorkload) -> Result<(), K8sError> {
-    let mode = AuditMode::from_config(config);
-    let bodies: Vec<Value> = match built {
-        // Every pod of a request has the same spec; the first stands for all.
-        BuiltWorkload::Pods(pods) => pods.iter().take(1).map(|p| json!(p)).collect(),
-        BuiltWorkload::Deployment(d) => vec![json!(d)],
-        BuiltWorkload::StatefulSet(s, _) => vec![json!(s)],
-        BuiltWorkload::Job(j) => vec![json!(j)],
-    };
-    for body in &bodies {
-        for finding in enforce_audit_policy(mode, body)? {
-            tracing::warn!(%finding, "high-risk pod field (reject_high_risk_pod_fields=false lets it through)");
-        }
+/// Warnings of one acquire (ignored native spec, unknown native fields, high-risk fields in
+/// warn mode) go to the log; nothing about them stops the request.
+fn log_warnings(request_id: &str, warnings: &[String]) {
+    for warning in warnings {
+        tracing::warn!(request_id, "{warning}");
     }
-    Ok(())
 }
 
 impl Provider for K8sProvider {

@@ -4,11 +4,13 @@
 //! returns `Arc::new(TheProvider::new(..)?)`. Everything else in the CLI talks to
 //! `Arc<dyn Provider>` only.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use orb_core::config::ProviderEntry;
 use orb_core::provider::{Provider, ProviderError};
+use serde_json::Value;
 
 /// What a provider may need besides its own config block.
 #[derive(Debug, Clone)]
@@ -20,13 +22,26 @@ pub struct ProviderContext {
 /// Provider types the config may name, for messages and `orb init`.
 pub const KUBERNETES_TYPES: &[&str] = &["k8s", "kubernetes"];
 
+/// [`build_provider_for_app`] with no application-level sections: every application
+/// setting at its default (config.json `native_spec.enabled` counts as true).
 pub fn build_provider(
     entry: &ProviderEntry,
     context: &ProviderContext,
 ) -> Result<Arc<dyn Provider>, ProviderError> {
+    build_provider_for_app(entry, context, &BTreeMap::new())
+}
+
+/// Builds the provider `entry` names. `app_sections` are config.json's top-level sections
+/// orb-core keeps raw (`AppConfig::other`); the Kubernetes provider reads `native_spec`
+/// from them (the application half of the native spec switch).
+pub fn build_provider_for_app(
+    entry: &ProviderEntry,
+    context: &ProviderContext,
+    app_sections: &BTreeMap<String, Value>,
+) -> Result<Arc<dyn Provider>, ProviderError> {
     let kind = entry.provider_type.trim().to_ascii_lowercase();
     if KUBERNETES_TYPES.contains(&kind.as_str()) {
-        return build_kubernetes(entry, context);
+        return build_kubernetes(entry, context, app_sections);
     }
     Err(ProviderError::Misconfigured(format!(
         "provider {:?} has type {:?}, which orb does not know; use \"k8s\" (or \"kubernetes\")",
@@ -36,10 +51,11 @@ pub fn build_provider(
 
 /// The Kubernetes provider: the entry's settings as the file layer, `ORB_K8S_*` from the
 /// process environment over them, every problem reported at once. The cluster is contacted
-/// on first use only.
+/// on first use only. Native specs are read relative to the config directory.
 fn build_kubernetes(
     entry: &ProviderEntry,
     context: &ProviderContext,
+    app_sections: &BTreeMap<String, Value>,
 ) -> Result<Arc<dyn Provider>, ProviderError> {
     let label = context.config_dir.join("config.json");
     let misconfigured = |problem: String| {
@@ -53,7 +69,11 @@ fn build_kubernetes(
     for warning in &resolved.warnings {
         eprintln!("WARNING: {warning}");
     }
-    Ok(Arc::new(orb_k8s::K8sProvider::new(resolved)?))
+    let application_native_spec = orb_k8s::native_spec::app_native_spec_enabled(app_sections)
+        .map_err(|e| ProviderError::Misconfigured(format!("{}: {e}", label.display())))?;
+    let provider = orb_k8s::K8sProvider::new(resolved)?
+        .with_native_spec_context(application_native_spec, Some(context.config_dir.clone()));
+    Ok(Arc::new(provider))
 }
 
 #[cfg(test)]
@@ -94,6 +114,26 @@ mod tests {
         e.config = serde_json::json!({"namespace": "orb", "in_cluster": false, "kubeconfig_path": "/nonexistent/kubeconfig"});
         let provider = build_provider(&e, &context()).expect("builds without contacting a cluster");
         assert_eq!(provider.provider_type(), "k8s");
+    }
+
+    #[test]
+    fn a_malformed_application_native_spec_section_is_a_configuration_error() {
+        let mut e = entry("k8s");
+        e.config = serde_json::json!({"namespace": "orb", "in_cluster": false, "kubeconfig_path": "/nonexistent/kubeconfig"});
+        let sections = BTreeMap::from([(
+            "native_spec".to_string(),
+            serde_json::json!({"enabled": "yes"}),
+        )]);
+        let err = build_provider_for_app(&e, &context(), &sections)
+            .err()
+            .unwrap();
+        let text = err.to_string();
+        assert!(matches!(err, ProviderError::Misconfigured(_)), "{text}");
+        assert!(
+            text.contains("/c/config.json")
+                && text.contains("native_spec.enabled must be true or false"),
+            "{text}"
+        );
     }
 
     #[test]

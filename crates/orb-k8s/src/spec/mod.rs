@@ -5,6 +5,7 @@
 //! The shared pod template ([`build_pod_template`]) is the one place template fields become a
 //! pod; the four kinds only wrap it ([`workloads`]).
 
+pub mod final_body;
 mod pod_fields;
 pub mod workloads;
 
@@ -23,6 +24,7 @@ use crate::labels::{
 };
 use crate::naming::{NamingError, ResourceKind};
 
+pub use final_body::{BodyPath, FinalBodyError, FinalBodyRequest, FinalWorkload, final_workload};
 pub use workloads::{
     BuiltWorkload, build_deployment, build_headless_service, build_job, build_pods,
     build_statefulset, build_workload,
@@ -77,15 +79,8 @@ pub enum SpecError {
     },
     #[error(transparent)]
     Naming(#[from] NamingError),
-    #[error(
-        "template {template_id:?} sets {field}, which this build does not apply yet; remove it \
-         from the template (typed fields such as nodeSelector, tolerations, volumes and \
-         securityContext cover most needs)"
-    )]
-    NotSupported {
-        template_id: String,
-        field: &'static str,
-    },
+    #[error(transparent)]
+    Native(#[from] crate::native_spec::NativeSpecError),
     #[error(
         "template {template_id:?} sets {field}={value}, but a Job request makes exactly one \
          pod per requested machine ({count} here); remove {field} from the template"
@@ -167,31 +162,16 @@ pub fn object_labels(
     Ok(merge_labels(&inputs.config.label_prefix, &wanted, &orb).labels)
 }
 
-/// Native-spec fields belong to the native path, which the typed builders do not apply;
-/// refused rather than silently ignored.
-fn refuse_unapplied_fields(template: &Template) -> Result<(), SpecError> {
-    let unapplied = [
-        ("native_spec", template.native_spec.is_some()),
-        ("nativeSpecPath", template.native_spec_path.is_some()),
-    ];
-    match unapplied.into_iter().find(|(_, set)| *set) {
-        Some((field, _)) => Err(SpecError::NotSupported {
-            template_id: template.template_id.clone(),
-            field,
-        }),
-        None => Ok(()),
-    }
-}
-
 /// The pod template every kind shares: one `orb` container, the template's pod fields with
-/// provider defaults applied, and `labels` (already merged) on its metadata.
+/// provider defaults applied, and `labels` (already merged) on its metadata. A template's
+/// `native_spec`/`native_spec_path` is not read here: [`final_workload`] decides whether the
+/// native path builds the request instead, and says so when a switch leaves it ignored.
 pub fn build_pod_template(
     inputs: &SpecInputs<'_>,
     kind: ResourceKind,
     labels: BTreeMap<String, String>,
 ) -> Result<PodTemplateSpec, SpecError> {
     let template = inputs.template;
-    refuse_unapplied_fields(template)?;
     let container = pod_fields::container(template)?;
     let placement = apply_pod_defaults(
         inputs.config,

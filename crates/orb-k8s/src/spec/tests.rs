@@ -263,7 +263,6 @@ fn a_job_template_asking_for_on_failure_is_rejected_before_building() {
 #[case::blank_image(|t: &mut Template| t.container_image = Some("  ".into()), "has no container image")]
 #[case::bad_toleration(|t: &mut Template| t.tolerations = Some(vec![json!({"tolerationSeconds": "soon"})]), "tolerations[0] is not a valid")]
 #[case::bad_label(|t: &mut Template| { t.labels.insert("bad key!".into(), "v".into()); }, "bad key!")]
-#[case::native_spec_not_applied(|t: &mut Template| t.native_spec = Some(json!({})), "native_spec")]
 #[case::override_changing_restart_policy(|t: &mut Template| t.pod_spec_override = Some(json!({"restartPolicy": "Always"})), "podSpecOverride")]
 #[case::bad_volume(|t: &mut Template| t.volumes = Some(vec![json!("nope")]), "volumes[0]")]
 fn bad_templates_are_refused_with_the_field(

@@ -4,30 +4,24 @@
 //! switches are on; otherwise the typed builders do. Either way the security audit runs on the
 //! final bodies, as it does before a real create.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use orb_core::config::ProviderEntry;
 use orb_core::template::Template;
 use orb_k8s::K8sProvider;
-use orb_k8s::audit::{AuditMode, enforce_audit_policy};
 use orb_k8s::config::{ConfigLayers, K8sProviderConfig, layer_from_config_value};
-use orb_k8s::naming::{ResourceKind, pod_names};
-use orb_k8s::native_spec::{
-    NativeSpecCheck, NativeSpecInput, NativeSpecSwitches, PREVIEW_REQUEST_ID, PreviewRequest,
-    app_native_spec_enabled, check_native_spec, render_native_body, resource_kind,
-};
-use orb_k8s::spec::{BuiltWorkload, SpecInputs, build_workload};
+use orb_k8s::native_spec::{PREVIEW_REQUEST_ID, app_native_spec_enabled};
+pub(crate) use orb_k8s::spec::BodyPath;
 use serde_json::{Value, json};
 
 use crate::context::LoadedConfig;
 use crate::failure::{CliResult, Failure};
 use crate::provider_factory::KUBERNETES_TYPES;
 
-/// A Kubernetes provider entry, resolved without contacting the cluster.
+/// A Kubernetes provider entry, resolved without contacting the cluster, with the same
+/// native spec context an acquire gets.
 pub(crate) struct K8sTarget {
     provider: K8sProvider,
-    switches: NativeSpecSwitches,
-    config_dir: PathBuf,
 }
 
 impl K8sTarget {
@@ -51,32 +45,10 @@ impl K8sTarget {
             .map_err(|e| misconfigured(e.to_string()))?;
         let application_enabled = app_native_spec_enabled(&loaded.config.other)
             .map_err(|e| Failure::invalid(format!("{label}: {e}")))?;
-        let switches = NativeSpecSwitches {
-            provider_enabled: resolved.config.native_spec_enabled,
-            application_enabled,
-        };
-        let provider = K8sProvider::new(resolved).map_err(|e| misconfigured(e.to_string()))?;
-        Ok(Some(Self {
-            provider,
-            switches,
-            config_dir: config_dir.to_path_buf(),
-        }))
-    }
-}
-
-/// Which path built the bodies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BodyPath {
-    NativeSpec,
-    Typed,
-}
-
-impl BodyPath {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::NativeSpec => "native_spec",
-            Self::Typed => "typed",
-        }
+        let provider = K8sProvider::new(resolved)
+            .map_err(|e| misconfigured(e.to_string()))?
+            .with_native_spec_context(application_enabled, Some(config_dir.to_path_buf()));
+        Ok(Some(Self { provider }))
     }
 }
 
@@ -98,143 +70,25 @@ pub(crate) enum Rendering {
     },
 }
 
-fn fails(problem: impl ToString) -> Rendering {
-    Rendering::Fails {
-        problems: vec![problem.to_string()],
-        warnings: Vec::new(),
-    }
-}
-
 /// Renders what an acquire of `count` machines of `template` would send, with the placeholder
-/// request id [`PREVIEW_REQUEST_ID`].
+/// request id [`PREVIEW_REQUEST_ID`]. The provider's own acquire planning builds them, so the
+/// output is exactly what an acquire creates.
 pub(crate) fn render_bodies(target: &K8sTarget, template: &Template, count: u32) -> Rendering {
-    let kind = resource_kind(template.api());
-    let config = match target.provider.effective_config(Some(template)) {
-        Ok(config) => config,
-        Err(e) => return fails(e),
-    };
-    let namespace = match target.provider.target_namespace(&config, template) {
-        Ok(namespace) => namespace,
-        Err(e) => return fails(e),
-    };
-    let preview = PreviewRequest {
-        template,
-        config: &config,
-        namespace: &namespace,
-        count,
-        config_dir: Some(&target.config_dir),
-        request_id: None,
-    };
-    let (first, warnings) = match check_native_spec(target.switches, kind, &preview) {
-        NativeSpecCheck::NotRequested => {
-            return typed_bodies(template, config, &namespace, count, Vec::new());
-        }
-        NativeSpecCheck::Ignored { reason } => {
-            return typed_bodies(template, config, &namespace, count, vec![reason]);
-        }
-        NativeSpecCheck::Fails { problems, warnings } => {
-            return Rendering::Fails { problems, warnings };
-        }
-        NativeSpecCheck::Renders { body, warnings } => (body, warnings),
-    };
-    let mut bodies = vec![first];
-    if kind == ResourceKind::Pod && count > 1 {
-        // A Pod request renders the spec once per pod, each under its own name.
-        let names = match pod_names(&config.naming, PREVIEW_REQUEST_ID, count) {
-            Ok(names) => names,
-            Err(e) => return fails(e),
-        };
-        for name in names.iter().skip(1) {
-            let input = NativeSpecInput {
-                template,
-                config: &config,
-                request_id: PREVIEW_REQUEST_ID,
-                name,
-                namespace: &namespace,
-                count,
-                config_dir: Some(&target.config_dir),
-            };
-            let body = match render_native_body(kind, &input) {
-                Ok(body) => body,
-                Err(e) => return fails(e),
-            };
-            if let Err(rejection) = enforce_audit_policy(AuditMode::from_config(&config), &body) {
-                return fails(rejection);
-            }
-            bodies.push(body);
-        }
+    match target
+        .provider
+        .final_workload_for(template, PREVIEW_REQUEST_ID, count)
+    {
+        Ok(planned) => Rendering::Ok(Box::new(RenderedBodies {
+            path: planned.workload.path,
+            bodies: planned.workload.bodies(),
+            warnings: planned.workload.warnings,
+            config: planned.config,
+        })),
+        Err(failure) => Rendering::Fails {
+            problems: vec![failure.source.to_string()],
+            warnings: failure.warnings,
+        },
     }
-    Rendering::Ok(Box::new(RenderedBodies {
-        path: BodyPath::NativeSpec,
-        bodies,
-        warnings,
-        config,
-    }))
-}
-
-fn typed_bodies(
-    template: &Template,
-    config: K8sProviderConfig,
-    namespace: &str,
-    count: u32,
-    mut warnings: Vec<String>,
-) -> Rendering {
-    let kind = resource_kind(template.api());
-    let inputs = SpecInputs {
-        template,
-        config: &config,
-        request_id: PREVIEW_REQUEST_ID,
-        namespace,
-        count,
-    };
-    let built = match build_workload(&inputs, kind) {
-        Ok(built) => built,
-        Err(e) => {
-            return Rendering::Fails {
-                problems: vec![e.to_string()],
-                warnings,
-            };
-        }
-    };
-    let to_json = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
-    // Workloads (audited) and the StatefulSet's headless Service (no pods, not audited).
-    let (workloads, service): (Vec<Value>, Option<Value>) = match built {
-        BuiltWorkload::Pods(pods) => (
-            pods.iter()
-                .map(|p| to_json(serde_json::to_value(p)))
-                .collect(),
-            None,
-        ),
-        BuiltWorkload::Deployment(d) => (vec![to_json(serde_json::to_value(&d))], None),
-        BuiltWorkload::StatefulSet(set, svc) => (
-            vec![to_json(serde_json::to_value(&set))],
-            Some(to_json(serde_json::to_value(&svc))),
-        ),
-        BuiltWorkload::Job(job) => (vec![to_json(serde_json::to_value(&job))], None),
-    };
-    let mode = AuditMode::from_config(&config);
-    for body in &workloads {
-        match enforce_audit_policy(mode, body) {
-            Ok(findings) => {
-                warnings.extend(findings.iter().map(|f| format!("high-risk pod field: {f}")))
-            }
-            Err(rejection) => {
-                return Rendering::Fails {
-                    problems: vec![rejection.to_string()],
-                    warnings,
-                };
-            }
-        }
-    }
-    warnings.dedup();
-    let mut bodies = workloads;
-    bodies.extend(service);
-    Rendering::Ok(Box::new(RenderedBodies {
-        path: BodyPath::Typed,
-        bodies,
-        warnings,
-        config,
-    }))
 }
 
 /// One body as it is, several as a `v1` `List` (what `kubectl create -f` also reads).
