@@ -261,8 +261,20 @@ pub enum RequestsCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum ConfigCommand {
-    /// Print the configuration and where each directory came from.
-    Show,
+    /// Print the configuration, where each directory came from, and the Kubernetes
+    /// provider's effective settings (config.json < ORB_K8S_* env < template overrides).
+    #[command(
+        after_help = "Examples:\n  orb config show -o table\n  orb config show --origin -o table      which source set each provider value\n  ORB_K8S_NAMESPACE=batch orb config show --origin\n  orb config show --origin --template gpu-worker   with that template's provider_config overrides"
+    )]
+    Show {
+        /// Say for every provider value where it came from: default, the config file, an
+        /// ORB_K8S_* variable, or a template id.
+        #[arg(long)]
+        origin: bool,
+        /// Apply this template's `provider_config` overrides on top (the third source).
+        #[arg(long, value_name = "TEMPLATE_ID")]
+        template: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
