@@ -79,7 +79,8 @@ impl TestCluster {
         let guard = TestNamespace {
             name: name.clone(),
             kubeconfig: self.kubeconfig.clone(),
-            keep: std::env::var("ORB_TEST_KEEP_NAMESPACES").is_ok(),
+            delete_on_drop: std::env::var("ORB_TEST_KEEP_NAMESPACES").is_err(),
+            owner: true,
         };
         let sa: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &name);
         wait_for(
@@ -115,22 +116,36 @@ pub async fn client_from(kubeconfig: &std::path::Path) -> anyhow::Result<Client>
 pub struct TestNamespace {
     pub name: String,
     kubeconfig: PathBuf,
-    keep: bool,
+    delete_on_drop: bool,
+    owner: bool,
 }
 
 impl TestNamespace {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// A second handle on a namespace another guard owns: it names the namespace and never
+    /// deletes it (for helpers that hold a `TestNamespace` by value).
+    pub fn detached(name: &str) -> TestNamespace {
+        TestNamespace {
+            name: name.to_string(),
+            kubeconfig: PathBuf::new(),
+            delete_on_drop: false,
+            owner: false,
+        }
+    }
 }
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        if self.keep {
-            eprintln!(
-                "keeping test namespace {} (ORB_TEST_KEEP_NAMESPACES)",
-                self.name
-            );
+        if !self.delete_on_drop {
+            if self.owner {
+                eprintln!(
+                    "keeping test namespace {} (ORB_TEST_KEEP_NAMESPACES)",
+                    self.name
+                );
+            }
             return;
         }
         // Drop cannot await, and the test's runtime may be shutting down (or panicking), so the
