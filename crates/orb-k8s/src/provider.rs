@@ -139,7 +139,7 @@ impl K8sProvider {
         count: u32,
     ) -> Result<PlannedAcquire, FinalBodyError> {
         let early = |source: K8sError| FinalBodyError {
-            source,
+            source: Box::new(source),
             warnings: Vec::new(),
         };
         let config = self.effective_config(Some(template)).map_err(early)?;
@@ -244,7 +244,7 @@ impl K8sProvider {
             .final_workload_for(&input.template, request_id, input.count)
             .map_err(|failure| {
                 log_warnings(request_id, &failure.warnings);
-                failure.source
+                *failure.source
             })?;
         log_warnings(request_id, &workload.warnings);
         let kind = workload.built.kind();

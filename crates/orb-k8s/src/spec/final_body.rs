@@ -82,7 +82,7 @@ impl FinalWorkload {
 #[error("{source}")]
 pub struct FinalBodyError {
     #[source]
-    pub source: K8sError,
+    pub source: Box<K8sError>,
     pub warnings: Vec<String>,
 }
 
@@ -106,7 +106,10 @@ pub fn final_workload(
     kind: ResourceKind,
 ) -> Result<FinalWorkload, FinalBodyError> {
     let mut warnings = Vec::new();
-    let fail = |source: K8sError, warnings: Vec<String>| FinalBodyError { source, warnings };
+    let fail = |source: K8sError, warnings: Vec<String>| FinalBodyError {
+        source: Box::new(source),
+        warnings,
+    };
     let inputs = SpecInputs {
         template: request.template,
         config: request.config,
@@ -401,7 +404,7 @@ mod tests {
     ) {
         let cfg = K8sProviderConfig::default();
         let err = run(&template(api, native_spec), &cfg, switches(true, true), 1).unwrap_err();
-        assert!(matches!(err.source, K8sError::Audit(_)), "{err}");
+        assert!(matches!(*err.source, K8sError::Audit(_)), "{err}");
         assert!(err.to_string().contains(path), "{err}");
     }
 
