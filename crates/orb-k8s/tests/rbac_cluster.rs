@@ -55,7 +55,10 @@ async fn service_account_client(cluster: &TestCluster, namespace: &str) -> kube:
         .create_subresource("token", SA, &PostParams::default(), &request)
         .await
         .expect("TokenRequest for the ServiceAccount");
-    let token = token.status.expect("token status").token;
+    let token = token
+        .status
+        .and_then(|s| s.token)
+        .expect("a token was issued");
 
     let admin: serde_json::Value =
         serde_saphyr::from_str(&std::fs::read_to_string(&cluster.kubeconfig).unwrap()).unwrap();
