@@ -1,7 +1,9 @@
 //! [`K8sProvider`]: orb-core's `Provider` on a Kubernetes cluster. It resolves the effective
-//! config and namespace of each request, builds objects with the pure spec builders, and hands
-//! them to the handler the template's `provider_api` names (Pod when unset), chosen at
-//! request time. The client is built on first use, so commands that never reach the cluster
+//! config and namespace of each request, plans its final objects with
+//! [`crate::spec::final_workload`] (native spec when both switches are on, typed builders
+//! otherwise, then the security audit: a rejection creates nothing), and hands them to the
+//! handler the template's `provider_api` names (Pod when unset), chosen at request time.
+//! `orb templates render` prints the same plan ([`K8sProvider::final_workload_for`]). The client is built on first use, so commands that never reach the cluster
 //! never load a kubeconfig.
 
 use std::collections::BTreeMap;
