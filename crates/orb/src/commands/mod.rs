@@ -18,7 +18,7 @@ use crate::broker::{Broker, BrokerSettings, ProviderHandle};
 use crate::cli::{Cli, Command, GlobalArgs, SchedulerKind};
 use crate::context::{self, LoadedConfig};
 use crate::failure::{CliResult, Failure};
-use crate::provider_factory::{ProviderContext, build_provider};
+use crate::provider_factory::{ProviderContext, build_provider_for_app};
 use crate::render;
 
 /// What a command produced.
@@ -97,9 +97,14 @@ impl Session {
             max_machines_per_request: loaded.config.request.max_machines_per_request,
             default_max_machines: loaded.config.template.max_number,
         };
+        // config.json's top-level sections (e.g. `native_spec.enabled`, the application half
+        // of the native-spec switch) travel with the provider.
+        let app_sections = loaded.config.other.clone();
         let broker = Broker {
             store,
-            provider: ProviderHandle::lazy(move || build_provider(&entry, &provider_context)),
+            provider: ProviderHandle::lazy(move || {
+                build_provider_for_app(&entry, &provider_context, &app_sections)
+            }),
             settings,
             catalog,
             clock: Arc::new(jiff::Timestamp::now),
