@@ -132,7 +132,14 @@ pub enum SelectorProblem {
     },
 }
 
-/// The label pairs every member shares, verified to select exactly the members among
+/// Labels the API server copies from the node when a pod is bound (PodTopologyLabels
+/// admission). They say where a pod runs, not what it is: a replacement pod on another node
+/// would fall outside a selector built on them, so they never become part of one.
+pub fn is_placement_label(key: &str) -> bool {
+    key.starts_with("topology.kubernetes.io/") || key == "kubernetes.io/hostname"
+}
+
+/// The label pairs every member shares (placement labels excluded), verified to select exactly the members among
 /// `namespace_pods` (compared by uid, any phase).
 pub fn derive_gang_selector(
     members: &[&PodView],
@@ -142,6 +149,7 @@ pub fn derive_gang_selector(
         return Err(SelectorProblem::NoSharedLabels);
     };
     let mut shared = first.labels.clone();
+    shared.retain(|k, _| !is_placement_label(k));
     for p in rest {
         shared.retain(|k, v| p.labels.get(k) == Some(v));
     }

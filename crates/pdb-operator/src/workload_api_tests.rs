@@ -349,3 +349,27 @@ fn members_come_from_the_workloads_own_groups() {
     assert_eq!(members.len(), 4);
     assert!(members.iter().all(|p| p.name.starts_with("trainer-")));
 }
+
+#[test]
+fn placement_labels_copied_from_the_node_never_enter_the_selector() {
+    let pod = |name: &str, uid: &str| PodView {
+        name: name.into(),
+        uid: uid.into(),
+        labels: [
+            ("app".to_string(), "trainer".to_string()),
+            (
+                "topology.kubernetes.io/zone".to_string(),
+                "zone-0".to_string(),
+            ),
+            ("kubernetes.io/hostname".to_string(), "node-0".to_string()),
+        ]
+        .into(),
+        pod_group_name: Some("g".into()),
+    };
+    let (a, b) = (pod("a", "1"), pod("b", "2"));
+    let selector = derive_gang_selector(&[&a, &b], &[a.clone(), b.clone()]).unwrap();
+    assert_eq!(
+        selector,
+        [("app".to_string(), "trainer".to_string())].into()
+    );
+}

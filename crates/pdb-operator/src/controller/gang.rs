@@ -20,7 +20,7 @@ use super::carry_out::{Subject, carry_out};
 use super::{Context, DEBOUNCE, Error, error_policy, reference_of, strip_legacy_finalizer, timed};
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
 use crate::desired::{
-    Decision, LeaderWorkerSetView, Policies, ViewError, WorkloadKind,
+    Decision, LeaderWorkerSetView, Policies, RETRY_AFTER, ViewError, WorkloadKind,
     desired_pdb_for_leader_worker_set,
 };
 use crate::names::keys;
@@ -91,6 +91,12 @@ async fn reconcile_workload(w: Arc<Workload>, ctx: Arc<Context>) -> Result<Actio
         let inputs = gang_inputs(&ctx.client, &view.meta.namespace).await?;
         let (decision, pod_labels) =
             decide_gang(&view, &inputs, &ctx.policies(), ctx.legacy_cross_namespace);
+        // Any pod in the namespace can make the derived selector inexact, so a managed gang
+        // PDB is re-verified every 30 s besides the pod watch (note §11.3).
+        let recheck = match &decision {
+            Decision::Apply(want) => Some(want.requeue_after.min(RETRY_AFTER)),
+            Decision::NoPdb(_) => None,
+        };
         let subject = Subject {
             kind: WorkloadKind::Workload,
             namespace: view.meta.namespace.clone(),
@@ -99,7 +105,8 @@ async fn reconcile_workload(w: Arc<Workload>, ctx: Arc<Context>) -> Result<Actio
             reference: reference_of(w.as_ref()),
             pod_labels,
         };
-        carry_out(&ctx, &subject, decision).await
+        let action = carry_out(&ctx, &subject, decision).await?;
+        Ok(recheck.map_or(action, Action::requeue))
     })
     .await
 }
