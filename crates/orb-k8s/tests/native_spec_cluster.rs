@@ -5,9 +5,9 @@
 //! - `server_dry_run` (what `orb templates validate --server` calls): the apiserver accepts the
 //!   seed Deployment without storing it, and rejects an invalid field with its message.
 //! - Every high-risk pod field, for every kind, is refused by `enforce_audit_policy` and
-//!   nothing reaches the namespace. The handlers do not run the native path yet, so these
-//!   tests submit through [`submit`] — render, audit, create: the order the handlers must keep —
-//!   rather than through `K8sProvider::acquire`.
+//!   nothing reaches the namespace. These tests exercise the library layer through [`submit`]
+//!   (render, audit, create); the same refusal through `K8sProvider::acquire` is covered by
+//!   `native_acquire_cluster.rs`.
 
 use std::time::Duration;
 
