@@ -32,6 +32,7 @@ echo "--- control plane binaries" >&2
 tools/control-plane/cp build >/dev/null
 echo "--- starting PostgreSQL" >&2
 export ORB_TEST_POSTGRES_URL="$(pg_start "$pg_dir" 55432)"
+export ORB_REQUIRE_POSTGRES=1
 echo "--- starting the local control plane" >&2
 export KUBECONFIG="$(tools/control-plane/cp up)"
 echo "--- formatting and lint" >&2
@@ -42,4 +43,4 @@ cargo test --workspace --locked --no-run 2>&1 | tail -n 3 >&2
 echo "time from start to first test: $(( $(date +%s) - t0 )) s" >&2
 echo "--- tests" >&2
 # Cluster tests share one small control plane: keep parallelism low (one namespace per test).
-cargo test --workspace --locked -- --test-threads="${ORB_TEST_THREADS:-4}"
+cargo test --workspace --locked --no-fail-fast -- --test-threads="${ORB_TEST_THREADS:-4}"
