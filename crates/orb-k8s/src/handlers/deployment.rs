@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::{
     HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims, WorkloadHandler,
-    cached_controller_state, create_or_adopt, deleted_or_gone, live_pod_names, patch_replicas,
-    request_pods,
+    cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone, live_pod_names,
+    patch_replicas, request_pods, wrong_body,
 };
 use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::{ControllerState, deployment_state};
@@ -106,10 +106,7 @@ impl WorkloadHandler for DeploymentHandler {
     ) -> BoxFuture<'a, Result<AcquireOutcome, K8sError>> {
         Box::pin(async move {
             let BuiltWorkload::Deployment(deployment) = built else {
-                return Err(K8sError::Refused(format!(
-                    "the Deployment handler was given a {} to create; this is an orb bug",
-                    built.kind()
-                )));
+                return Err(wrong_body(self.kind(), &built));
             };
             let api: Api<Deployment> = Api::namespaced(cx.client.clone(), &record.namespace);
             let keys = LabelKeys::new(&record.label_prefix);
@@ -117,12 +114,7 @@ impl WorkloadHandler for DeploymentHandler {
             let name = created.name_any();
             record.deployment_name = Some(name.clone());
             record.replicas = created.spec.replicas.map(|r| r.max(0) as u32);
-            Ok(AcquireOutcome {
-                resource_ids: vec![name],
-                machines: Vec::new(),
-                provider_data: record.to_value(),
-                message: None,
-            })
+            Ok(controller_outcome(name, &record))
         })
     }
 

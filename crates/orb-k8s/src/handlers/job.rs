@@ -9,8 +9,8 @@ use kube::{Api, ResourceExt};
 use orb_core::provider::AcquireOutcome;
 
 use super::{
-    HandlerCx, ReleaseResult, Victims, WorkloadHandler, cached_controller_state, create_or_adopt,
-    deleted_or_gone,
+    HandlerCx, ReleaseResult, Victims, WorkloadHandler, cached_controller_state,
+    controller_outcome, create_or_adopt, deleted_or_gone, wrong_body,
 };
 use crate::error::K8sError;
 use crate::fulfilment::{ControllerState, job_state};
@@ -34,10 +34,7 @@ impl WorkloadHandler for JobHandler {
     ) -> BoxFuture<'a, Result<AcquireOutcome, K8sError>> {
         Box::pin(async move {
             let BuiltWorkload::Job(job) = built else {
-                return Err(K8sError::Refused(format!(
-                    "the Job handler was given a {} to create; this is an orb bug",
-                    built.kind()
-                )));
+                return Err(wrong_body(self.kind(), &built));
             };
             let api: Api<Job> = Api::namespaced(cx.client.clone(), &record.namespace);
             let keys = LabelKeys::new(&record.label_prefix);
@@ -49,12 +46,7 @@ impl WorkloadHandler for JobHandler {
                 .as_ref()
                 .and_then(|s| s.parallelism)
                 .map(|p| p.max(0) as u32);
-            Ok(AcquireOutcome {
-                resource_ids: vec![name],
-                machines: Vec::new(),
-                provider_data: record.to_value(),
-                message: None,
-            })
+            Ok(controller_outcome(name, &record))
         })
     }
 

@@ -118,6 +118,25 @@ pub fn handler_for(kind: ResourceKind) -> &'static dyn WorkloadHandler {
 
 /// Creates `object`; a 409 whose existing object carries this request's id label is the same
 /// object from an earlier attempt and is adopted. Any other 409 is an error.
+/// The refusal when a handler is handed a body of another kind (a dispatch bug, never input).
+pub(crate) fn wrong_body(handler: ResourceKind, built: &BuiltWorkload) -> K8sError {
+    K8sError::Refused(format!(
+        "the {handler} handler was given a {} to create; this is an orb bug",
+        built.kind()
+    ))
+}
+
+/// What a controller-backed acquire reports: the one controller it created; its machines are
+/// observed later through status, once the controller has made the pods.
+pub(crate) fn controller_outcome(name: String, record: &RequestRecord) -> AcquireOutcome {
+    AcquireOutcome {
+        resource_ids: vec![name],
+        machines: Vec::new(),
+        provider_data: record.to_value(),
+        message: None,
+    }
+}
+
 pub(crate) async fn create_or_adopt<K>(
     api: &Api<K>,
     object: &K,

@@ -10,7 +10,7 @@ use orb_core::provider::{AcquireOutcome, MachineFailure};
 
 use super::{
     HandlerCx, MAX_IN_FLIGHT, ReleaseResult, Victims, WorkloadHandler, create_or_adopt,
-    deleted_or_gone,
+    deleted_or_gone, wrong_body,
 };
 use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::ControllerState;
@@ -36,10 +36,7 @@ impl WorkloadHandler for PodHandler {
     ) -> BoxFuture<'a, Result<AcquireOutcome, K8sError>> {
         Box::pin(async move {
             let BuiltWorkload::Pods(pods) = built else {
-                return Err(K8sError::Refused(format!(
-                    "the Pod handler was given a {} to create; this is an orb bug",
-                    built.kind()
-                )));
+                return Err(wrong_body(self.kind(), &built));
             };
             let api: Api<Pod> = Api::namespaced(cx.client.clone(), &record.namespace);
             let keys = LabelKeys::new(&record.label_prefix);

@@ -11,7 +11,8 @@ use orb_core::provider::AcquireOutcome;
 
 use super::{
     HandlerCx, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims, WorkloadHandler,
-    cached_controller_state, create_or_adopt, deleted_or_gone, patch_replicas,
+    cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone, patch_replicas,
+    wrong_body,
 };
 use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::{ControllerState, statefulset_state};
@@ -78,10 +79,7 @@ impl WorkloadHandler for StatefulSetHandler {
     ) -> BoxFuture<'a, Result<AcquireOutcome, K8sError>> {
         Box::pin(async move {
             let BuiltWorkload::StatefulSet(set, service) = built else {
-                return Err(K8sError::Refused(format!(
-                    "the StatefulSet handler was given a {} to create; this is an orb bug",
-                    built.kind()
-                )));
+                return Err(wrong_body(self.kind(), &built));
             };
             let services: Api<Service> = Api::namespaced(cx.client.clone(), &record.namespace);
             record.service_created = ensure_service(&services, &service).await?;
@@ -92,12 +90,7 @@ impl WorkloadHandler for StatefulSetHandler {
             let name = created.name_any();
             record.statefulset_name = Some(name.clone());
             record.replicas = created.spec.replicas.map(|r| r.max(0) as u32);
-            Ok(AcquireOutcome {
-                resource_ids: vec![name],
-                machines: Vec::new(),
-                provider_data: record.to_value(),
-                message: None,
-            })
+            Ok(controller_outcome(name, &record))
         })
     }
 
