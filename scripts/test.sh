@@ -28,8 +28,9 @@ trap cleanup EXIT INT TERM
 
 echo "--- prerequisites" >&2
 ensure_prereqs
-echo "--- control plane binaries" >&2
+echo "--- control plane binaries (and helm, for the pdb-operator chart tests)" >&2
 tools/control-plane/cp build >/dev/null
+export ORB_HELM="$(tools/control-plane/build-helm.sh | tail -n 1)"
 echo "--- starting PostgreSQL" >&2
 export ORB_TEST_POSTGRES_URL="$(pg_start "$pg_dir" 55432)"
 export ORB_REQUIRE_POSTGRES=1
