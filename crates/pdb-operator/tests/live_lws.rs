@@ -1,21 +1,35 @@
 //! LeaderWorkerSet against the real local control plane. The upstream LeaderWorkerSet
-//! controller is not available here, so the test installs a minimal LeaderWorkerSet CRD and
-//! creates the pods the LWS controller would create, with its labels.
+//! controller is not available here, so the tests install a minimal LeaderWorkerSet CRD and
+//! create the pods the LWS controller would create, with its labels.
+//!
+//! One test deletes the CRD (start-up without the API, then the API installed later), so every
+//! test here that touches the CRD holds [`LWS_CRD`] for its whole run. Cargo runs test binaries
+//! one after another, so no other binary races with these on the CRD.
 
 mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DynamicObject, PostParams};
-use kube::{Api, ResourceExt};
-use kube_fixture::TestCluster;
-use serde_json::json;
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kube_fixture::{Check, TestCluster, wait_for};
+use pdb_operator::controller::discovery::discover;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Held by every test in this file that installs, deletes or uses the LeaderWorkerSet CRD.
+static LWS_CRD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const LWS_CRD_NAME: &str = "leaderworkersets.leaderworkerset.x-k8s.io";
 
 /// A minimal LeaderWorkerSet CRD: the upstream LWS controller is not available here, so the
-/// test installs only the API (idempotently, never deleted) and creates the pods the LWS
-/// controller would create, with its labels.
+/// tests install only the API and create the pods the LWS controller would create, with its
+/// labels.
 fn lws_crd() -> CustomResourceDefinition {
     serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -35,8 +49,47 @@ fn lws_crd() -> CustomResourceDefinition {
     .unwrap()
 }
 
+/// Creates LeaderWorkerSet `name` (label `app=<name>`) of `groups` groups of `size`, and the
+/// pods `<name>-<group>-<worker>` the LWS controller would create for it. Returns the object.
+async fn create_lws_with_pods(
+    c: &Client,
+    n: &str,
+    name: &str,
+    groups: u32,
+    size: u32,
+) -> DynamicObject {
+    let ar = pdb_operator::controller::gang::lws_resource();
+    let lws_api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &ar);
+    let lws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"replicas": groups, "leaderWorkerTemplate": {"size": size}}
+    }))
+    .unwrap();
+    let created = lws_api
+        .create(&PostParams::default(), &lws)
+        .await
+        .unwrap_or_else(|e| panic!("create LeaderWorkerSet {name}: {e}"));
+    for g in 0..groups {
+        for w in 0..size {
+            create_pod(
+                c,
+                n,
+                &format!("{name}-{g}-{w}"),
+                None,
+                json!({"leaderworkerset.sigs.k8s.io/name": name,
+                       "leaderworkerset.sigs.k8s.io/group-index": g.to_string(),
+                       "leaderworkerset.sigs.k8s.io/worker-index": w.to_string()}),
+            )
+            .await;
+        }
+    }
+    created
+}
+
 #[tokio::test]
 async fn leader_worker_set_budget_is_whole_groups() {
+    let _crd = LWS_CRD.lock().await;
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
     install_crd(&cluster.client, &lws_crd()).await;
@@ -47,32 +100,8 @@ async fn leader_worker_set_budget_is_whole_groups() {
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
     let pods: Api<Pod> = Api::namespaced(c.clone(), n);
     strict_policy(c, n, "serving", "mission-critical", "vllm").await;
-    let ar = pdb_operator::controller::gang::lws_resource();
-    let lws_api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &ar);
-    let lws: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "vllm", "labels": {"app": "vllm"}},
-        "spec": {"replicas": 4, "leaderWorkerTemplate": {"size": 2}}
-    }))
-    .unwrap();
     // Discovery may still be starting; the CRD was just installed.
-    let created = lws_api.create(&PostParams::default(), &lws).await.unwrap();
-    for g in 0..4 {
-        for w in 0..2 {
-            let gs = g.to_string();
-            let ws = w.to_string();
-            create_pod(
-                c,
-                n,
-                &format!("vllm-{g}-{w}"),
-                None,
-                json!({"leaderworkerset.sigs.k8s.io/name": "vllm",
-                       "leaderworkerset.sigs.k8s.io/group-index": gs,
-                       "leaderworkerset.sigs.k8s.io/worker-index": ws}),
-            )
-            .await;
-        }
-    }
+    let created = create_lws_with_pods(c, n, "vllm", 4, 2).await;
     wait_ready_pods(&pods, "leaderworkerset.sigs.k8s.io/name=vllm", 8).await;
     // L8: "90%" over 4 groups of 2: ceil(3.6) = 4 → clamp 3 groups → 6; 2 evictions allowed.
     let pdb = wait_pdb(&pdbs, "vllm-pdb", "minAvailable 6", |p| {
@@ -103,4 +132,139 @@ async fn leader_worker_set_budget_is_whole_groups() {
         .await
         .expect_err("second group protected");
     assert_eq!(code, 429, "{message}");
+}
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// Plain HTTP/1.1 GET; returns (status code, body).
+async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((code, body))
+}
+
+/// Waits until `/readyz` answers 200 with a JSON body `accept` holds for; returns the body.
+async fn wait_readyz(addr: SocketAddr, what: &str, accept: impl Fn(&Value) -> bool) -> Value {
+    wait_for(&format!("/readyz on {addr}: {what}"), WAIT, || async {
+        match get(addr, "/readyz").await {
+            Some((200, body)) => match serde_json::from_str::<Value>(&body) {
+                Ok(v) if accept(&v) => Check::Done(v),
+                _ => Check::NotYet(format!("200: {body}")),
+            },
+            Some((code, body)) => Check::NotYet(format!("{code}: {body}")),
+            None => Check::NotYet("no answer".into()),
+        }
+    })
+    .await
+}
+
+/// Deletes the LeaderWorkerSet CRD and waits until it is gone and discovery no longer serves
+/// the group (the apiserver drops it from discovery shortly after the CRD disappears).
+async fn uninstall_lws_crd(c: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
+    match crds.delete(LWS_CRD_NAME, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("delete CRD {LWS_CRD_NAME}: {e}"),
+    }
+    wait_for(&format!("CRD {LWS_CRD_NAME} deleted"), WAIT, || async {
+        match crds.get_opt(LWS_CRD_NAME).await {
+            Ok(None) => Check::Done(()),
+            Ok(Some(crd)) => Check::NotYet(format!("still there: {:?}", crd.status)),
+            Err(e) => Check::NotYet(e.to_string()),
+        }
+    })
+    .await;
+    wait_for(
+        "discovery without leaderworkerset.x-k8s.io",
+        WAIT,
+        || async {
+            let lws = discover(c).await.leader_worker_set;
+            if lws.served {
+                Check::NotYet(lws.detail)
+            } else {
+                Check::Done(())
+            }
+        },
+    )
+    .await;
+}
+
+fn controllers(readyz: &Value) -> Vec<&str> {
+    readyz["controllers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Scenario 57: started without the LeaderWorkerSet API, the operator is healthy and ready with
+/// the LWS controller off; once the CRD is installed, periodic discovery turns the controller
+/// on in the same process, and a new LeaderWorkerSet gets its budget.
+#[tokio::test]
+async fn leader_worker_set_api_installed_after_start_turns_the_controller_on_without_restart() {
+    let _crd = LWS_CRD.lock().await;
+    let cluster = TestCluster::connect().await;
+    let c = &cluster.client;
+    install_policy_crds(c).await;
+    uninstall_lws_crd(c).await;
+    let ns = cluster.namespace("pdbop-lws-late").await;
+    let n = ns.name();
+    let addr = free_addr();
+    let op = start_operator_with(&cluster, n, |o| {
+        o.health_addr = Some(addr);
+        o.discovery_interval = Duration::from_secs(1);
+    });
+
+    // Without the API: healthy, ready, and saying the LWS controller is off.
+    let before = wait_readyz(addr, "first discovery pass done", |v| {
+        v["optionalApis"]["leaderWorkerSet"]["detail"]
+            .as_str()
+            .is_some_and(|d| !d.is_empty())
+    })
+    .await;
+    assert_eq!(
+        before["optionalApis"]["leaderWorkerSet"]["served"],
+        json!(false),
+        "{before}"
+    );
+    assert!(
+        !controllers(&before).contains(&"leaderworkerset-pdb"),
+        "{before}"
+    );
+    assert_eq!(get(addr, "/healthz").await, Some((200, "ok".to_string())));
+
+    // The API arrives later: the same operator process picks it up.
+    install_crd(c, &lws_crd()).await;
+    let after = wait_readyz(addr, "leaderworkerset-pdb controller on", |v| {
+        v["optionalApis"]["leaderWorkerSet"]["served"] == json!(true)
+            && controllers(v).contains(&"leaderworkerset-pdb")
+    })
+    .await;
+    assert!(controllers(&after).contains(&"deployment-pdb"), "{after}");
+    op.assert_running();
+
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "serving", "mission-critical", "late").await;
+    let created = create_lws_with_pods(c, n, "late", 3, 2).await;
+    // "90%" over 3 groups of 2: ceil(2.7) = 3 → clamp 2 groups → minAvailable 4.
+    let pdb = wait_pdb(&pdbs, "late-pdb", "minAvailable 4", |p| {
+        min_available(p) == Some(json!(4))
+    })
+    .await;
+    assert_eq!(
+        pdb.owner_references()[0].uid,
+        created.uid().unwrap(),
+        "the PDB belongs to the LeaderWorkerSet"
+    );
+    op.assert_running();
+    let (code, body) = get(addr, "/healthz").await.expect("healthz answers");
+    assert_eq!((code, body.as_str()), (200, "ok"));
 }
