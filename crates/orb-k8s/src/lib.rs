@@ -1,7 +1,9 @@
-//! orb-k8s
+//! orb-k8s: the Kubernetes provider of orb (config, naming, labels, spec builders, native
+//! specs, the security audit, the four handlers, machine status, and `orb doctor`'s checks).
 pub mod audit;
 pub mod cancel;
 pub mod config;
+pub mod doctor;
 pub mod dry_run;
 pub mod error;
 pub mod fulfilment;

@@ -102,6 +102,12 @@ pub enum Command {
     /// HostFactory integration.
     #[command(subcommand)]
     Hostfactory(HostfactoryCommand),
+    /// Check that the Kubernetes provider can work against its cluster: connectivity, server
+    /// version, and every RBAC permission the configured features use.
+    #[command(
+        after_help = "Examples:\n  orb doctor -o table\n  orb doctor --provider-name lab\n\nExit code 0 when every check passes, 3 when any fails (each failure says how to fix it)."
+    )]
+    Doctor,
     /// Serve the REST API (/api/v1), probes and /metrics over HTTP.
     #[command(
         after_help = "Examples:\n  orb serve\n  orb serve --listen 0.0.0.0:8080\n  curl -s localhost:8080/api/v1/templates"

@@ -101,7 +101,7 @@ pub fn run(session: &Session, command: ConfigCommand) -> CliResult<Output> {
 /// The selected provider's effective settings, when it is a Kubernetes provider: the entry's
 /// `config` block, `ORB_K8S_*` over it, and (with `--template`) that template's
 /// `provider_config` over both. Every problem is reported at once, naming its source.
-fn effective_provider(
+pub(super) fn effective_provider(
     session: &Session,
     loaded: &LoadedConfig,
     template_id: Option<&str>,

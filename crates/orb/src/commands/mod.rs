@@ -3,6 +3,7 @@
 //! `{"message": ...}` reply on stdout).
 
 mod config;
+mod doctor;
 mod hostfactory;
 mod init;
 mod machines;
@@ -159,6 +160,7 @@ async fn async_command(session: &Session, command: Command) -> CliResult<Output>
         Command::Templates(cmd) => templates::run(session, cmd).await,
         Command::Machines(cmd) => machines::run(session, cmd).await,
         Command::Requests(cmd) => requests::run(session, cmd).await,
+        Command::Doctor => doctor::run(session).await,
         _ => Err(Failure::generic(
             "internal error: command routed to the wrong runner",
         )),

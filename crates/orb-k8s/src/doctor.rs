@@ -1,0 +1,303 @@
+//! `orb doctor`: can this provider config work against this cluster? Checks connectivity, the
+//! server version against `min_kubernetes_version`, the APIs the enabled features need, and
+//! every RBAC permission they use (SelfSubjectAccessReview), each with the fix when it fails.
+//!
+//! Which permissions are needed is a pure function of the config ([`required_permissions`]),
+//! kept in step with docs/rbac.yaml; the checks themselves only ask the apiserver.
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde::Serialize;
+
+use crate::config::{K8sProviderConfig, KubernetesVersion, NamespaceScope};
+
+/// One verb on one resource, in one namespace (`None`: cluster-wide or cluster-scoped).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Permission {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verb: &'static str,
+    pub namespace: Option<String>,
+    /// The feature that needs it, for the report.
+    pub needed_for: &'static str,
+}
+
+/// What the four handlers use (docs/rbac.yaml's Role).
+const HANDLER_RULES: &[(&str, &str, &[&str])] = &[
+    (
+        "",
+        "pods",
+        &["create", "get", "list", "watch", "patch", "delete"],
+    ),
+    ("", "services", &["create", "get", "list", "delete"]),
+    (
+        "apps",
+        "deployments",
+        &["create", "get", "list", "watch", "patch", "delete"],
+    ),
+    (
+        "apps",
+        "statefulsets",
+        &["create", "get", "list", "watch", "patch", "delete"],
+    ),
+    (
+        "batch",
+        "jobs",
+        &["create", "get", "list", "watch", "delete"],
+    ),
+];
+
+/// Every permission the config needs, per managed namespace (or cluster-wide for `["*"]`).
+pub fn required_permissions(cfg: &K8sProviderConfig, scope: &NamespaceScope) -> Vec<Permission> {
+    let namespaces: Vec<Option<String>> = match scope {
+        NamespaceScope::Single(ns) => vec![Some(ns.clone())],
+        NamespaceScope::Multi(list) => list.iter().cloned().map(Some).collect(),
+        NamespaceScope::ClusterWide => vec![None],
+    };
+    let mut out = Vec::new();
+    for ns in &namespaces {
+        for (group, resource, verbs) in HANDLER_RULES {
+            for verb in *verbs {
+                out.push(Permission {
+                    group,
+                    resource,
+                    verb,
+                    namespace: ns.clone(),
+                    needed_for: "the handlers",
+                });
+            }
+        }
+        if cfg.events_watch_enabled {
+            for verb in ["get", "list", "watch"] {
+                out.push(Permission {
+                    group: "events.k8s.io",
+                    resource: "events",
+                    verb,
+                    namespace: ns.clone(),
+                    needed_for: "events_watch_enabled",
+                });
+            }
+        }
+    }
+    if cfg.node_watch_enabled {
+        for verb in ["get", "list", "watch"] {
+            out.push(Permission {
+                group: "",
+                resource: "nodes",
+                verb,
+                namespace: None,
+                needed_for: "node_watch_enabled",
+            });
+        }
+    }
+    if cfg.inbound_auth_enabled {
+        out.push(Permission {
+            group: "authentication.k8s.io",
+            resource: "tokenreviews",
+            verb: "create",
+            namespace: None,
+            needed_for: "inbound_auth_enabled",
+        });
+    }
+    out
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckResult {
+    pub check: String,
+    pub ok: bool,
+    pub detail: String,
+    /// What to do when `ok` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl CheckResult {
+    fn pass(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            check: check.into(),
+            ok: true,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn fail(check: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            check: check.into(),
+            ok: false,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// Compares the server's version with `min_kubernetes_version` (pure).
+pub fn check_version(server: &KubernetesVersion, minimum: &KubernetesVersion) -> CheckResult {
+    if server >= minimum {
+        CheckResult::pass("server version", format!("{server} (minimum {minimum})"))
+    } else {
+        CheckResult::fail(
+            "server version",
+            format!("{server} is older than min_kubernetes_version {minimum}"),
+            format!("upgrade the cluster to {minimum} or later, or lower min_kubernetes_version"),
+        )
+    }
+}
+
+/// Runs every check against the cluster; never fails as a whole (a failure is a result).
+pub async fn run_checks(
+    client: &Client,
+    cfg: &K8sProviderConfig,
+    scope: &NamespaceScope,
+) -> Vec<CheckResult> {
+    let mut results = Vec::new();
+    let info = match client.apiserver_version().await {
+        Ok(info) => info,
+        Err(e) => {
+            results.push(CheckResult::fail(
+                "connectivity",
+                format!("the apiserver did not answer: {e}"),
+                "check kubeconfig_path / context / in_cluster (orb config show --origin) and that the cluster is reachable",
+            ));
+            return results;
+        }
+    };
+    results.push(CheckResult::pass(
+        "connectivity",
+        format!("apiserver {}", info.git_version),
+    ));
+    match (
+        KubernetesVersion::from_server_info(&info.major, &info.minor),
+        cfg.min_server_version(),
+    ) {
+        (Ok(server), Ok(min)) => results.push(check_version(&server, &min)),
+        (Err(e), _) => results.push(CheckResult::fail(
+            "server version",
+            format!(
+                "cannot read the server version {:?}.{:?}: {e}",
+                info.major, info.minor
+            ),
+            "check that the endpoint is a Kubernetes apiserver",
+        )),
+        (_, Err(e)) => results.push(CheckResult::fail(
+            "server version",
+            format!("min_kubernetes_version is not a version: {e}"),
+            "set min_kubernetes_version to e.g. \"1.28\"",
+        )),
+    }
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    for p in required_permissions(cfg, scope) {
+        let where_ = p
+            .namespace
+            .as_deref()
+            .map_or("cluster-wide".to_string(), |n| format!("in {n}"));
+        let group = if p.group.is_empty() { "core" } else { p.group };
+        let name = format!("rbac: {} {}/{} {where_}", p.verb, group, p.resource);
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(p.group.to_string()),
+                    resource: Some(p.resource.to_string()),
+                    verb: Some(p.verb.to_string()),
+                    namespace: p.namespace.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        results.push(match reviews.create(&PostParams::default(), &review).await {
+            Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {
+                CheckResult::pass(name, format!("allowed (needed for {})", p.needed_for))
+            }
+            Ok(answer) => CheckResult::fail(
+                name,
+                format!(
+                    "denied{} (needed for {})",
+                    answer
+                        .status
+                        .and_then(|s| s.reason)
+                        .filter(|r| !r.is_empty())
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default(),
+                    p.needed_for
+                ),
+                "grant it with the Role (or, for \"*\", the ClusterRole) in docs/rbac.yaml",
+            ),
+            Err(e) => CheckResult::fail(
+                name,
+                format!("could not ask the apiserver: {e}"),
+                "allow create on authorization.k8s.io/selfsubjectaccessreviews (every authenticated user has it by default)",
+            ),
+        });
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(json: serde_json::Value) -> K8sProviderConfig {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn handlers_need_the_documented_verbs_in_each_managed_namespace() {
+        let c = cfg(serde_json::json!({}));
+        let perms = required_permissions(&c, &NamespaceScope::Multi(vec!["a".into(), "b".into()]));
+        let per_ns = HANDLER_RULES.iter().map(|(_, _, v)| v.len()).sum::<usize>();
+        assert_eq!(perms.len(), 2 * per_ns);
+        assert!(perms.iter().any(|p| p.resource == "deployments"
+            && p.verb == "patch"
+            && p.namespace.as_deref() == Some("b")));
+    }
+
+    #[test]
+    fn cluster_wide_mode_asks_without_a_namespace() {
+        let c = cfg(serde_json::json!({}));
+        let perms = required_permissions(&c, &NamespaceScope::ClusterWide);
+        assert!(perms.iter().all(|p| p.namespace.is_none()));
+    }
+
+    #[test]
+    fn opt_in_features_add_their_permissions() {
+        let c = cfg(
+            serde_json::json!({"node_watch_enabled": true, "events_watch_enabled": true,
+                                       "inbound_auth_enabled": true}),
+        );
+        let perms = required_permissions(&c, &NamespaceScope::Single("ns".into()));
+        for (resource, feature) in [
+            ("nodes", "node_watch_enabled"),
+            ("events", "events_watch_enabled"),
+            ("tokenreviews", "inbound_auth_enabled"),
+        ] {
+            assert!(
+                perms
+                    .iter()
+                    .any(|p| p.resource == resource && p.needed_for == feature),
+                "{resource}"
+            );
+        }
+        assert!(
+            perms
+                .iter()
+                .filter(|p| p.resource == "nodes")
+                .all(|p| p.namespace.is_none())
+        );
+    }
+
+    #[test]
+    fn version_check_says_how_to_fix_an_old_server() {
+        let server = KubernetesVersion::parse("1.27").unwrap();
+        let min = KubernetesVersion::parse("1.28").unwrap();
+        let r = check_version(&server, &min);
+        assert!(!r.ok);
+        assert!(r.fix.unwrap().contains("1.28"));
+        assert!(check_version(&min, &min).ok);
+    }
+}
