@@ -136,6 +136,13 @@ async fn update_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<
     Ok(())
 }
 
+/// Whether [`Store::write_request`] creates the request row or updates it.
+#[derive(Clone, Copy)]
+enum RowWrite {
+    Insert,
+    Update,
+}
+
 impl Store {
     /// Stores a new request (its `version` must be 0) and writes `machines` in the same
     /// transaction: new machines (version 0) are inserted, known ones updated if unchanged
@@ -145,19 +152,8 @@ impl Store {
         request: &mut Request,
         machines: &mut [Machine],
     ) -> Result<()> {
-        let mut tx = self
-            .pool
-            .begin()
+        self.write_request(request, machines, RowWrite::Insert)
             .await
-            .map_err(StoreError::db("begin a transaction"))?;
-        insert_row(&mut tx, request).await?;
-        write_machines(&mut tx, machines).await?;
-        tx.commit()
-            .await
-            .map_err(StoreError::db("commit a new request"))?;
-        request.version += 1;
-        machines.iter_mut().for_each(|m| m.version += 1);
-        Ok(())
     }
 
     /// Writes a changed request and the machines it touched, atomically, failing with
@@ -167,16 +163,31 @@ impl Store {
         request: &mut Request,
         machines: &mut [Machine],
     ) -> Result<()> {
+        self.write_request(request, machines, RowWrite::Update)
+            .await
+    }
+
+    /// The request row and its machines in one transaction; versions bumped only on commit.
+    async fn write_request(
+        &self,
+        request: &mut Request,
+        machines: &mut [Machine],
+        row: RowWrite,
+    ) -> Result<()> {
         let mut tx = self
             .pool
             .begin()
             .await
             .map_err(StoreError::db("begin a transaction"))?;
-        update_row(&mut tx, request).await?;
+        match row {
+            RowWrite::Insert => insert_row(&mut tx, request).await?,
+            RowWrite::Update => update_row(&mut tx, request).await?,
+        }
         write_machines(&mut tx, machines).await?;
-        tx.commit()
-            .await
-            .map_err(StoreError::db("commit a request update"))?;
+        tx.commit().await.map_err(StoreError::db(match row {
+            RowWrite::Insert => "commit a new request",
+            RowWrite::Update => "commit a request update",
+        }))?;
         request.version += 1;
         machines.iter_mut().for_each(|m| m.version += 1);
         Ok(())
