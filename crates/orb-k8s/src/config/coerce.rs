@@ -130,6 +130,10 @@ fn coerce_uint(raw: &Raw, min: u64, max: u64) -> Result<Value, Refusal> {
     Ok(Value::from(number as u64))
 }
 
+/// The largest number of seconds a float field accepts (about 317 years; well below what a
+/// `Duration` can hold, and far beyond any sensible timeout).
+const MAX_FLOAT_SECONDS: f64 = 1e10;
+
 fn coerce_float(raw: &Raw, min: f64) -> Result<Value, Refusal> {
     let fix = format!("use a number of at least {min}, such as 1.5");
     let number: Option<f64> = match raw {
@@ -147,6 +151,14 @@ fn coerce_float(raw: &Raw, min: f64) -> Result<Value, Refusal> {
             format!("{} is below {min}", show(raw))
         };
         return Err(refuse(problem, fix));
+    }
+    // Every float field is a number of seconds that becomes a `Duration`; one too large for
+    // it would panic there (`Duration::from_secs_f64`), so it is refused here instead.
+    if number > MAX_FLOAT_SECONDS {
+        return Err(refuse(
+            format!("{} seconds is too long to be a duration", show(raw)),
+            format!("use a number of seconds from {min} to {MAX_FLOAT_SECONDS:e}"),
+        ));
     }
     Ok(serde_json::json!(number))
 }
@@ -256,6 +268,10 @@ mod tests {
     #[case::uint_word(U, Raw::Text("ten".into()), "\"ten\" is not a whole number")]
     #[case::float_negative(FieldKind::Float { min: 0.0 }, Raw::Json(json!(-1.0)), "-1.0 is negative")]
     #[case::float_nan(FieldKind::Float { min: 0.0 }, Raw::Text("NaN".into()), "\"NaN\" is not a number")]
+    // Found by the config_layers fuzz target: 1e300 passed validation and then panicked in
+    // `Duration::from_secs_f64` when the provider read `retry_base()`.
+    #[case::float_beyond_duration(FieldKind::Float { min: 0.0 }, Raw::Json(json!(1e300)), "1e+300 seconds is too long")]
+    #[case::float_text_beyond_limit(FieldKind::Float { min: 0.0 }, Raw::Text("2e10".into()), "\"2e10\" seconds is too long")]
     #[case::list_csv(FieldKind::StringList, Raw::Text("a,b".into()), "\"a,b\" is not valid JSON")]
     #[case::list_of_numbers(FieldKind::StringList, Raw::Json(json!([1])), "[1] is not a list of strings")]
     #[case::map_number_value(FieldKind::StringMap, Raw::Json(json!({"a": 1})), "{\"a\":1} is not an object of string values")]
