@@ -1,6 +1,6 @@
 //! Start-up cost of fresh `orb` processes, the way HostFactory pays it: one process per call.
-//! Prints median and 90th percentile for `orb --version` and for a HostFactory status poll of
-//! a stored 50-machine request. A benchmark that reports figures, not a pass/fail test.
+//! Prints median and 90th percentile for `orb --version` and for HostFactory status polls of
+//! stored 50- and 500-machine requests. A benchmark that reports figures, not a pass/fail test.
 //!
 //! Run: `cargo bench -p orb --bench startup` (release build).
 
@@ -49,7 +49,7 @@ fn measure(label: &str, root: &Path, args: &[&str]) {
     );
 }
 
-async fn seed(root: &Path) -> String {
+fn write_config(root: &Path) {
     let config = root.join("config");
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(
@@ -62,6 +62,10 @@ async fn seed(root: &Path) -> String {
         json!({"templates": [{"templateId": "worker", "imageId": "busybox:1.36", "maxNumber": -1}]}).to_string(),
     )
     .unwrap();
+}
+
+/// Stores a complete acquire request of `count` running machines; returns its id.
+async fn seed(root: &Path, count: u32) -> String {
     let store = Store::open_sqlite_file(&root.join("work/orb.db"))
         .await
         .unwrap();
@@ -72,13 +76,13 @@ async fn seed(root: &Path) -> String {
         Some("worker".into()),
         "kube",
         "k8s",
-        50,
+        count,
         now,
     );
     request.status = RequestStatus::Complete;
-    request.fulfilled_count = 50;
+    request.fulfilled_count = count;
     let hex = request.request_id.hex_digits();
-    let mut machines: Vec<Machine> = (0..50)
+    let mut machines: Vec<Machine> = (0..count)
         .map(|i| Machine {
             machine_id: format!("orb-{}-{i:04}", &hex[..20]),
             name: format!("orb-{}-{i:04}", &hex[..20]),
@@ -116,27 +120,30 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let request_id = runtime.block_on(seed(root.path()));
-    let input = root.path().join("status.json");
-    std::fs::write(
-        &input,
-        json!({"requests": [{"requestId": request_id}]}).to_string(),
-    )
-    .unwrap();
+    write_config(root.path());
     println!("fresh `orb` processes on this machine:");
     measure("orb --version", root.path(), &["--version"]);
-    measure(
-        "orb requests status -f (HostFactory, 50-machine request)",
-        root.path(),
-        &[
-            "--scheduler",
-            "hostfactory",
-            "requests",
-            "status",
-            "-f",
-            input.to_str().unwrap(),
-        ],
-    );
+    for count in [50, 500] {
+        let request_id = runtime.block_on(seed(root.path(), count));
+        let input = root.path().join(format!("status-{count}.json"));
+        std::fs::write(
+            &input,
+            json!({"requests": [{"requestId": request_id}]}).to_string(),
+        )
+        .unwrap();
+        measure(
+            &format!("orb requests status -f (HostFactory, {count}-machine request)"),
+            root.path(),
+            &[
+                "--scheduler",
+                "hostfactory",
+                "requests",
+                "status",
+                "-f",
+                input.to_str().unwrap(),
+            ],
+        );
+    }
     measure(
         "orb templates list -f (HostFactory)",
         root.path(),
