@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Collects the figures bench/run.sh produced into one table (stdout) and one JSON file."""
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+from datetime import datetime, timezone
+
+# (figure, target, how the figure is compared)
+TARGETS = {
+    "acquire_ratio": ("acquire <= 1.2x the bare loop", 1.2),
+    "hf_status_direct_ms": ("HostFactory status <= 30 ms direct", 30.0),
+}
+
+
+def criterion_results(root, since):
+    rows = []
+    if not os.path.isdir(root):
+        return rows
+    for dirpath, _, files in os.walk(root):
+        if not dirpath.endswith(os.sep + "new") or "benchmark.json" not in files:
+            continue
+        est_path = os.path.join(dirpath, "estimates.json")
+        if not os.path.exists(est_path) or os.path.getmtime(est_path) < since:
+            continue  # left from an older run
+        with open(os.path.join(dirpath, "benchmark.json")) as f:
+            bench = json.load(f)
+        with open(est_path) as f:
+            est = json.load(f)
+        median = est["median"]
+        elements = (bench.get("throughput") or {}).get("Elements")
+        rows.append({
+            "id": bench["full_id"],
+            "median_ns": median["point_estimate"],
+            "median_ci_ns": [median["confidence_interval"]["lower_bound"],
+                             median["confidence_interval"]["upper_bound"]],
+            "elements": elements,
+            "ns_per_element": median["point_estimate"] / elements if elements else None,
+        })
+    return sorted(rows, key=lambda r: r["id"])
+
+
+STARTUP = re.compile(r"^(?P<label>.+?)\s+median\s+(?P<median>[\d.]+) ms\s+p90\s+(?P<p90>[\d.]+) ms\s+min\s+(?P<min>[\d.]+) ms\s+\((?P<runs>\d+) runs\)")
+
+
+def startup_results(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            m = STARTUP.match(line.strip())
+            if m:
+                rows.append({"label": m["label"], "median_ms": float(m["median"]),
+                             "p90_ms": float(m["p90"]), "min_ms": float(m["min"]),
+                             "runs": int(m["runs"])})
+    return rows
+
+
+def acquire_results(path):
+    text = open(path).read()
+    best = dict(re.findall(r"^(bare kube-rs loop|orb Pod handler):.*\(best ([\d.]+)s\)", text, re.M))
+    pods = re.search(r"^bare kube-rs loop: (\d+) pods, (\d+) in flight", text, re.M)
+    ratio = re.search(r"^ratio orb / bare:\s+([\d.]+)", text, re.M)
+    if not (best and ratio and pods):
+        return None
+    return {"pods": int(pods[1]), "in_flight": int(pods[2]),
+            "bare_best_s": float(best["bare kube-rs loop"]),
+            "orb_best_s": float(best["orb Pod handler"]), "ratio": float(ratio[1])}
+
+
+def human_ns(ns):
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.2f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--criterion-dir", required=True)
+    ap.add_argument("--since", type=float, required=True)
+    ap.add_argument("--startup", required=True)
+    ap.add_argument("--acquire", required=True)
+    ap.add_argument("--commit", required=True)
+    ap.add_argument("--json", required=True)
+    a = ap.parse_args()
+
+    crit = criterion_results(a.criterion_dir, a.since)
+    startup = startup_results(a.startup)
+    acquire = acquire_results(a.acquire)
+    verdicts = []
+    for row in startup:
+        if "requests status" in row["label"]:
+            what, limit = TARGETS["hf_status_direct_ms"]
+            verdicts.append({"target": what, "figure": row["label"], "value": row["median_ms"],
+                             "limit": limit, "met": row["median_ms"] <= limit})
+    if acquire:
+        what, limit = TARGETS["acquire_ratio"]
+        verdicts.append({"target": what, "figure": f"acquire {acquire['pods']} pods",
+                         "value": acquire["ratio"], "limit": limit, "met": acquire["ratio"] <= limit})
+
+    print(f"\n## orb-rs benchmarks, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {a.commit}, "
+          f"{os.cpu_count()} cores\n")
+    print("| pure hot path (criterion) | median | per element |")
+    print("|---|---:|---:|")
+    for r in crit:
+        per = human_ns(r["ns_per_element"]) if r["ns_per_element"] else ""
+        print(f"| {r['id']} | {human_ns(r['median_ns'])} | {per} |")
+    print("\n| fresh `orb` process | median | p90 | min |")
+    print("|---|---:|---:|---:|")
+    for r in startup:
+        print(f"| {r['label']} | {r['median_ms']:.1f} ms | {r['p90_ms']:.1f} ms | {r['min_ms']:.1f} ms |")
+    if acquire:
+        print(f"\n| acquire {acquire['pods']} pods, {acquire['in_flight']} in flight | best of 4 |")
+        print("|---|---:|")
+        print(f"| bare kube-rs loop | {acquire['bare_best_s']:.2f} s |")
+        print(f"| orb Pod handler | {acquire['orb_best_s']:.2f} s |")
+        print(f"| **ratio orb / bare** | **{acquire['ratio']:.2f}** |")
+    else:
+        print("\n(acquire not run)")
+    print("\n| target | figure | value | limit | met |")
+    print("|---|---|---:|---:|---|")
+    for v in verdicts:
+        print(f"| {v['target']} | {v['figure']} | {v['value']:.2f} | {v['limit']:.2f} | "
+              f"{'yes' if v['met'] else 'NO'} |")
+
+    result = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": a.commit,
+        "host": {"cpus": os.cpu_count(), "system": platform.platform()},
+        "criterion": crit, "startup": startup, "acquire": acquire, "targets": verdicts,
+    }
+    with open(a.json, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    if not crit or not startup:
+        print("bench: some benches produced no figures (see output above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

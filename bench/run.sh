@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs the orb-rs benchmarks side by side on this machine and reports them together:
+#   - criterion benches of the pure hot paths (orb-k8s hot_paths, pdb-operator budget_math);
+#   - CLI cold start and HostFactory status of 50/500-machine requests (orb startup);
+#   - acquire of 500 pods vs a bare kube-rs loop on the local control plane (orb-k8s acquire_pods).
+# Prints one table and writes bench/results/<UTC date>.json.
+#
+#   bench/run.sh                  everything
+#   BENCH_SKIP_ACQUIRE=1 bench/run.sh   no control plane needed (acquire left out)
+#
+# The control plane: $KUBECONFIG if set, else <repo>/.state/control-plane/admin.kubeconfig. If
+# its apiserver is not running, the script starts it with tools/control-plane/cp up and stops
+# it again at exit (only then: a control plane someone else started is never stopped).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+cp_tool="$repo/tools/control-plane/cp"
+export KUBECONFIG="${KUBECONFIG:-$repo/.state/control-plane/admin.kubeconfig}"
+stamp="$(date -u +%Y-%m-%d)"
+out_dir="$repo/bench/results"
+raw="$(mktemp -d)"
+started_cp=0
+
+cleanup() {
+  if (( started_cp )); then
+    echo "bench: stopping the control plane this script started" >&2
+    "$cp_tool" down || echo "bench: warning: 'cp down' failed; run tools/control-plane/cp down" >&2
+  fi
+  rm -rf "$raw"
+}
+trap cleanup EXIT
+
+target_dir="$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)"
+run_start="$(date +%s)"
+
+echo "bench: criterion hot paths (orb-k8s, pdb-operator)" >&2
+cargo bench -q -p orb-k8s --bench hot_paths 2>&1 | tee "$raw/hot_paths.txt" >&2
+cargo bench -q -p pdb-operator --bench budget_math 2>&1 | tee "$raw/budget_math.txt" >&2
+
+echo "bench: CLI start-up and HostFactory status" >&2
+cargo bench -q -p orb --bench startup 2>&1 | tee "$raw/startup.txt" >&2
+
+if [[ "${BENCH_SKIP_ACQUIRE:-0}" == 1 ]]; then
+  echo "bench: BENCH_SKIP_ACQUIRE=1, acquire left out" >&2
+  : >"$raw/acquire.txt"
+else
+  if ! "$cp_tool" status 2>/dev/null | grep -Eq '^kube-apiserver +running'; then
+    echo "bench: local control plane not running; starting it (stopped again at exit)" >&2
+    started_cp=1
+    "$cp_tool" up >&2
+  fi
+  echo "bench: acquire 500 pods vs a bare kube-rs loop ($KUBECONFIG)" >&2
+  cargo bench -q -p orb-k8s --bench acquire_pods 2>&1 | tee "$raw/acquire.txt" >&2
+fi
+
+mkdir -p "$out_dir"
+python3 "$repo/bench/collect.py" \
+  --criterion-dir "$target_dir/criterion" --since "$run_start" \
+  --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" \
+  --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json"
+echo "bench: wrote bench/results/$stamp.json" >&2
