@@ -31,32 +31,49 @@ cleanup() {
 }
 trap cleanup EXIT
 
-target_dir="$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)"
+# One build of every bench with one feature set: building them by separate `cargo bench -p`
+# calls unifies features differently (pdb-operator's dev-dependencies add kube features) and
+# rebuilds kube in release each time. Then run the executables directly.
+echo "bench: building the benches (release)" >&2
+declare -A exe
+while read -r name path; do exe[$name]=$path; done < <(
+  cargo bench -p orb-k8s -p pdb-operator -p orb \
+    --bench hot_paths --bench budget_math --bench startup --bench acquire_pods \
+    --no-run --message-format=json |
+    jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
+)
+for name in hot_paths budget_math startup acquire_pods; do
+  [[ -x "${exe[$name]:-}" ]] || { echo "bench: error: bench '$name' did not build" >&2; exit 1; }
+done
+export CRITERION_HOME="$raw/criterion"
 run_start="$(date +%s)"
 
 echo "bench: criterion hot paths (orb-k8s, pdb-operator)" >&2
-cargo bench -q -p orb-k8s --bench hot_paths 2>&1 | tee "$raw/hot_paths.txt" >&2
-cargo bench -q -p pdb-operator --bench budget_math 2>&1 | tee "$raw/budget_math.txt" >&2
+"${exe[hot_paths]}" --bench 2>&1 | tee "$raw/hot_paths.txt" >&2
+"${exe[budget_math]}" --bench 2>&1 | tee "$raw/budget_math.txt" >&2
 
 echo "bench: CLI start-up and HostFactory status" >&2
-cargo bench -q -p orb --bench startup 2>&1 | tee "$raw/startup.txt" >&2
+"${exe[startup]}" --bench 2>&1 | tee "$raw/startup.txt" >&2
 
 if [[ "${BENCH_SKIP_ACQUIRE:-0}" == 1 ]]; then
   echo "bench: BENCH_SKIP_ACQUIRE=1, acquire left out" >&2
   : >"$raw/acquire.txt"
 else
-  if ! "$cp_tool" status 2>/dev/null | grep -Eq '^kube-apiserver +running'; then
+  # Status into a variable first: `cp status | grep -q` under pipefail fails on SIGPIPE and
+  # would make a running control plane look stopped (and then be stopped at exit).
+  cp_state="$("$cp_tool" status 2>/dev/null || true)"
+  if ! grep -Eq '^kube-apiserver +running' <<<"$cp_state"; then
     echo "bench: local control plane not running; starting it (stopped again at exit)" >&2
     started_cp=1
     "$cp_tool" up >&2
   fi
   echo "bench: acquire 500 pods vs a bare kube-rs loop ($KUBECONFIG)" >&2
-  cargo bench -q -p orb-k8s --bench acquire_pods 2>&1 | tee "$raw/acquire.txt" >&2
+  "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
 fi
 
 mkdir -p "$out_dir"
 python3 "$repo/bench/collect.py" \
-  --criterion-dir "$target_dir/criterion" --since "$run_start" \
+  --criterion-dir "$CRITERION_HOME" --since "$run_start" \
   --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" \
   --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json"
 echo "bench: wrote bench/results/$stamp.json" >&2

@@ -201,7 +201,7 @@ fn config_merge(c: &mut Criterion) {
             "kubeconfig_path": "/etc/orb/kubeconfig",
             "context": "hpc",
             "namespace": "hpc",
-            "namespaces": ["hpc", "hpc-batch"],
+            "namespaces": ["hpc", "hpc-batch", "hpc-prod", "hpc-gpu"],
             "label_prefix": "orb.io",
             "emit_legacy_labels": false,
             "default_node_selector": {"pool": "symphony", "zone": "a"},
