@@ -13,7 +13,10 @@ fn check<T>(result: Result<T, orb_core::hostfactory::input::HfInputError>) -> Op
     match result {
         Ok(value) => Some(value),
         Err(e) => {
-            assert!(!e.to_string().is_empty(), "an input error must say what is wrong");
+            assert!(
+                !e.to_string().is_empty(),
+                "an input error must say what is wrong"
+            );
             None
         }
     }
@@ -24,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Some(request) = check(RequestMachinesInput::parse(&value)) {
-        assert!(request.machine_count >= 1, "a request asks for at least one machine");
+        assert!(
+            request.machine_count >= 1,
+            "a request asks for at least one machine"
+        );
         assert!(!request.template_id.trim().is_empty());
     }
     for machines in [

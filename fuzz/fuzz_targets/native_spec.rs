@@ -38,7 +38,10 @@ fn audit_everything(body: &Value) {
     }
     for mode in [AuditMode::Warn, AuditMode::Reject] {
         if let Err(rejection) = enforce_audit_policy(mode, body) {
-            assert!(!rejection.findings.is_empty(), "a rejection lists its findings");
+            assert!(
+                !rejection.findings.is_empty(),
+                "a rejection lists its findings"
+            );
         }
     }
 }
@@ -51,8 +54,7 @@ fn merges(envelope: &Map<String, Value>) {
             audit_everything(&merged);
         }
     }
-    if let (Some(pod_spec), Some(overlay)) = (envelope.get("pod_spec"), envelope.get("override"))
-    {
+    if let (Some(pod_spec), Some(overlay)) = (envelope.get("pod_spec"), envelope.get("override")) {
         for api in ResourceKind::ALL {
             if let Ok(spec) = apply_pod_spec_override(api, pod_spec, overlay) {
                 let _ = audit_pod_spec(&spec, "spec");
