@@ -89,7 +89,7 @@ fn deployment(i: usize) -> WorkloadView {
         ("tier".to_string(), tier.to_string()),
     ]);
     // A third carry the class annotation; the rest are reached by policies (or not at all).
-    let annotations = if i % 3 == 0 {
+    let annotations = if i.is_multiple_of(3) {
         let class = ["standard", "high-availability", "non-critical"][i % 9 / 3];
         BTreeMap::from([(keys::AVAILABILITY_CLASS.to_string(), class.to_string())])
     } else {
