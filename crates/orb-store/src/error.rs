@@ -44,4 +44,36 @@ impl StoreError {
     pub(crate) fn db(context: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
         move |source| StoreError::Database { context, source }
     }
+
+    /// An INSERT's error: a duplicate id is [`StoreError::AlreadyExists`], anything else a
+    /// database error while doing `context`.
+    pub(crate) fn on_insert(
+        entity: &'static str,
+        id: String,
+        context: &'static str,
+    ) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| match &source {
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StoreError::AlreadyExists { entity, id }
+            }
+            _ => StoreError::Database { context, source },
+        }
+    }
+
+    /// A version-guarded UPDATE that touched no row lost the race: [`StoreError::Conflict`].
+    pub(crate) fn expect_updated(
+        rows_affected: u64,
+        entity: &'static str,
+        id: String,
+        expected_version: i64,
+    ) -> Result<(), StoreError> {
+        if rows_affected == 0 {
+            return Err(StoreError::Conflict {
+                entity,
+                id,
+                expected_version,
+            });
+        }
+        Ok(())
+    }
 }

@@ -85,18 +85,11 @@ pub(crate) async fn write_machines(
             bind_fields(sqlx::query(AssertSqlSafe(sql)), m)
                 .execute(&mut **tx)
                 .await
-                .map_err(|source| match &source {
-                    sqlx::Error::Database(db) if db.is_unique_violation() => {
-                        StoreError::AlreadyExists {
-                            entity: "machine",
-                            id: m.machine_id.clone(),
-                        }
-                    }
-                    _ => StoreError::Database {
-                        context: "insert a machine",
-                        source,
-                    },
-                })?;
+                .map_err(StoreError::on_insert(
+                    "machine",
+                    m.machine_id.clone(),
+                    "insert a machine",
+                ))?;
         } else {
             let result = bind_fields(
                 sqlx::query(
@@ -114,13 +107,12 @@ pub(crate) async fn write_machines(
             .execute(&mut **tx)
             .await
             .map_err(StoreError::db("update a machine"))?;
-            if result.rows_affected() == 0 {
-                return Err(StoreError::Conflict {
-                    entity: "machine",
-                    id: m.machine_id.clone(),
-                    expected_version: m.version,
-                });
-            }
+            StoreError::expect_updated(
+                result.rows_affected(),
+                "machine",
+                m.machine_id.clone(),
+                m.version,
+            )?;
         }
     }
     Ok(())

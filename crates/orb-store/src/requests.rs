@@ -85,16 +85,11 @@ async fn insert_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<
         .bind(request.version + 1)
         .execute(&mut **tx)
         .await
-        .map_err(|source| match &source {
-            sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::AlreadyExists {
-                entity: "request",
-                id: request.request_id.to_string(),
-            },
-            _ => StoreError::Database {
-                context: "insert a request",
-                source,
-            },
-        })?;
+        .map_err(StoreError::on_insert(
+            "request",
+            request.request_id.to_string(),
+            "insert a request",
+        ))?;
     Ok(())
 }
 
@@ -126,14 +121,12 @@ async fn update_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<
     .execute(&mut **tx)
     .await
     .map_err(StoreError::db("update a request"))?;
-    if result.rows_affected() == 0 {
-        return Err(StoreError::Conflict {
-            entity: "request",
-            id: request.request_id.to_string(),
-            expected_version: request.version,
-        });
-    }
-    Ok(())
+    StoreError::expect_updated(
+        result.rows_affected(),
+        "request",
+        request.request_id.to_string(),
+        request.version,
+    )
 }
 
 /// Whether [`Store::write_request`] creates the request row or updates it.
