@@ -14,7 +14,6 @@ use orb_core::provider::{CancelInput, CancelOutcome, MachineFailure, ReclaimNoti
 use serde::de::DeserializeOwned;
 
 use crate::error::{K8sError, is_not_found};
-use crate::handlers::request_pods;
 use crate::labels::LabelKeys;
 use crate::provider::K8sProvider;
 use crate::provider_data::RequestRecord;
@@ -96,7 +95,7 @@ impl K8sProvider {
             let Some(record) = RequestRecord::from_value(&refs[0].request_provider_data) else {
                 continue;
             };
-            let pods = request_pods(client, &record).await?;
+            let pods = self.live_pods(client, &record).await?;
             for m in refs {
                 let pod = pods.iter().find(|p| {
                     p.name_any() == m.machine_id && (m.uid.is_none() || p.metadata.uid == m.uid)

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod cancel;
 pub mod config;
+pub mod daemon;
 pub mod doctor;
 pub mod dry_run;
 pub mod error;

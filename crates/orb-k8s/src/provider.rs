@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use kube::Client;
 use orb_core::provider::{
@@ -23,6 +24,7 @@ use crate::config::{
     AuthEnvironment, AuthPlan, K8sProviderConfig, ResolvedConfig, TemplateOverrides,
     kube_config_for, plan_auth, resolve_default_namespace,
 };
+use crate::daemon::{K8sMetrics, PodCache};
 use crate::error::K8sError;
 use crate::handlers::{HandlerCx, Victims, handler_for};
 use crate::naming::ResourceKind;
@@ -41,6 +43,9 @@ pub struct K8sProvider {
     client: OnceCell<Client>,
     pub(crate) status_cache: ControllerStatusCache,
     native: NativeSpecContext,
+    metrics: K8sMetrics,
+    /// Set by `orb serve` once its watch cache runs; status reads then skip the LIST.
+    pod_cache: OnceLock<Arc<PodCache>>,
 }
 
 /// One acquire, planned: its final objects, their namespace and the effective config.
@@ -85,6 +90,8 @@ impl K8sProvider {
             detected_namespace,
             client: OnceCell::new(),
             native: NativeSpecContext::default(),
+            metrics: K8sMetrics::new(),
+            pod_cache: OnceLock::new(),
         })
     }
 
@@ -98,6 +105,8 @@ impl K8sProvider {
             detected_namespace: detected_namespace.to_string(),
             client: OnceCell::new_with(Some(client)),
             native: NativeSpecContext::default(),
+            metrics: K8sMetrics::new(),
+            pod_cache: OnceLock::new(),
         }
     }
 
@@ -167,6 +176,69 @@ impl K8sProvider {
 
     pub fn config(&self) -> &K8sProviderConfig {
         &self.resolved.config
+    }
+
+    /// The namespace used when neither the config nor a template names one.
+    pub fn detected_namespace(&self) -> &str {
+        &self.detected_namespace
+    }
+
+    /// The namespaces the provider manages (and `orb serve` watches).
+    pub fn watch_scope(&self) -> crate::config::NamespaceScope {
+        self.resolved
+            .config
+            .namespace_scope(&self.detected_namespace)
+    }
+
+    /// The provider's metrics; `orb serve` registers them.
+    pub fn metrics(&self) -> &K8sMetrics {
+        &self.metrics
+    }
+
+    /// Lets status reads use `cache` from now on. False when a cache was attached already.
+    pub fn attach_pod_cache(&self, cache: Arc<PodCache>) -> bool {
+        self.pod_cache.set(cache).is_ok()
+    }
+
+    pub fn pod_cache(&self) -> Option<&Arc<PodCache>> {
+        self.pod_cache.get()
+    }
+
+    /// The Kubernetes client (built on first use), for the background tasks of `orb serve`.
+    pub async fn kube_client(&self) -> Result<Client, K8sError> {
+        self.client().await.cloned()
+    }
+
+    /// Live pods of a request for a status read: from the watch cache when it may answer,
+    /// else a LIST. A Pod-handler request whose recorded pods are not all in the cache is
+    /// LISTed too (the cache may not have seen a pod created a moment ago).
+    pub(crate) async fn live_pods(
+        &self,
+        client: &Client,
+        record: &RequestRecord,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, K8sError> {
+        use crate::daemon::metrics::ReasonLabels;
+        if let Some(cache) = self.pod_cache.get()
+            && record.label_prefix == self.resolved.config.label_prefix
+            && let Ok(pods) = cache.pods_of(&record.namespace, &record.request_id)
+            && record.pod_names.iter().all(|name| {
+                pods.iter()
+                    .any(|p| p.metadata.name.as_deref() == Some(name))
+            })
+        {
+            self.metrics
+                .status_reads
+                .get_or_create(&ReasonLabels { reason: "cache" })
+                .inc();
+            return Ok(pods);
+        }
+        if self.pod_cache.get().is_some() {
+            self.metrics
+                .status_reads
+                .get_or_create(&ReasonLabels { reason: "list" })
+                .inc();
+        }
+        crate::handlers::request_pods(client, record).await
     }
 
     pub(crate) async fn client(&self) -> Result<&Client, K8sError> {

@@ -16,7 +16,7 @@ use crate::error::K8sError;
 use crate::fulfilment::{
     AcquireFacts, PodTimeoutPolicy, StatusDecision, decide_acquire, decide_return,
 };
-use crate::handlers::{Victims, handler_for, request_pods};
+use crate::handlers::{Victims, handler_for};
 use crate::machine_state::observe_pod;
 use crate::naming::ResourceKind;
 use crate::provider::K8sProvider;
@@ -92,7 +92,7 @@ impl K8sProvider {
         let config = self.effective_config(input.template.as_ref())?;
         let client = self.client().await?;
         let cx = self.cx(client);
-        let pods = match request_pods(client, &record).await {
+        let pods = match self.live_pods(client, &record).await {
             Ok(pods) => pods,
             Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
         };
@@ -181,7 +181,7 @@ impl K8sProvider {
                 continue;
             };
             let kind = record.kind().unwrap_or(ResourceKind::Pod);
-            let pods = match request_pods(client, &record).await {
+            let pods = match self.live_pods(client, &record).await {
                 Ok(pods) => pods,
                 Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
             };

@@ -57,6 +57,24 @@ fn build_kubernetes(
     context: &ProviderContext,
     app_sections: &BTreeMap<String, Value>,
 ) -> Result<Arc<dyn Provider>, ProviderError> {
+    let provider: Arc<dyn Provider> = build_kubernetes_provider(entry, context, app_sections)?;
+    Ok(provider)
+}
+
+/// The Kubernetes provider as its concrete type, for `orb serve`, which starts the watch
+/// cache and the other background tasks on it. Errors as [`build_provider_for_app`].
+pub fn build_kubernetes_provider(
+    entry: &ProviderEntry,
+    context: &ProviderContext,
+    app_sections: &BTreeMap<String, Value>,
+) -> Result<Arc<orb_k8s::K8sProvider>, ProviderError> {
+    let kind = entry.provider_type.trim().to_ascii_lowercase();
+    if !KUBERNETES_TYPES.contains(&kind.as_str()) {
+        return Err(ProviderError::Misconfigured(format!(
+            "provider {:?} has type {:?}; orb serve runs the Kubernetes provider only (\"k8s\" or \"kubernetes\")",
+            entry.name, entry.provider_type
+        )));
+    }
     let label = context.config_dir.join("config.json");
     let misconfigured = |problem: String| {
         ProviderError::Misconfigured(format!("provider {:?}: {problem}", entry.name))

@@ -76,6 +76,16 @@ impl Session {
 
     /// A broker on the configured store and provider (built lazily).
     pub async fn broker(&self, loaded: &LoadedConfig) -> CliResult<(Broker, Vec<String>)> {
+        self.broker_using(loaded, None).await
+    }
+
+    /// [`Self::broker`], with a provider built by the caller (`orb serve` builds the concrete
+    /// Kubernetes provider to run its watch cache on) instead of a lazily built one.
+    pub async fn broker_using(
+        &self,
+        loaded: &LoadedConfig,
+        provider: Option<Arc<dyn orb_core::provider::Provider>>,
+    ) -> CliResult<(Broker, Vec<String>)> {
         let entry = context::select_provider(&self.global, loaded)?.clone();
         // Status, returns and cancels work on stored requests even when the template file is
         // missing or broken; an acquire then finds no template and says which exist.
@@ -103,9 +113,12 @@ impl Session {
         let app_sections = loaded.config.other.clone();
         let broker = Broker {
             store,
-            provider: ProviderHandle::lazy(move || {
-                build_provider_for_app(&entry, &provider_context, &app_sections)
-            }),
+            provider: match provider {
+                Some(provider) => ProviderHandle::ready(provider),
+                None => ProviderHandle::lazy(move || {
+                    build_provider_for_app(&entry, &provider_context, &app_sections)
+                }),
+            },
             settings,
             catalog,
             clock: Arc::new(jiff::Timestamp::now),

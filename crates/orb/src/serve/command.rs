@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::auth::{Auth, RoleMap, parse_role_flag};
+use super::daemon::Daemon;
 use super::token_review::TokenReviewVerifier;
 use super::{AppState, ServeOptions, router};
 use crate::cli::ServeArgs;
 use crate::commands::{Output, Session};
 use crate::context;
 use crate::failure::{CliResult, Failure};
+use crate::provider_factory::{ProviderContext, build_kubernetes_provider};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -88,17 +90,31 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let auth = auth_from(&args).await?;
     let loaded = session.config()?;
     let entry = context::select_provider(&session.global, &loaded)?.clone();
-    let (broker, warnings) = session.broker(&loaded).await?;
+    let provider = build_kubernetes_provider(
+        &entry,
+        &ProviderContext {
+            config_dir: session.dirs.config_dir.path.clone(),
+            work_dir: session.dirs.work_dir.path.clone(),
+        },
+        &loaded.config.other,
+    )
+    .map_err(Failure::from)?;
+    let (broker, warnings) = session
+        .broker_using(&loaded, Some(provider.clone()))
+        .await?;
     for warning in &warnings {
         eprintln!("warning: {warning}");
     }
+    let daemon = Daemon::start(provider.clone())
+        .await
+        .map_err(Failure::generic)?;
     let options = ServeOptions {
         default_wait_secs: loaded.config.request.default_timeout,
         poll_interval: Duration::from_secs(2),
         template_defaults: entry.template_defaults.clone(),
         auth,
     };
-    let app = router(AppState::new(broker, options));
+    let app = router(AppState::with_kubernetes(broker, options, provider));
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         Failure::generic(format!(
             "cannot listen on {listen}: {e}; pick another address with --listen HOST:PORT"
@@ -118,6 +134,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| Failure::generic(format!("the HTTP server stopped: {e}")))?;
+    daemon.shutdown().await;
     Ok(Output {
         stdout: String::new(),
         stderr: vec!["orb serve: stopped".into()],

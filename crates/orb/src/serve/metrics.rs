@@ -98,6 +98,19 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The HTTP layer's metrics plus the Kubernetes provider's (`orb_k8s_*`).
+    pub fn with_kubernetes(k8s: &orb_k8s::daemon::K8sMetrics) -> Self {
+        let metrics = Self::new();
+        {
+            let mut registry = metrics
+                .registry
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            k8s.register(registry.sub_registry_with_prefix("k8s"));
+        }
+        metrics
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("orb");
         let acquire_total = Family::<CallLabels, Counter>::default();

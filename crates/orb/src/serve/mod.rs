@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod command;
+pub mod daemon;
 mod events;
 mod extract;
 mod machines;
@@ -66,6 +67,7 @@ struct Inner {
     broker: Broker,
     metrics: Metrics,
     options: ServeOptions,
+    kubernetes: Option<Arc<orb_k8s::K8sProvider>>,
 }
 
 impl AppState {
@@ -75,8 +77,31 @@ impl AppState {
                 broker,
                 metrics: Metrics::new(),
                 options,
+                kubernetes: None,
             }),
         }
+    }
+
+    /// A state whose broker runs on `provider` (the same object, as its concrete type): the
+    /// provider's own metrics are exported and its background tasks show in `/readyz`.
+    pub fn with_kubernetes(
+        broker: Broker,
+        options: ServeOptions,
+        provider: Arc<orb_k8s::K8sProvider>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                broker,
+                metrics: Metrics::with_kubernetes(provider.metrics()),
+                options,
+                kubernetes: Some(provider),
+            }),
+        }
+    }
+
+    /// The Kubernetes provider, when the server runs on one.
+    pub fn kubernetes(&self) -> Option<&Arc<orb_k8s::K8sProvider>> {
+        self.inner.kubernetes.as_ref()
     }
 
     pub fn broker(&self) -> &Broker {

@@ -59,10 +59,55 @@ async fn checks(state: &AppState) -> BTreeMap<String, Check> {
             detail: Some(format!("provider {:?}: {e}", broker.settings.provider_name)),
         },
     };
-    BTreeMap::from([
+    let mut checks = BTreeMap::from([
         ("store".to_string(), store),
         ("provider".to_string(), provider),
-    ])
+    ]);
+    if let Some(k8s) = state.kubernetes() {
+        checks.extend(kubernetes_checks(k8s));
+    }
+    checks
+}
+
+/// The background parts of the Kubernetes provider. The watch cache never fails readiness:
+/// while it cannot answer, status reads LIST instead, so it reports what it does.
+fn kubernetes_checks(k8s: &orb_k8s::K8sProvider) -> Vec<(String, Check)> {
+    let mut checks = Vec::new();
+    if let Some(cache) = k8s.pod_cache() {
+        let health = cache.health();
+        let detail = if cache.serving() {
+            format!(
+                "status reads served from the watch cache ({} pods)",
+                health.pods
+            )
+        } else {
+            let waiting: Vec<String> = health
+                .loops
+                .iter()
+                .filter_map(|(scope, (synced, failing))| match (synced, failing) {
+                    (false, _) => Some(format!("{scope}: first LIST pending")),
+                    (true, Some(f)) => Some(format!("{scope}: watch failing for {}s", f.as_secs())),
+                    _ => None,
+                })
+                .collect();
+            format!(
+                "status reads fall back to LIST while the watch recovers ({})",
+                if waiting.is_empty() {
+                    "starting".to_string()
+                } else {
+                    waiting.join("; ")
+                }
+            )
+        };
+        checks.push((
+            "watch_cache".to_string(),
+            Check {
+                status: OK.into(),
+                detail: Some(detail),
+            },
+        ));
+    }
+    checks
 }
 
 /// Always 200 while the process can answer; checks nothing else.

@@ -1,0 +1,76 @@
+//! The background half of `orb serve`: everything that runs next to the HTTP server on the
+//! concrete Kubernetes provider. Each task is started from [`Daemon::start`] and stops when
+//! [`Daemon::shutdown`] flips the shared shutdown signal.
+//!
+//! - the pod watch cache (`watch_enabled`, on by default): status reads are served from it;
+//!   with `watch_enabled=false` every status read LISTs (polling).
+
+use std::sync::Arc;
+
+use orb_k8s::K8sProvider;
+use orb_k8s::daemon::PodCache;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The running background tasks.
+pub struct Daemon {
+    provider: Arc<K8sProvider>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// Starts every background task the provider's config enables. Fails only when the
+    /// Kubernetes client cannot be built (bad kubeconfig, unreadable token).
+    pub async fn start(provider: Arc<K8sProvider>) -> Result<Self, String> {
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut daemon = Self {
+            provider: provider.clone(),
+            shutdown,
+            tasks: Vec::new(),
+        };
+        let config = provider.config().clone();
+        let client = provider
+            .kube_client()
+            .await
+            .map_err(|e| format!("cannot build the Kubernetes client: {e}"))?;
+        if config.watch_enabled {
+            let cache = Arc::new(PodCache::new(
+                &config.label_prefix,
+                provider.watch_scope(),
+                config.stale_cache_timeout(),
+                config.periodic_resync_interval(),
+                provider.metrics().clone(),
+            ));
+            provider.attach_pod_cache(cache.clone());
+            let rx = shutdown_rx.clone();
+            let client = client.clone();
+            daemon
+                .tasks
+                .push(tokio::spawn(async move { cache.run(client, rx).await }));
+        }
+        Ok(daemon)
+    }
+
+    pub fn provider(&self) -> &Arc<K8sProvider> {
+        &self.provider
+    }
+
+    /// A receiver that turns true when the daemon stops (for tasks started by others).
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Keeps a task to wait for at shutdown.
+    pub fn adopt_task(&mut self, task: JoinHandle<()>) {
+        self.tasks.push(task);
+    }
+
+    /// Signals every task to stop and waits for them.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
