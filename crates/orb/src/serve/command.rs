@@ -13,7 +13,7 @@ use crate::cli::ServeArgs;
 use crate::commands::{Output, Session};
 use crate::context;
 use crate::failure::{CliResult, Failure};
-use crate::provider_factory::{ProviderContext, build_kubernetes_provider};
+use crate::provider_factory::{KUBERNETES_TYPES, ProviderContext, build_kubernetes_provider};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -90,31 +90,53 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let auth = auth_from(&args).await?;
     let loaded = session.config()?;
     let entry = context::select_provider(&session.global, &loaded)?.clone();
-    let provider = build_kubernetes_provider(
-        &entry,
-        &ProviderContext {
-            config_dir: session.dirs.config_dir.path.clone(),
-            work_dir: session.dirs.work_dir.path.clone(),
-        },
-        &loaded.config.other,
-    )
-    .map_err(Failure::from)?;
+    // The Kubernetes provider is built as its concrete type so the daemon can run its watch
+    // cache and background tasks on it; any other provider (or a Kubernetes config that does
+    // not build, which /readyz then reports) is served without them.
+    let context = ProviderContext {
+        config_dir: session.dirs.config_dir.path.clone(),
+        work_dir: session.dirs.work_dir.path.clone(),
+    };
+    let kubernetes =
+        if KUBERNETES_TYPES.contains(&entry.provider_type.trim().to_ascii_lowercase().as_str()) {
+            build_kubernetes_provider(&entry, &context, &loaded.config.other).ok()
+        } else {
+            None
+        };
     let (broker, warnings) = session
-        .broker_using(&loaded, Some(provider.clone()))
+        .broker_using(
+            &loaded,
+            kubernetes
+                .clone()
+                .map(|p| p as Arc<dyn orb_core::provider::Provider>),
+        )
         .await?;
     for warning in &warnings {
         eprintln!("warning: {warning}");
     }
-    let daemon = Daemon::start(provider.clone())
-        .await
-        .map_err(Failure::generic)?;
+    let daemon = match &kubernetes {
+        Some(provider) => match Daemon::start(provider.clone()).await {
+            Ok(daemon) => Some(daemon),
+            Err(e) => {
+                eprintln!(
+                    "warning: orb serve runs without its watch cache and background tasks: {e}"
+                );
+                None
+            }
+        },
+        None => None,
+    };
     let options = ServeOptions {
         default_wait_secs: loaded.config.request.default_timeout,
         poll_interval: Duration::from_secs(2),
         template_defaults: entry.template_defaults.clone(),
         auth,
     };
-    let app = router(AppState::with_kubernetes(broker, options, provider));
+    let state = match kubernetes {
+        Some(provider) => AppState::with_kubernetes(broker, options, provider),
+        None => AppState::new(broker, options),
+    };
+    let app = router(state);
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         Failure::generic(format!(
             "cannot listen on {listen}: {e}; pick another address with --listen HOST:PORT"
@@ -134,7 +156,9 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| Failure::generic(format!("the HTTP server stopped: {e}")))?;
-    daemon.shutdown().await;
+    if let Some(daemon) = daemon {
+        daemon.shutdown().await;
+    }
     Ok(Output {
         stdout: String::new(),
         stderr: vec!["orb serve: stopped".into()],
