@@ -2,8 +2,10 @@
 //! the HostFactory scripts never start them): the pod watch cache, metrics shared with the
 //! HTTP layer, and the background tasks built on them.
 
+pub mod leader;
 pub mod metrics;
 pub mod pod_cache;
+pub mod reconcile;
 
 pub use metrics::K8sMetrics;
 pub use pod_cache::PodCache;
