@@ -6,6 +6,8 @@
 //! The fixture never fakes the cluster: if no control plane answers, `TestCluster::connect`
 //! fails the test with instructions instead of skipping it.
 
+pub mod fault_proxy;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -33,6 +33,15 @@ pub enum K8sError {
         code: Option<u16>,
         detail: String,
     },
+    /// A handler's circuit breaker is open: the call was not sent.
+    #[error(
+        "the Kubernetes API has failed {failures} times in a row for {handler} calls; orb stops calling it for {retry_in_secs}s (circuit breaker open); check the apiserver"
+    )]
+    CircuitOpen {
+        handler: &'static str,
+        failures: u32,
+        retry_in_secs: u64,
+    },
 }
 
 impl K8sError {
@@ -91,7 +100,7 @@ impl From<K8sError> for ProviderError {
             | K8sError::Audit(_)
             | K8sError::Refused(_) => ProviderError::Rejected(text),
             K8sError::Client(_) => ProviderError::Misconfigured(text),
-            K8sError::Api { .. } => ProviderError::Unavailable(text),
+            K8sError::Api { .. } | K8sError::CircuitOpen { .. } => ProviderError::Unavailable(text),
         }
     }
 }

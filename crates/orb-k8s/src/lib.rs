@@ -16,6 +16,7 @@ pub mod native_spec;
 pub mod provider;
 pub mod provider_data;
 pub mod release_plan;
+pub mod resilience;
 pub mod spec;
 pub mod status;
 pub mod status_cache;
