@@ -35,6 +35,9 @@ pub enum Fault {
     ServerError,
     /// The connection is reset without an answer.
     Reset,
+    /// The request reaches the apiserver, then the connection is reset before its answer
+    /// (the client cannot know whether the call took effect).
+    LostAnswer,
 }
 
 /// Which requests faults apply to; empty fields match everything.
@@ -69,6 +72,7 @@ pub struct FaultPlan {
     pub throttle_rate: f64,
     pub server_error_rate: f64,
     pub reset_rate: f64,
+    pub lost_answer_rate: f64,
     /// Share of matching requests delayed by a random time up to `latency`.
     pub latency_rate: f64,
     pub latency: Duration,
@@ -96,12 +100,13 @@ pub struct FaultCounts {
     pub throttled: usize,
     pub server_errors: usize,
     pub resets: usize,
+    pub lost_answers: usize,
     pub delayed: usize,
 }
 
 impl FaultCounts {
     pub fn injected(&self) -> usize {
-        self.throttled + self.server_errors + self.resets
+        self.throttled + self.server_errors + self.resets + self.lost_answers
     }
 }
 
@@ -140,15 +145,18 @@ impl Shared {
             return (None, None);
         }
         let u = self.draw();
-        let fault = if u < plan.throttle_rate {
-            Some(Fault::Throttle)
-        } else if u < plan.throttle_rate + plan.server_error_rate {
-            Some(Fault::ServerError)
-        } else if u < plan.throttle_rate + plan.server_error_rate + plan.reset_rate {
-            Some(Fault::Reset)
-        } else {
-            None
-        };
+        let mut edge = 0.0;
+        let fault = [
+            (plan.throttle_rate, Fault::Throttle),
+            (plan.server_error_rate, Fault::ServerError),
+            (plan.reset_rate, Fault::Reset),
+            (plan.lost_answer_rate, Fault::LostAnswer),
+        ]
+        .into_iter()
+        .find_map(|(rate, fault)| {
+            edge += rate;
+            (u < edge).then_some(fault)
+        });
         let delay =
             (plan.latency_rate > 0.0 && !plan.latency.is_zero() && self.draw() < plan.latency_rate)
                 .then(|| plan.latency.mul_f64(self.draw()));
@@ -279,6 +287,13 @@ async fn handle(
             "injected by the fault proxy: internal error",
         )),
         Some(Fault::Reset) => Err(Box::new(InjectedReset) as BoxError),
+        Some(Fault::LostAnswer) => {
+            if let Ok((response, status)) = forward(&shared, req).await {
+                seen.upstream_status = status;
+                drop(response);
+            }
+            Err(Box::new(InjectedReset) as BoxError)
+        }
         None => match forward(&shared, req).await {
             Ok((response, status)) => {
                 seen.upstream_status = status;
@@ -397,6 +412,7 @@ impl FaultProxy {
                 Some(Fault::Throttle) => counts.throttled += 1,
                 Some(Fault::ServerError) => counts.server_errors += 1,
                 Some(Fault::Reset) => counts.resets += 1,
+                Some(Fault::LostAnswer) => counts.lost_answers += 1,
             }
             counts.delayed += usize::from(r.delayed);
         }
