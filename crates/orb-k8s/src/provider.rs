@@ -46,6 +46,8 @@ pub struct K8sProvider {
     metrics: K8sMetrics,
     /// Set by `orb serve` once its watch cache runs; status reads then skip the LIST.
     pod_cache: OnceLock<Arc<PodCache>>,
+    /// Set by `orb serve`: reconciliation report and leadership of its background tasks.
+    daemon_status: OnceLock<Arc<crate::daemon::reconcile::DaemonStatus>>,
 }
 
 /// One acquire, planned: its final objects, their namespace and the effective config.
@@ -92,6 +94,7 @@ impl K8sProvider {
             native: NativeSpecContext::default(),
             metrics: K8sMetrics::new(),
             pod_cache: OnceLock::new(),
+            daemon_status: OnceLock::new(),
         })
     }
 
@@ -107,6 +110,7 @@ impl K8sProvider {
             native: NativeSpecContext::default(),
             metrics: K8sMetrics::new(),
             pod_cache: OnceLock::new(),
+            daemon_status: OnceLock::new(),
         }
     }
 
@@ -202,6 +206,24 @@ impl K8sProvider {
 
     pub fn pod_cache(&self) -> Option<&Arc<PodCache>> {
         self.pod_cache.get()
+    }
+
+    /// Shares the background tasks' status with the HTTP layer. False when set already.
+    pub fn attach_daemon_status(
+        &self,
+        status: Arc<crate::daemon::reconcile::DaemonStatus>,
+    ) -> bool {
+        self.daemon_status.set(status).is_ok()
+    }
+
+    pub fn daemon_status(&self) -> Option<&Arc<crate::daemon::reconcile::DaemonStatus>> {
+        self.daemon_status.get()
+    }
+
+    /// Whether this process leads the `orb serve` replicas (runs GC and resync). False
+    /// outside `orb serve`.
+    pub fn is_leader(&self) -> bool {
+        self.daemon_status.get().is_some_and(|s| s.is_leader())
     }
 
     /// The Kubernetes client (built on first use), for the background tasks of `orb serve`.

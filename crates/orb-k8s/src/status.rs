@@ -71,21 +71,14 @@ impl K8sProvider {
 
     async fn acquire_status(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
         let Some(mut record) = RequestRecord::from_value(&input.provider_data) else {
-            let reason = format!(
-                "request {} has no Kubernetes objects recorded (the acquire created nothing)",
+            // A failed acquire is failed by the broker at once, so no bookkeeping means the
+            // acquire is still creating (maybe in another process) or was interrupted; `orb
+            // serve` resumes interrupted acquires, and the deadline settles the rest.
+            return Ok(keep_polling(format!(
+                "request {} has no Kubernetes objects recorded yet: its acquire is still \
+                 running, or was interrupted and waits for orb serve to resume it",
                 input.request_id
-            );
-            return Ok(report(
-                StatusDecision {
-                    verdict: Verdict::Failed {
-                        reason: reason.clone(),
-                    },
-                    fulfilled: 0,
-                    failed: input.requested_count,
-                    message: Some(reason),
-                },
-                Vec::new(),
-            ));
+            )));
         };
         record.requested_count = input.requested_count;
         let kind = record.kind().unwrap_or(ResourceKind::Pod);
@@ -119,10 +112,18 @@ impl K8sProvider {
                     .release(&cx, &record, victims.clone())
                     .await
                 {
-                    Ok(_) => notes.push(format!(
-                        "released timed-out pods: {}",
-                        victims.names.join(", ")
-                    )),
+                    Ok(_) => {
+                        self.metrics()
+                            .timed_out
+                            .get_or_create(&crate::daemon::metrics::KindLabels {
+                                kind: crate::daemon::reconcile::kind_label(kind),
+                            })
+                            .inc_by(victims.names.len() as u64);
+                        notes.push(format!(
+                            "released timed-out pods: {}",
+                            victims.names.join(", ")
+                        ))
+                    }
                     Err(e) => notes.push(format!("timed-out pods not released: {e}")),
                 }
             }

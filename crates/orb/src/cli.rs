@@ -144,6 +144,12 @@ pub struct ServeArgs {
     /// the in-cluster service account).
     #[arg(long, value_name = "PATH", requires = "auth_token_review")]
     pub auth_kubeconfig: Option<PathBuf>,
+    /// Hold a Kubernetes Lease (orb-serve-<provider> in the provider's namespace) so that of
+    /// several replicas sharing one store only the leader runs orphan GC, timeout GC and the
+    /// resume of interrupted acquires; every replica serves the API. Default: true with a
+    /// PostgreSQL store, false with SQLite (one replica).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
 }
 
 #[derive(Args, Debug)]

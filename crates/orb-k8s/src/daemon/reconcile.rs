@@ -415,30 +415,27 @@ pub struct GcOutcome {
     pub failed: Vec<(Orphan, String)>,
 }
 
-/// Reports (one WARNING each) or deletes the plan's orphans, counting them in `orphans`.
+/// Counts (report-only) or deletes the plan's orphans, in `orphans{kind,action}`. The
+/// caller writes the WARNING line of each from the outcome.
 pub async fn act_on_orphans(
     client: &Client,
     orphans: Vec<Orphan>,
     delete: bool,
     metrics: &K8sMetrics,
 ) -> GcOutcome {
+    let count = |orphan: &Orphan, action: &'static str| {
+        metrics
+            .orphans
+            .get_or_create(&OrphanLabels {
+                kind: kind_label(orphan.kind),
+                action,
+            })
+            .inc();
+    };
     let mut outcome = GcOutcome::default();
     if !delete {
         for orphan in orphans {
-            tracing::warn!(
-                kind = %orphan.kind,
-                namespace = %orphan.namespace,
-                name = %orphan.name,
-                "orphaned managed object: {}; set auto_cleanup_orphans=true to let orb delete it",
-                orphan.why
-            );
-            metrics
-                .orphans
-                .get_or_create(&OrphanLabels {
-                    kind: kind_label(orphan.kind),
-                    action: "reported",
-                })
-                .inc();
+            count(&orphan, "reported");
             outcome.reported.push(orphan);
         }
         return outcome;
@@ -454,26 +451,10 @@ pub async fn act_on_orphans(
     for (orphan, result) in results {
         match result {
             Ok(()) => {
-                tracing::warn!(
-                    kind = %orphan.kind,
-                    namespace = %orphan.namespace,
-                    name = %orphan.name,
-                    "deleted orphaned managed object: {}",
-                    orphan.why
-                );
-                metrics
-                    .orphans
-                    .get_or_create(&OrphanLabels {
-                        kind: kind_label(orphan.kind),
-                        action: "deleted",
-                    })
-                    .inc();
+                count(&orphan, "deleted");
                 outcome.deleted.push(orphan);
             }
-            Err(e) => {
-                tracing::error!("orphan GC: {e}");
-                outcome.failed.push((orphan, e.to_string()));
-            }
+            Err(e) => outcome.failed.push((orphan, e.to_string())),
         }
     }
     outcome
@@ -568,6 +549,44 @@ impl ReconcileReport {
             ));
         }
         line
+    }
+}
+
+/// What the background tasks tell the HTTP layer (`/readyz`) and other tasks: the start-up
+/// reconciliation's report and this replica's leadership.
+#[derive(Debug, Default)]
+pub struct DaemonStatus {
+    reconciliation: std::sync::RwLock<Option<ReconcileReport>>,
+    leadership: std::sync::OnceLock<crate::daemon::leader::Leadership>,
+}
+
+impl DaemonStatus {
+    pub fn set_reconciliation(&self, report: ReconcileReport) {
+        *self
+            .reconciliation
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(report);
+    }
+
+    /// `None` until the start-up reconciliation has finished.
+    pub fn reconciliation(&self) -> Option<ReconcileReport> {
+        self.reconciliation
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_leadership(&self, leadership: crate::daemon::leader::Leadership) -> bool {
+        self.leadership.set(leadership).is_ok()
+    }
+
+    pub fn leadership(&self) -> Option<&crate::daemon::leader::Leadership> {
+        self.leadership.get()
+    }
+
+    /// Whether this replica runs the cluster-wide chores now.
+    pub fn is_leader(&self) -> bool {
+        self.leadership.get().is_some_and(|l| l.is_leader())
     }
 }
 

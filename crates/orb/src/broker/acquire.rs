@@ -7,7 +7,7 @@ use orb_core::request::{Request, RequestType};
 use orb_core::template::TemplateError;
 use orb_store::MachineFilter;
 
-use super::observe::machine_from_observation;
+use super::resume::record_acquire_outcome;
 use super::{Broker, BrokerError, RequestView};
 
 impl Broker {
@@ -69,31 +69,7 @@ impl Broker {
                 count,
             })
             .await;
-        let now = self.now();
-        let mut machines = Vec::new();
-        match outcome {
-            Ok(outcome) => {
-                request.resource_ids = outcome.resource_ids;
-                request.provider_data = outcome.provider_data;
-                if outcome.message.is_some() {
-                    request.status_message = outcome.message;
-                }
-                machines = outcome
-                    .machines
-                    .iter()
-                    .map(|obs| machine_from_observation(obs, &request, None, now))
-                    .collect();
-            }
-            Err(err) => {
-                lifecycle::apply(
-                    &mut request,
-                    LifecycleEvent::Fail {
-                        reason: err.to_string(),
-                    },
-                    now,
-                )?;
-            }
-        }
+        let mut machines = record_acquire_outcome(&mut request, outcome, self.now())?;
         self.store
             .update_request(&mut request, &mut machines)
             .await?;

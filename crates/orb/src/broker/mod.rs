@@ -7,6 +7,7 @@ mod cancel;
 mod observe;
 mod reclaim;
 mod release;
+mod resume;
 mod status;
 
 #[cfg(test)]
@@ -32,6 +33,7 @@ use crate::failure::Failure;
 
 pub use reclaim::Reclaim;
 pub use release::UnknownNames;
+pub use resume::nothing_recorded;
 
 /// Builds the provider on first use, so commands that never need the cluster (status of a
 /// finished request, template listing) never construct a client.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::auth::{Auth, RoleMap, parse_role_flag};
+use super::background::DaemonOptions;
 use super::daemon::Daemon;
 use super::token_review::TokenReviewVerifier;
 use super::{AppState, ServeOptions, router};
@@ -85,6 +86,13 @@ async fn auth_from(args: &ServeArgs) -> CliResult<Option<Arc<Auth>>> {
     Ok(Some(Arc::new(Auth::new(verifier, roles, TOKEN_CACHE_TTL))))
 }
 
+/// `--leader-elect`, by default on exactly when the store is PostgreSQL (the one store
+/// several replicas can share).
+fn leader_elect(args: &ServeArgs, state: &AppState) -> bool {
+    args.leader_elect
+        .unwrap_or(state.broker().store.backend() == orb_store::Backend::Postgres)
+}
+
 async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let listen: SocketAddr = args.listen;
     let auth = auth_from(&args).await?;
@@ -114,18 +122,6 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     for warning in &warnings {
         eprintln!("warning: {warning}");
     }
-    let daemon = match &kubernetes {
-        Some(provider) => match Daemon::start(provider.clone()).await {
-            Ok(daemon) => Some(daemon),
-            Err(e) => {
-                eprintln!(
-                    "warning: orb serve runs without its watch cache and background tasks: {e}"
-                );
-                None
-            }
-        },
-        None => None,
-    };
     let options = ServeOptions {
         default_wait_secs: loaded.config.request.default_timeout,
         poll_interval: Duration::from_secs(2),
@@ -135,6 +131,24 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let state = match kubernetes {
         Some(provider) => AppState::with_kubernetes(broker, options, provider),
         None => AppState::new(broker, options),
+    };
+    let daemon = match state.kubernetes().cloned() {
+        Some(provider) => {
+            let daemon_options = DaemonOptions {
+                leader_elect: leader_elect(&args, &state),
+                ..DaemonOptions::default()
+            };
+            match Daemon::start(provider, state.clone(), daemon_options).await {
+                Ok(daemon) => Some(daemon),
+                Err(e) => {
+                    eprintln!(
+                        "warning: orb serve runs without its watch cache and background tasks: {e}"
+                    );
+                    None
+                }
+            }
+        }
+        None => None,
     };
     let app = router(state);
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {

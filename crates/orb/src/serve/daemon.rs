@@ -4,12 +4,17 @@
 //!
 //! - the pod watch cache (`watch_enabled`, on by default): status reads are served from it;
 //!   with `watch_enabled=false` every status read LISTs (polling).
+//! - the store-aware chores in [`super::background`]: start-up reconciliation, orphan GC,
+//!   timeout GC and the leader Lease that decides which replica runs them.
 
 use std::sync::Arc;
 
 use orb_k8s::K8sProvider;
 use orb_k8s::daemon::PodCache;
 use tokio::sync::watch;
+
+use super::AppState;
+use super::background::{self, DaemonOptions};
 use tokio::task::JoinHandle;
 
 /// The running background tasks.
@@ -20,9 +25,14 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts every background task the provider's config enables. Fails only when the
-    /// Kubernetes client cannot be built (bad kubeconfig, unreadable token).
-    pub async fn start(provider: Arc<K8sProvider>) -> Result<Self, String> {
+    /// Starts every background task the provider's config enables; `state` is the HTTP
+    /// layer's (its broker and store). Fails when the Kubernetes client cannot be built (bad
+    /// kubeconfig, unreadable token) or the leader Lease cannot be used.
+    pub async fn start(
+        provider: Arc<K8sProvider>,
+        state: AppState,
+        options: DaemonOptions,
+    ) -> Result<Self, String> {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut daemon = Self {
             provider: provider.clone(),
@@ -49,6 +59,9 @@ impl Daemon {
                 .tasks
                 .push(tokio::spawn(async move { cache.run(client, rx).await }));
         }
+        let chores =
+            background::start(provider.clone(), state, &options, shutdown_rx.clone()).await?;
+        daemon.tasks.extend(chores);
         Ok(daemon)
     }
 

@@ -3,6 +3,7 @@
 //! the same [`Broker`] the command line uses, and turn its answers into JSON or problems.
 
 pub mod auth;
+pub mod background;
 pub mod command;
 pub mod daemon;
 mod events;

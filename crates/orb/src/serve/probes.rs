@@ -65,6 +65,7 @@ async fn checks(state: &AppState) -> BTreeMap<String, Check> {
     ]);
     if let Some(k8s) = state.kubernetes() {
         checks.extend(kubernetes_checks(k8s));
+        checks.extend(daemon_checks(k8s));
     }
     checks
 }
@@ -108,6 +109,40 @@ fn kubernetes_checks(k8s: &orb_k8s::K8sProvider) -> Vec<(String, Check)> {
         ));
     }
     checks
+}
+
+/// The start-up reconciliation and this replica's leadership. Neither fails readiness:
+/// every replica serves the API, and a reconciliation that could not LIST is retried by the
+/// GC; the detail says what happened.
+fn daemon_checks(k8s: &orb_k8s::K8sProvider) -> Vec<(String, Check)> {
+    let Some(status) = k8s.daemon_status() else {
+        return Vec::new();
+    };
+    let reconciliation = match status.reconciliation() {
+        Some(report) => report.summary(),
+        None => "start-up reconciliation running".to_string(),
+    };
+    let leader = if status.is_leader() {
+        "this replica leads: it runs orphan GC, timeout GC and resumes interrupted acquires"
+    } else {
+        "standby: another replica holds the leader Lease"
+    };
+    vec![
+        (
+            "reconciliation".to_string(),
+            Check {
+                status: OK.into(),
+                detail: Some(reconciliation),
+            },
+        ),
+        (
+            "leader".to_string(),
+            Check {
+                status: OK.into(),
+                detail: Some(leader.to_string()),
+            },
+        ),
+    ]
 }
 
 /// Always 200 while the process can answer; checks nothing else.

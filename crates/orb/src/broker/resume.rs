@@ -1,0 +1,121 @@
+//! Resuming an acquire that orb stopped in the middle of (killed between storing the request
+//! and storing the provider's answer). Creating is idempotent — bare pods have deterministic
+//! names and a create that finds its own object adopts it — so running the provider's
+//! acquire again for the same request id creates only what is missing and records it all.
+
+use jiff::Timestamp;
+use orb_core::ids::RequestId;
+use orb_core::lifecycle::{self, LifecycleEvent};
+use orb_core::machine::Machine;
+use orb_core::provider::{AcquireInput, AcquireOutcome, ProviderError};
+use orb_core::request::{Request, RequestType};
+
+use super::observe::machine_from_observation;
+use super::{Broker, BrokerError, RequestView};
+
+/// Folds the provider's answer to an acquire into the request; returns the new machines.
+pub(super) fn record_acquire_outcome(
+    request: &mut Request,
+    outcome: Result<AcquireOutcome, ProviderError>,
+    now: Timestamp,
+) -> Result<Vec<Machine>, BrokerError> {
+    let mut machines = Vec::new();
+    match outcome {
+        Ok(outcome) => {
+            request.resource_ids = outcome.resource_ids;
+            request.provider_data = outcome.provider_data;
+            if outcome.message.is_some() {
+                request.status_message = outcome.message;
+            }
+            machines = outcome
+                .machines
+                .iter()
+                .map(|obs| machine_from_observation(obs, request, None, now))
+                .collect();
+        }
+        Err(err) => {
+            lifecycle::apply(
+                request,
+                LifecycleEvent::Fail {
+                    reason: err.to_string(),
+                },
+                now,
+            )?;
+        }
+    }
+    Ok(machines)
+}
+
+/// No provider answer was stored: the bookkeeping is still the empty value the request was
+/// created with.
+pub fn nothing_recorded(request: &Request) -> bool {
+    let empty = match &request.provider_data {
+        serde_json::Value::Null => true,
+        serde_json::Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    empty && request.resource_ids.is_empty()
+}
+
+impl Broker {
+    /// Finishes an interrupted acquire: runs the provider's acquire again under the same
+    /// request id and stores its answer, or fails the request with the reason when that is
+    /// impossible (its template is gone). Returns `None` when the request is not an
+    /// unfinished acquire with nothing recorded (someone else finished it). Callers decide
+    /// when a request counts as interrupted (old enough that no live process still works
+    /// on it); a concurrent resume elsewhere loses the store's version check.
+    pub async fn resume_interrupted_acquire(
+        &self,
+        request_id: &RequestId,
+    ) -> Result<Option<RequestView>, BrokerError> {
+        let Some(mut request) = self.store.get_request(request_id).await? else {
+            return Ok(None);
+        };
+        if request.request_type != RequestType::Acquire
+            || request.status.is_terminal()
+            || !nothing_recorded(&request)
+            || !self.machines_of(&request).await?.is_empty()
+        {
+            return Ok(None);
+        }
+        let template = request
+            .template_id
+            .as_deref()
+            .and_then(|id| self.catalog.get(id))
+            .cloned();
+        let mut machines = match template {
+            None => {
+                let reason = format!(
+                    "orb stopped during this acquire and its template {:?} is no longer \
+                     defined, so it cannot be resumed; request the machines again",
+                    request.template_id.as_deref().unwrap_or("")
+                );
+                lifecycle::apply(&mut request, LifecycleEvent::Fail { reason }, self.now())?;
+                Vec::new()
+            }
+            Some(template) => {
+                let outcome = match self.provider.get() {
+                    Ok(provider) => {
+                        provider
+                            .acquire(AcquireInput {
+                                request_id: request.request_id.clone(),
+                                template,
+                                count: request.requested_count,
+                            })
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                record_acquire_outcome(&mut request, outcome, self.now())?
+            }
+        };
+        self.store
+            .update_request(&mut request, &mut machines)
+            .await?;
+        Ok(Some(RequestView {
+            request,
+            machines,
+            note: None,
+        }))
+    }
+}

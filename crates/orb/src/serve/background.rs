@@ -1,0 +1,381 @@
+//! The chores of `orb serve` that need both the cluster and the store: the start-up
+//! reconciliation (adopt what orb tracks, settle acquires a killed orb left unfinished,
+//! report the rest as orphans), the orphan GC, and the periodic refresh of unfinished
+//! acquires that applies `pod_timeout_seconds` even when nobody polls. With several
+//! replicas on one PostgreSQL, only the holder of the leader Lease runs the GC and the
+//! refresh; every replica serves the API.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use orb_core::request::{RequestStatus, RequestType};
+use orb_k8s::K8sProvider;
+use orb_k8s::daemon::leader::{Leadership, LeaseSettings, elect, lease_identity, lease_name};
+use orb_k8s::daemon::reconcile::{
+    DaemonStatus, GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans,
+    count_adopted, is_interrupted_acquire, list_managed, plan_gc, request_ids,
+};
+use orb_store::RequestFilter;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::AppState;
+use crate::broker::Broker;
+
+/// How the background chores run; the defaults suit production.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// Hold a Lease so only one replica runs the chores. Off: this process always leads
+    /// (one replica, e.g. on SQLite).
+    pub leader_elect: bool,
+    /// How long a leader's claim lasts without renewal.
+    pub lease_duration: Duration,
+    /// Renew this long before the claim expires.
+    pub lease_grace: Duration,
+    /// How often the leader refreshes unfinished acquires (timeout GC, interrupted acquires).
+    pub refresh_interval: Duration,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        Self {
+            leader_elect: false,
+            lease_duration: Duration::from_secs(15),
+            lease_grace: Duration::from_secs(5),
+            refresh_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A warning line on stderr, where `orb serve` writes its log.
+fn warn(line: &str) {
+    eprintln!("warning: {line}");
+}
+
+fn info(line: &str) {
+    eprintln!("orb serve: {line}");
+}
+
+/// The stored requests the objects' labels name, with their machines.
+async fn stored_requests(
+    broker: &Broker,
+    objects: &[ManagedObject],
+) -> Result<BTreeMap<String, StoredRequest>, String> {
+    let mut found = BTreeMap::new();
+    for id in request_ids(objects) {
+        // A label that is no request id names no stored request.
+        let Ok(parsed) = orb_core::ids::RequestId::parse(&id) else {
+            continue;
+        };
+        let request = broker
+            .store
+            .get_request(&parsed)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(request) = request {
+            let machines = broker
+                .machines_of(&request)
+                .await
+                .map_err(|e| e.to_string())?;
+            found.insert(id, StoredRequest { request, machines });
+        }
+    }
+    Ok(found)
+}
+
+/// Settles acquires that stopped between storing the request and storing the provider's
+/// answer and are older than `min_age`: resumes each (idempotent creates), or fails it
+/// with the reason. Returns one line per request.
+pub async fn settle_interrupted_acquires(broker: &Broker, min_age: Duration) -> Vec<String> {
+    let unfinished = match broker
+        .store
+        .list_requests(&RequestFilter {
+            request_type: Some(RequestType::Acquire),
+            statuses: vec![
+                RequestStatus::Pending,
+                RequestStatus::InProgress,
+                RequestStatus::Acquiring,
+            ],
+            ..Default::default()
+        })
+        .await
+    {
+        Ok(requests) => requests,
+        Err(e) => return vec![format!("unfinished acquires not listed: {e}")],
+    };
+    let now = Timestamp::now();
+    let mut lines = Vec::new();
+    for request in unfinished {
+        let machines = match broker.machines_of(&request).await {
+            Ok(m) => m.len(),
+            Err(_) => continue,
+        };
+        if !is_interrupted_acquire(&request, machines, now, min_age) {
+            continue;
+        }
+        let id = request.request_id.clone();
+        let line = match broker.resume_interrupted_acquire(&id).await {
+            Ok(Some(view)) => format!(
+                "{id} resumed: {} ({} machines recorded)",
+                view.request.status,
+                view.machines.len()
+            ),
+            Ok(None) => continue,
+            Err(e) => format!("{id} not resumed: {e}"),
+        };
+        info(&format!("interrupted acquire {line}"));
+        lines.push(line);
+    }
+    lines
+}
+
+/// The start-up reconciliation: LIST every managed object in scope, adopt what belongs to
+/// stored requests, settle interrupted acquires, report the rest as orphans (nothing is
+/// deleted here; the GC decides that).
+pub async fn reconcile(
+    provider: &K8sProvider,
+    broker: &Broker,
+    settle_interrupted: bool,
+) -> ReconcileReport {
+    let started = Instant::now();
+    let config = provider.config();
+    let scope = provider.watch_scope();
+    let mut report = ReconcileReport::for_scope(&scope);
+    let min_age = Duration::from_secs(config.orphan_min_age_seconds);
+    if settle_interrupted {
+        report.resumed = settle_interrupted_acquires(broker, min_age).await;
+    }
+    let result = async {
+        let client = provider.kube_client().await.map_err(|e| e.to_string())?;
+        let objects = list_managed(&client, &scope, &config.label_prefix)
+            .await
+            .map_err(|e| e.to_string())?;
+        let requests = stored_requests(broker, &objects).await?;
+        Ok::<_, String>(plan_gc(&objects, &requests, Timestamp::now(), min_age))
+    }
+    .await;
+    match result {
+        Ok(plan) => {
+            count_adopted(&plan, provider.metrics());
+            report.record_plan(&plan);
+        }
+        Err(e) => report.error = Some(e),
+    }
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    report
+}
+
+/// One orphan-GC pass: report or delete (by `auto_cleanup_orphans`) the orphans older than
+/// `orphan_min_age_seconds`.
+pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> Result<GcOutcome, String> {
+    let config = provider.config();
+    let client = provider.kube_client().await.map_err(|e| e.to_string())?;
+    let objects = list_managed(&client, &provider.watch_scope(), &config.label_prefix)
+        .await
+        .map_err(|e| e.to_string())?;
+    let requests = stored_requests(broker, &objects).await?;
+    let plan = plan_gc(
+        &objects,
+        &requests,
+        Timestamp::now(),
+        Duration::from_secs(config.orphan_min_age_seconds),
+    );
+    let outcome = act_on_orphans(
+        &client,
+        plan.orphans,
+        config.auto_cleanup_orphans,
+        provider.metrics(),
+    )
+    .await;
+    for orphan in &outcome.reported {
+        warn(&format!(
+            "orphan GC: orphaned managed {orphan}; set auto_cleanup_orphans=true to let orb delete it"
+        ));
+    }
+    for orphan in &outcome.deleted {
+        warn(&format!("orphan GC: deleted orphaned managed {orphan}"));
+    }
+    for (orphan, e) in &outcome.failed {
+        warn(&format!("orphan GC: could not delete {orphan}: {e}"));
+    }
+    Ok(outcome)
+}
+
+/// Refreshes every unfinished acquire once (the status path applies `pod_timeout_seconds`
+/// and releases timed-out pods), after settling interrupted ones.
+pub async fn refresh_pass(provider: &K8sProvider, broker: &Broker) {
+    let min_age = Duration::from_secs(provider.config().orphan_min_age_seconds);
+    settle_interrupted_acquires(broker, min_age).await;
+    let unfinished = match broker
+        .store
+        .list_requests(&RequestFilter {
+            request_type: Some(RequestType::Acquire),
+            statuses: vec![
+                RequestStatus::Pending,
+                RequestStatus::InProgress,
+                RequestStatus::Acquiring,
+                RequestStatus::PartialPending,
+            ],
+            ..Default::default()
+        })
+        .await
+    {
+        Ok(requests) => requests,
+        Err(e) => {
+            warn(&format!("timeout GC: unfinished acquires not listed: {e}"));
+            return;
+        }
+    };
+    for request in unfinished {
+        if let Err(e) = broker.refresh(&request.request_id).await {
+            warn(&format!(
+                "timeout GC: request {} not refreshed: {e}",
+                request.request_id
+            ));
+        }
+    }
+}
+
+/// Runs `pass` every `every` (first after one interval) while this replica leads, until
+/// shutdown.
+async fn leader_loop<F, Fut>(
+    every: Duration,
+    leadership: Leadership,
+    mut shutdown: watch::Receiver<bool>,
+    mut pass: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let every = every.max(Duration::from_secs(1));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = ticker.tick() => {}
+        }
+        if leadership.is_leader() {
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => return,
+                _ = pass() => {}
+            }
+        }
+    }
+}
+
+/// Starts leadership, the start-up reconciliation and the leader-only chores; returns the
+/// tasks to wait for at shutdown.
+pub async fn start(
+    provider: Arc<K8sProvider>,
+    state: AppState,
+    options: &DaemonOptions,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Vec<JoinHandle<()>>, String> {
+    let mut tasks = Vec::new();
+    let status = Arc::new(DaemonStatus::default());
+    let leadership = if options.leader_elect {
+        let client = provider
+            .kube_client()
+            .await
+            .map_err(|e| format!("cannot build the Kubernetes client: {e}"))?;
+        let settings = LeaseSettings {
+            name: lease_name(&state.broker().settings.provider_name),
+            namespace: provider
+                .config()
+                .default_namespace(provider.detected_namespace()),
+            identity: lease_identity(),
+            duration: options.lease_duration,
+            grace: options.lease_grace,
+        };
+        let (leadership, task) = elect(
+            client,
+            &settings,
+            provider.metrics().clone(),
+            shutdown.clone(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        info(&format!(
+            "leader election on Lease {}/{} as {}",
+            settings.namespace, settings.name, settings.identity
+        ));
+        tasks.push(task);
+        leadership
+    } else {
+        Leadership::always(provider.metrics())
+    };
+    status.set_leadership(leadership.clone());
+    provider.attach_daemon_status(status.clone());
+
+    // Start-up reconciliation: every replica reports; only the leader settles interrupted
+    // acquires (another replica may be creating right now). Waits briefly for the election.
+    {
+        let (provider, state, status, leadership) = (
+            provider.clone(),
+            state.clone(),
+            status.clone(),
+            leadership.clone(),
+        );
+        let lease_wait = options.lease_grace;
+        let elect = options.leader_elect;
+        tasks.push(tokio::spawn(async move {
+            if elect {
+                let mut rx = leadership.subscribe();
+                let _ = tokio::time::timeout(lease_wait, rx.wait_for(|l| *l)).await;
+            }
+            let report = reconcile(&provider, state.broker(), leadership.is_leader()).await;
+            let line = report.summary();
+            if report.error.is_some() {
+                warn(&line);
+            } else {
+                info(&line);
+            }
+            for orphan in &report.orphans {
+                warn(&format!("reconciliation: orphaned managed {orphan}"));
+            }
+            status.set_reconciliation(report);
+        }));
+    }
+
+    let config = provider.config().clone();
+    if config.orphan_gc_enabled {
+        let (provider, state, leadership, rx) = (
+            provider.clone(),
+            state.clone(),
+            leadership.clone(),
+            shutdown.clone(),
+        );
+        let every = Duration::from_secs(config.orphan_gc_interval_seconds);
+        tasks.push(tokio::spawn(leader_loop(
+            every,
+            leadership,
+            rx,
+            move || {
+                let (provider, state) = (provider.clone(), state.clone());
+                async move {
+                    if let Err(e) = orphan_gc_pass(&provider, state.broker()).await {
+                        warn(&format!(
+                            "orphan GC pass failed: {e}; next try in {every:?}"
+                        ));
+                    }
+                }
+            },
+        )));
+    }
+    {
+        let (provider, state, rx) = (provider.clone(), state.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(leader_loop(
+            options.refresh_interval,
+            leadership,
+            rx,
+            move || {
+                let (provider, state) = (provider.clone(), state.clone());
+                async move { refresh_pass(&provider, state.broker()).await }
+            },
+        )));
+    }
+    Ok(tasks)
+}
