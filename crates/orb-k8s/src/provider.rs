@@ -24,12 +24,13 @@ use crate::config::{
     AuthEnvironment, AuthPlan, K8sProviderConfig, ResolvedConfig, TemplateOverrides,
     kube_config_for, plan_auth, resolve_default_namespace,
 };
-use crate::daemon::{K8sMetrics, PodCache};
+use crate::daemon::{K8sMetrics, NodeIndex, PodCache};
 use crate::error::K8sError;
 use crate::handlers::{HandlerCx, Victims, handler_for};
 use crate::naming::ResourceKind;
 use crate::native_spec::NativeSpecSwitches;
 use crate::provider_data::RequestRecord;
+use crate::resilience::{BreakerState, HandlerBreakers, RetryPolicy, client_with_retries};
 use crate::spec::{FinalBodyError, FinalBodyRequest, FinalWorkload, final_workload};
 use crate::status_cache::ControllerStatusCache;
 
@@ -44,10 +45,15 @@ pub struct K8sProvider {
     pub(crate) status_cache: ControllerStatusCache,
     native: NativeSpecContext,
     metrics: K8sMetrics,
+    /// One circuit breaker per handler kind around the handler calls.
+    breakers: HandlerBreakers,
     /// Set by `orb serve` once its watch cache runs; status reads then skip the LIST.
     pod_cache: OnceLock<Arc<PodCache>>,
     /// Set by `orb serve`: reconciliation report and leadership of its background tasks.
     daemon_status: OnceLock<Arc<crate::daemon::reconcile::DaemonStatus>>,
+    /// Set by `orb serve` when the node or events watcher runs; machines then carry their
+    /// node's facts and disruptions.
+    node_index: OnceLock<Arc<NodeIndex>>,
 }
 
 /// One acquire, planned: its final objects, their namespace and the effective config.
@@ -85,32 +91,61 @@ impl K8sProvider {
         let plan = plan_auth(&resolved.config, &env)
             .map_err(|e| ProviderError::Misconfigured(e.to_string()))?;
         let detected_namespace = resolve_default_namespace(&plan, &env);
+        let metrics = K8sMetrics::new();
         Ok(Self {
             status_cache: ControllerStatusCache::new(resolved.config.controller_status_cache_ttl()),
+            breakers: HandlerBreakers::new(&resolved.config, metrics.clone()),
             resolved,
             auth: Some(plan),
             detected_namespace,
             client: OnceCell::new(),
             native: NativeSpecContext::default(),
-            metrics: K8sMetrics::new(),
+            metrics,
             pod_cache: OnceLock::new(),
             daemon_status: OnceLock::new(),
+            node_index: OnceLock::new(),
         })
     }
 
     /// A provider around an existing client (tests, embedding). `detected_namespace` is the
-    /// namespace used when the config names none.
+    /// namespace used when the config names none. The client is used as it is: orb's retry
+    /// layer is only in clients the provider builds ([`Self::with_kube_config`]).
     pub fn with_client(client: Client, resolved: ResolvedConfig, detected_namespace: &str) -> Self {
+        Self::around(client, K8sMetrics::new(), resolved, detected_namespace)
+    }
+
+    /// A provider whose client is built now from `config`, with orb's retry layer (the
+    /// config's retry settings, retries counted in this provider's metrics).
+    pub fn with_kube_config(
+        mut config: kube::Config,
+        resolved: ResolvedConfig,
+        detected_namespace: &str,
+    ) -> Result<Self, K8sError> {
+        config.default_retry = false;
+        let metrics = K8sMetrics::new();
+        let client =
+            client_with_retries(config, RetryPolicy::from_config(&resolved.config), &metrics)?;
+        Ok(Self::around(client, metrics, resolved, detected_namespace))
+    }
+
+    fn around(
+        client: Client,
+        metrics: K8sMetrics,
+        resolved: ResolvedConfig,
+        detected_namespace: &str,
+    ) -> Self {
         Self {
             status_cache: ControllerStatusCache::new(resolved.config.controller_status_cache_ttl()),
+            breakers: HandlerBreakers::new(&resolved.config, metrics.clone()),
             resolved,
             auth: None,
             detected_namespace: detected_namespace.to_string(),
             client: OnceCell::new_with(Some(client)),
             native: NativeSpecContext::default(),
-            metrics: K8sMetrics::new(),
+            metrics,
             pod_cache: OnceLock::new(),
             daemon_status: OnceLock::new(),
+            node_index: OnceLock::new(),
         }
     }
 
@@ -199,6 +234,20 @@ impl K8sProvider {
         &self.metrics
     }
 
+    /// The circuit breaker of each handler (`pod`, `deployment`, `statefulset`, `job`) now.
+    pub fn circuit_states(&self) -> Vec<(&'static str, BreakerState)> {
+        self.breakers.states()
+    }
+
+    /// Runs a handler call of `kind` through that handler's circuit breaker.
+    pub(crate) async fn guarded<T>(
+        &self,
+        kind: ResourceKind,
+        call: impl std::future::Future<Output = Result<T, K8sError>>,
+    ) -> Result<T, K8sError> {
+        self.breakers.guard(kind, call).await
+    }
+
     /// Lets status reads use `cache` from now on. False when a cache was attached already.
     pub fn attach_pod_cache(&self, cache: Arc<PodCache>) -> bool {
         self.pod_cache.set(cache).is_ok()
@@ -224,6 +273,46 @@ impl K8sProvider {
     /// outside `orb serve`.
     pub fn is_leader(&self) -> bool {
         self.daemon_status.get().is_some_and(|s| s.is_leader())
+    }
+
+    /// Lets machine observations and reclaims use `index` from now on. False when an index
+    /// was attached already.
+    pub fn attach_node_index(&self, index: Arc<NodeIndex>) -> bool {
+        self.node_index.set(index).is_ok()
+    }
+
+    pub fn node_index(&self) -> Option<&Arc<NodeIndex>> {
+        self.node_index.get()
+    }
+
+    /// The live Karpenter disruption of the node `pod` runs on, if the index knows one.
+    pub(crate) fn node_disruption(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Option<crate::daemon::nodes::Disruption> {
+        let index = self.node_index.get()?;
+        let node = pod.spec.as_ref()?.node_name.as_deref()?;
+        index.disruption(node, jiff::Timestamp::now())
+    }
+
+    /// Adds the facts and live disruption of `pod`'s node to its observation (nothing
+    /// without a node index).
+    pub(crate) fn annotate_with_node(
+        &self,
+        observation: &mut orb_core::provider::MachineObservation,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) {
+        let Some(index) = self.node_index.get() else {
+            return;
+        };
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            return;
+        };
+        crate::daemon::nodes::annotate_observation(
+            observation,
+            index.node(node).as_ref(),
+            index.disruption(node, jiff::Timestamp::now()).as_ref(),
+        );
     }
 
     /// The Kubernetes client (built on first use), for the background tasks of `orb serve`.
@@ -260,7 +349,9 @@ impl K8sProvider {
                 .get_or_create(&ReasonLabels { reason: "list" })
                 .inc();
         }
-        crate::handlers::request_pods(client, record).await
+        let kind = record.kind().unwrap_or(ResourceKind::Pod);
+        self.guarded(kind, crate::handlers::request_pods(client, record))
+            .await
     }
 
     pub(crate) async fn client(&self) -> Result<&Client, K8sError> {
@@ -276,7 +367,11 @@ impl K8sProvider {
                 let config = kube_config_for(plan, &namespace)
                     .await
                     .map_err(|e| K8sError::Client(e.to_string()))?;
-                Client::try_from(config).map_err(|e| K8sError::Client(e.to_string()))
+                client_with_retries(
+                    config,
+                    RetryPolicy::from_config(&self.resolved.config),
+                    &self.metrics,
+                )
             })
             .await
     }
@@ -353,8 +448,8 @@ impl K8sProvider {
             ..RequestRecord::default()
         };
         let client = self.client().await?;
-        handler_for(kind)
-            .create(&self.cx(client), workload.built, record)
+        let cx = self.cx(client);
+        self.guarded(kind, handler_for(kind).create(&cx, workload.built, record))
             .await
     }
 
@@ -395,8 +490,11 @@ impl K8sProvider {
                         .and_then(|a| ResourceKind::ALL.into_iter().find(|k| k.as_str() == a))
                 })
                 .unwrap_or(ResourceKind::Pod);
-            match handler_for(kind)
-                .release(&cx, &record, victims.clone())
+            match self
+                .guarded(
+                    kind,
+                    handler_for(kind).release(&cx, &record, victims.clone()),
+                )
                 .await
             {
                 Ok(result) => {

@@ -99,6 +99,7 @@ impl K8sProvider {
         for pod in &pods {
             let name = pod.name_any();
             let mut observation = observe_pod(pod, kind, resource_id.as_deref().unwrap_or(&name));
+            self.annotate_with_node(&mut observation, pod);
             if policy.apply(pod, &mut observation, now) {
                 timed_out.push(pod);
             }
@@ -108,8 +109,11 @@ impl K8sProvider {
         if config.delete_timed_out_pods && !timed_out.is_empty() {
             let victims = still_to_release(kind, &timed_out);
             if !victims.names.is_empty() {
-                match handler_for(kind)
-                    .release(&cx, &record, victims.clone())
+                match self
+                    .guarded(
+                        kind,
+                        handler_for(kind).release(&cx, &record, victims.clone()),
+                    )
                     .await
                 {
                     Ok(_) => {
@@ -139,7 +143,10 @@ impl K8sProvider {
             }
         }
         machines.sort_by(|a, b| a.machine_id.cmp(&b.machine_id));
-        let controller = match handler_for(kind).controller_state(&cx, &record).await {
+        let controller = match self
+            .guarded(kind, handler_for(kind).controller_state(&cx, &record))
+            .await
+        {
             Ok(state) => state,
             Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
         };
@@ -193,7 +200,9 @@ impl K8sProvider {
                 machines.push(match current {
                     Some(pod) => {
                         let resource = record.controller_name().unwrap_or(&m.machine_id);
-                        observe_pod(pod, kind, resource)
+                        let mut observation = observe_pod(pod, kind, resource);
+                        self.annotate_with_node(&mut observation, pod);
+                        observation
                     }
                     None => {
                         let mut gone =

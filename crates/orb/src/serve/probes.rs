@@ -66,6 +66,10 @@ async fn checks(state: &AppState) -> BTreeMap<String, Check> {
     if let Some(k8s) = state.kubernetes() {
         checks.extend(kubernetes_checks(k8s));
         checks.extend(daemon_checks(k8s));
+        checks.insert(
+            "kubernetes_version".to_string(),
+            state.version_check().check(k8s).await,
+        );
     }
     checks
 }
@@ -108,7 +112,47 @@ fn kubernetes_checks(k8s: &orb_k8s::K8sProvider) -> Vec<(String, Check)> {
             },
         ));
     }
+    checks.push(circuit_breakers_check(&k8s.circuit_states()));
     checks
+}
+
+/// The handlers' circuit breakers: failing while any is open (calls of that handler fail
+/// fast), ok when closed, ok with a note while half-open (one probe call is let through).
+fn circuit_breakers_check(
+    states: &[(&'static str, orb_k8s::resilience::BreakerState)],
+) -> (String, Check) {
+    use orb_k8s::resilience::BreakerState;
+    let named = |wanted: BreakerState| -> Vec<&str> {
+        states
+            .iter()
+            .filter(|(_, s)| *s == wanted)
+            .map(|(h, _)| *h)
+            .collect()
+    };
+    let (open, half_open) = (named(BreakerState::Open), named(BreakerState::HalfOpen));
+    let check = if !open.is_empty() {
+        Check {
+            status: FAILING.into(),
+            detail: Some(format!(
+                "circuit breaker open for {}: the Kubernetes API failed repeatedly for these calls; check the apiserver",
+                open.join(", ")
+            )),
+        }
+    } else if !half_open.is_empty() {
+        Check {
+            status: OK.into(),
+            detail: Some(format!(
+                "circuit breaker half-open for {}: the next call probes the apiserver",
+                half_open.join(", ")
+            )),
+        }
+    } else {
+        Check {
+            status: OK.into(),
+            detail: Some("all circuit breakers closed".into()),
+        }
+    };
+    ("circuit_breakers".to_string(), check)
 }
 
 /// The start-up reconciliation and this replica's leadership. Neither fails readiness:
@@ -225,6 +269,10 @@ pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse,
         counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
     }
     state.metrics().set_request_counts(counts.into_values());
+    if let Some(k8s) = state.kubernetes() {
+        // Brings the breaker gauges up to date (open turns half-open with time alone).
+        k8s.circuit_states();
+    }
     let text = state.metrics().encode().map_err(|e| {
         Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -234,4 +282,29 @@ pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse,
         )
     })?;
     Ok(([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orb_k8s::resilience::BreakerState::{Closed, HalfOpen, Open};
+
+    #[test]
+    fn circuit_breakers_fail_readiness_only_while_one_is_open() {
+        let (name, closed) = circuit_breakers_check(&[("pod", Closed), ("job", Closed)]);
+        assert_eq!(
+            (name.as_str(), closed.status.as_str()),
+            ("circuit_breakers", OK)
+        );
+
+        let (_, open) =
+            circuit_breakers_check(&[("pod", Open), ("deployment", HalfOpen), ("job", Open)]);
+        assert_eq!(open.status, FAILING);
+        let detail = open.detail.unwrap();
+        assert!(detail.contains("open for pod, job"), "{detail}");
+
+        let (_, probing) = circuit_breakers_check(&[("pod", Closed), ("deployment", HalfOpen)]);
+        assert_eq!(probing.status, OK);
+        assert!(probing.detail.unwrap().contains("half-open for deployment"));
+    }
 }
