@@ -318,6 +318,30 @@ async fn client_errors_are_answers_and_are_not_retried() {
 }
 
 #[tokio::test]
+async fn watch_requests_pass_through_the_retry_layer_untouched() {
+    let (h, proxy) = harness_through(
+        "watchpass",
+        json!({"max_retries": 3, "retry_base_delay": 0.05}),
+    )
+    .await;
+    let client = h.provider.kube_client().await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client, h.ns.name());
+    let watches = RequestMatch::path("watch=true");
+    proxy.script(watches.clone(), [Fault::ServerError, Fault::ServerError]);
+    let err = maps
+        .watch(&kube::api::WatchParams::default().timeout(5), "0")
+        .await
+        .err()
+        .expect("the injected 500 comes back to the watch caller");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 500),
+        "{err}"
+    );
+    assert_eq!(proxy.requests_matching(&watches).len(), 1, "sent once");
+    assert_eq!(retries(&h, "server_error"), 0);
+}
+
+#[tokio::test]
 async fn the_pod_breaker_opens_fails_fast_and_closes_after_a_good_probe() {
     let (h, proxy) = harness_through(
         "breaker",
