@@ -129,13 +129,13 @@ impl K8sProvider {
                         cs.iter()
                             .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
                     });
+                let grace = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .map(|g| g.max(0) as u64)
+                    .unwrap_or(DEFAULT_TERMINATION_GRACE_SECS);
                 if let Some(c) = disruption {
-                    let grace = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.termination_grace_period_seconds)
-                        .map(|g| g.max(0) as u64)
-                        .unwrap_or(DEFAULT_TERMINATION_GRACE_SECS);
                     let reason = format!(
                         "{}: {}",
                         c.reason.as_deref().unwrap_or("DisruptionTarget"),
@@ -144,6 +144,9 @@ impl K8sProvider {
                             .unwrap_or("the cluster is removing this pod")
                     );
                     notices.push(notice(grace, reason));
+                } else if let Some(node) = self.node_disruption(pod) {
+                    // Karpenter announced it will take the node (events watcher of `orb serve`).
+                    notices.push(notice(grace, node.describe()));
                 }
             }
         }

@@ -4,8 +4,10 @@
 
 pub mod leader;
 pub mod metrics;
+pub mod nodes;
 pub mod pod_cache;
 pub mod reconcile;
 
 pub use metrics::K8sMetrics;
+pub use nodes::NodeIndex;
 pub use pod_cache::PodCache;
