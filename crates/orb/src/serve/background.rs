@@ -107,7 +107,11 @@ pub async fn settle_interrupted_acquires(broker: &Broker, min_age: Duration) -> 
     };
     let now = Timestamp::now();
     let mut lines = Vec::new();
-    for request in unfinished {
+    // A store may be shared by several providers; each settles only its own requests.
+    for request in unfinished
+        .into_iter()
+        .filter(|r| r.provider_name == broker.settings.provider_name)
+    {
         let machines = match broker.machines_of(&request).await {
             Ok(m) => m.len(),
             Err(_) => continue,
@@ -228,7 +232,10 @@ pub async fn refresh_pass(provider: &K8sProvider, broker: &Broker) {
             return;
         }
     };
-    for request in unfinished {
+    for request in unfinished
+        .into_iter()
+        .filter(|r| r.provider_name == broker.settings.provider_name)
+    {
         if let Err(e) = broker.refresh(&request.request_id).await {
             warn(&format!(
                 "timeout GC: request {} not refreshed: {e}",
