@@ -22,7 +22,8 @@ use crate::error::K8sError;
 use crate::naming::ResourceKind;
 
 /// A kube client for `config` with orb's retry layer outermost (it sees each call once, and
-/// every attempt goes through auth again). kube's own retry must be off in `config`.
+/// every attempt goes through auth again). kube's own retry must be off in `config`. Like
+/// kube's `Client::new`, it must run inside a Tokio runtime (both start a buffer task).
 pub fn client_with_retries(
     config: kube::Config,
     policy: RetryPolicy,
