@@ -4,13 +4,17 @@
 //!
 //! - the pod watch cache (`watch_enabled`, on by default): status reads are served from it;
 //!   with `watch_enabled=false` every status read LISTs (polling).
+//! - the node watcher (`node_watch_enabled`) and the node events watcher
+//!   (`events_watch_enabled`) share one node index: machines carry their node's facts and
+//!   Karpenter disruptions.
 //! - the store-aware chores in [`super::background`]: start-up reconciliation, orphan GC,
 //!   timeout GC and the leader Lease that decides which replica runs them.
 
 use std::sync::Arc;
 
 use orb_k8s::K8sProvider;
-use orb_k8s::daemon::PodCache;
+use orb_k8s::daemon::nodes::{run_event_watch, run_node_watch};
+use orb_k8s::daemon::{NodeIndex, PodCache};
 use tokio::sync::watch;
 
 use super::AppState;
@@ -58,6 +62,22 @@ impl Daemon {
             daemon
                 .tasks
                 .push(tokio::spawn(async move { cache.run(client, rx).await }));
+        }
+        if config.node_watch_enabled || config.events_watch_enabled {
+            let index = Arc::new(NodeIndex::new(provider.metrics().clone()));
+            provider.attach_node_index(index.clone());
+            if config.node_watch_enabled {
+                let (index, client, rx) = (index.clone(), client.clone(), shutdown_rx.clone());
+                daemon
+                    .tasks
+                    .push(tokio::spawn(run_node_watch(index, client, rx)));
+            }
+            if config.events_watch_enabled {
+                let (client, rx) = (client.clone(), shutdown_rx.clone());
+                daemon
+                    .tasks
+                    .push(tokio::spawn(run_event_watch(index, client, rx)));
+            }
         }
         let chores =
             background::start(provider.clone(), state, &options, shutdown_rx.clone()).await?;

@@ -115,11 +115,40 @@ pub struct MachineInfo {
     pub private_ip: Option<String>,
     pub public_ip: Option<String>,
     pub launch_time: Option<String>,
+    /// The node's instance type when `orb serve` watches nodes, else `k8s/<Api>`.
     pub instance_type: Option<String>,
+    /// `spot` or `ondemand` from the node's capacity-type label, when known.
     pub price_type: Option<String>,
     pub tags: BTreeMap<String, String>,
+    /// The node the machine runs on, as the node watcher last saw it (`node_watch_enabled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<MachineNode>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// The node a machine runs on (from `provider_data.node`, written when the node watcher runs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MachineNode {
+    #[schema(example = "ip-10-0-3-17.ec2.internal")]
+    pub name: String,
+    #[schema(example = "m5.large")]
+    pub instance_type: Option<String>,
+    #[schema(example = "us-east-1a")]
+    pub zone: Option<String>,
+    #[schema(example = "us-east-1")]
+    pub region: Option<String>,
+    /// `spot` or `ondemand`.
+    #[schema(example = "spot")]
+    pub capacity_type: Option<String>,
+    /// CPU capacity in millicores.
+    #[schema(example = 2000)]
+    pub cpu_millis: Option<u64>,
+    /// Memory capacity in bytes.
+    #[schema(example = 8589934592u64)]
+    pub memory_bytes: Option<u64>,
+    /// The node's Ready condition when last seen.
+    pub ready: bool,
 }
 
 /// A request with its machines (an acquire's machines, or the machines a return covers).
@@ -179,6 +208,10 @@ impl From<&Machine> for MachineInfo {
             instance_type: m.instance_type.clone(),
             price_type: m.price_type.clone(),
             tags: m.tags.clone(),
+            node: m
+                .provider_data
+                .get("node")
+                .and_then(|n| serde_json::from_value(n.clone()).ok()),
             created_at: time(m.created_at),
             updated_at: time(m.updated_at),
         }
@@ -249,4 +282,54 @@ pub struct Check {
     pub status: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orb_core::machine::MachineStatus;
+    use serde_json::json;
+
+    fn machine(provider_data: serde_json::Value) -> Machine {
+        let now: Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        Machine {
+            machine_id: "orb-abc-0000".into(),
+            name: "orb-abc-0000".into(),
+            request_id: orb_core::ids::RequestId::new_acquire(),
+            return_request_id: None,
+            template_id: "worker".into(),
+            provider_name: "k8s".into(),
+            provider_api: Some("Pod".into()),
+            resource_id: None,
+            uid: None,
+            status: MachineStatus::Running,
+            status_reason: None,
+            private_ip: None,
+            public_ip: None,
+            launch_time: None,
+            instance_type: Some("m5.large".into()),
+            price_type: Some("spot".into()),
+            tags: BTreeMap::new(),
+            provider_data,
+            created_at: now,
+            updated_at: now,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn the_node_comes_from_provider_data() {
+        let info = MachineInfo::from(&machine(json!({
+            "node_name": "ip-1",
+            "node": {"name": "ip-1", "instance_type": "m5.large", "zone": "us-east-1a",
+                     "region": "us-east-1", "capacity_type": "spot", "cpu_millis": 2000,
+                     "memory_bytes": 8589934592u64, "ready": true},
+        })));
+        let node = info.node.expect("node facts");
+        assert_eq!(node.zone.as_deref(), Some("us-east-1a"));
+        assert_eq!(node.capacity_type.as_deref(), Some("spot"));
+        assert_eq!(node.cpu_millis, Some(2000));
+        let shown = serde_json::to_value(MachineInfo::from(&machine(json!({})))).unwrap();
+        assert!(shown.get("node").is_none(), "no node key without facts");
+    }
 }
