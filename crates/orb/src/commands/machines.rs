@@ -204,14 +204,37 @@ pub(super) fn machine_row(m: &Machine) -> Vec<String> {
         m.machine_id.clone(),
         m.status.to_string(),
         or_dash(m.private_ip.as_deref()),
+        node_cell(m),
         m.template_id.clone(),
         m.request_id.to_string(),
         or_dash(m.return_request_id.as_ref().map(|r| r.as_str())),
     ]
 }
 
-pub(super) const MACHINE_HEADERS: [&str; 6] =
-    ["MACHINE", "STATUS", "IP", "TEMPLATE", "REQUEST", "RETURN"];
+/// The machine's node, with instance type, capacity type and zone when `orb serve` watched
+/// nodes (`provider_data.node`), e.g. `ip-10-0-3-17 (m5.large spot us-east-1a)`.
+fn node_cell(m: &Machine) -> String {
+    let data = &m.provider_data;
+    let Some(name) = data["node"]["name"]
+        .as_str()
+        .or_else(|| data["node_name"].as_str())
+    else {
+        return "-".into();
+    };
+    let facts: Vec<&str> = ["instance_type", "capacity_type", "zone"]
+        .iter()
+        .filter_map(|k| data["node"][k].as_str())
+        .collect();
+    if facts.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name} ({})", facts.join(" "))
+    }
+}
+
+pub(super) const MACHINE_HEADERS: [&str; 7] = [
+    "MACHINE", "STATUS", "IP", "NODE", "TEMPLATE", "REQUEST", "RETURN",
+];
 
 pub(super) fn view_table(view: &RequestView) -> Table {
     let r = &view.request;
@@ -220,6 +243,7 @@ pub(super) fn view_table(view: &RequestView) -> Table {
         format!("# {} ({})", r.request_id, r.request_type.as_str()),
         r.status.to_string(),
         format!("{}/{}", r.fulfilled_count, r.requested_count),
+        String::new(),
         r.template_id.clone().unwrap_or_default(),
         r.status_message.clone().unwrap_or_default(),
         String::new(),
@@ -246,4 +270,34 @@ async fn list(session: &Session, all: bool) -> CliResult<Output> {
             t
         },
     )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    fn machine(provider_data: Value) -> Machine {
+        serde_json::from_value(json!({
+            "machine_id": "m-0", "name": "m-0", "request_id": "req-00000000-0000-4000-8000-000000000000",
+            "return_request_id": null, "template_id": "t", "provider_name": "k8s",
+            "provider_api": "Pod", "resource_id": null, "uid": null, "status": "running",
+            "status_reason": null, "private_ip": null, "public_ip": null, "launch_time": null,
+            "instance_type": null, "price_type": null, "tags": {}, "provider_data": provider_data,
+            "created_at": "2026-11-30T08:00:00Z", "updated_at": "2026-11-30T08:00:00Z", "version": 1,
+        }))
+        .unwrap()
+    }
+
+    #[rstest]
+    #[case::watched(json!({"node_name": "ip-1", "node": {"name": "ip-1", "instance_type": "m5.large",
+        "capacity_type": "spot", "zone": "us-east-1a"}}), "ip-1 (m5.large spot us-east-1a)")]
+    #[case::partly_known(json!({"node_name": "kwok-node-1", "node": {"name": "kwok-node-1",
+        "instance_type": "kwok.large", "capacity_type": null, "zone": "zone-1"}}), "kwok-node-1 (kwok.large zone-1)")]
+    #[case::not_watched(json!({"node_name": "kwok-node-1"}), "kwok-node-1")]
+    #[case::unscheduled(json!({"node_name": null}), "-")]
+    fn the_node_column(#[case] provider_data: Value, #[case] want: &str) {
+        assert_eq!(node_cell(&machine(provider_data)), want);
+    }
 }
