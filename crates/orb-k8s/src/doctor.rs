@@ -8,6 +8,7 @@
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
+use k8s_openapi::apimachinery::pkg::version::Info;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde::Serialize;
@@ -143,8 +144,35 @@ pub fn check_version(server: &KubernetesVersion, minimum: &KubernetesVersion) ->
         CheckResult::fail(
             "server version",
             format!("{server} is older than min_kubernetes_version {minimum}"),
-            format!("upgrade the cluster to {minimum} or later, or lower min_kubernetes_version"),
+            format!(
+                "upgrade the cluster to {minimum} or later, or lower min_kubernetes_version \
+                 (provider config, or ORB_K8S_MIN_KUBERNETES_VERSION)"
+            ),
         )
+    }
+}
+
+/// The apiserver's version (from `gitVersion`, else `major`/`minor`) against
+/// `min_kubernetes_version` (pure): `orb doctor`'s check, and `orb serve`'s at start and in
+/// `/readyz`.
+pub fn version_result(info: &Info, cfg: &K8sProviderConfig) -> CheckResult {
+    let server = KubernetesVersion::parse(&info.git_version)
+        .or_else(|_| KubernetesVersion::from_server_info(&info.major, &info.minor));
+    match (server, cfg.min_server_version()) {
+        (Ok(server), Ok(min)) => check_version(&server, &min),
+        (Err(e), _) => CheckResult::fail(
+            "server version",
+            format!(
+                "cannot read the server version {:?} ({:?}.{:?}): {e}",
+                info.git_version, info.major, info.minor
+            ),
+            "check that the endpoint is a Kubernetes apiserver",
+        ),
+        (_, Err(e)) => CheckResult::fail(
+            "server version",
+            format!("min_kubernetes_version is not a version: {e}"),
+            "set min_kubernetes_version to e.g. \"1.28\"",
+        ),
     }
 }
 
@@ -170,25 +198,7 @@ pub async fn run_checks(
         "connectivity",
         format!("apiserver {}", info.git_version),
     ));
-    match (
-        KubernetesVersion::from_server_info(&info.major, &info.minor),
-        cfg.min_server_version(),
-    ) {
-        (Ok(server), Ok(min)) => results.push(check_version(&server, &min)),
-        (Err(e), _) => results.push(CheckResult::fail(
-            "server version",
-            format!(
-                "cannot read the server version {:?}.{:?}: {e}",
-                info.major, info.minor
-            ),
-            "check that the endpoint is a Kubernetes apiserver",
-        )),
-        (_, Err(e)) => results.push(CheckResult::fail(
-            "server version",
-            format!("min_kubernetes_version is not a version: {e}"),
-            "set min_kubernetes_version to e.g. \"1.28\"",
-        )),
-    }
+    results.push(version_result(&info, cfg));
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     for p in required_permissions(cfg, scope) {
         let where_ = p
@@ -299,5 +309,23 @@ mod tests {
         assert!(!r.ok);
         assert!(r.fix.unwrap().contains("1.28"));
         assert!(check_version(&min, &min).ok);
+    }
+
+    #[test]
+    fn the_server_version_comes_from_git_version_else_major_minor() {
+        let cfg = K8sProviderConfig::default();
+        let info = |git: &str, major: &str, minor: &str| Info {
+            git_version: git.into(),
+            major: major.into(),
+            minor: minor.into(),
+            ..Default::default()
+        };
+        assert!(version_result(&info("v1.37.2", "1", "37"), &cfg).ok);
+        assert!(version_result(&info("v1.37.0-rc.1+abc", "", ""), &cfg).ok);
+        let old = version_result(&info("weird", "1", "27+"), &cfg);
+        assert!(!old.ok);
+        assert_eq!(old.detail, "1.27 is older than min_kubernetes_version 1.28");
+        assert!(old.fix.unwrap().contains("ORB_K8S_MIN_KUBERNETES_VERSION"));
+        assert!(!version_result(&info("", "", ""), &cfg).ok);
     }
 }

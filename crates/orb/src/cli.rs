@@ -64,6 +64,18 @@ pub struct GlobalArgs {
     /// "default", then the first enabled one).
     #[arg(long, global = true, value_name = "NAME")]
     pub provider_name: Option<String>,
+
+    /// Where HostFactory calls go: unix:PATH or http://HOST:PORT of a running `orb serve`,
+    /// or `off` to always work in this process. Default: config.json's `daemon` section,
+    /// else `orb serve`'s socket <work dir>/orb.sock when it exists. A daemon that does not
+    /// answer is skipped with a note on stderr.
+    #[arg(
+        long,
+        global = true,
+        env = "ORB_DAEMON",
+        value_name = "unix:PATH|URL|off"
+    )]
+    pub daemon: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -126,24 +138,30 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
     pub listen: std::net::SocketAddr,
     /// Require a Bearer token on every API route, checked with the Kubernetes TokenReview
-    /// API (probes, /metrics and the OpenAPI document stay open).
+    /// API (probes, /metrics and the OpenAPI document stay open). The provider setting
+    /// inbound_auth_enabled (or ORB_K8S_INBOUND_AUTH_ENABLED=true) turns it on too.
     #[arg(long)]
     pub auth_token_review: bool,
     /// Who gets which role: NAMESPACE:SERVICEACCOUNT=ROLE, *:SERVICEACCOUNT=ROLE or
-    /// USERNAME=ROLE, with ROLE viewer, operator or admin. Repeatable.
-    #[arg(
-        long = "auth-role",
-        value_name = "WHO=ROLE",
-        requires = "auth_token_review"
-    )]
+    /// USERNAME=ROLE, with ROLE viewer, operator or admin. Repeatable; adds to (and for the
+    /// same WHO replaces) config.json's serve.auth.roles.
+    #[arg(long = "auth-role", value_name = "WHO=ROLE")]
     pub auth_roles: Vec<String>,
-    /// Role of authenticated callers no --auth-role names (default: none; they get 403).
-    #[arg(long, value_name = "ROLE", requires = "auth_token_review")]
+    /// Role of authenticated callers no role mapping names (default: config.json's
+    /// serve.auth.default_role, else none: they get 403).
+    #[arg(long, value_name = "ROLE")]
     pub auth_default_role: Option<String>,
-    /// Kubeconfig for the TokenReview calls (default: $KUBECONFIG, ~/.kube/config, else
-    /// the in-cluster service account).
-    #[arg(long, value_name = "PATH", requires = "auth_token_review")]
+    /// Kubeconfig for the TokenReview calls (default: the provider's Kubernetes connection).
+    #[arg(long, value_name = "PATH")]
     pub auth_kubeconfig: Option<PathBuf>,
+    /// Also serve the API on this Unix socket, for the HostFactory scripts (default:
+    /// config.json's daemon.socket, else <work dir>/orb.sock). Only the owner may connect
+    /// (mode 0600); it needs no Bearer token.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_socket")]
+    pub socket: Option<PathBuf>,
+    /// Serve no Unix socket; the HostFactory scripts then work directly.
+    #[arg(long)]
+    pub no_socket: bool,
     /// Hold a Kubernetes Lease (orb-serve-<provider> in the provider's namespace) so that of
     /// several replicas sharing one store only the leader runs orphan GC, timeout GC and the
     /// resume of interrupted acquires; every replica serves the API. Default: true with a

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod commands;
 pub mod context;
 pub mod failure;
+pub mod hostfactory;
 pub mod provider_factory;
 pub mod render;
 pub mod scripts;

@@ -23,9 +23,17 @@ fn number(part: &str) -> Option<u32> {
         .flatten()
 }
 
+/// Whether everything after `MAJOR.MINOR.` is digits then `-` or `+` and anything.
+fn patch_with_suffix(body: &str, major: &str, minor: &str) -> bool {
+    let rest = &body[major.len() + minor.len() + 2..];
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && matches!(rest[digits..].chars().next(), Some('-' | '+'))
+}
+
 impl KubernetesVersion {
-    /// Accepts `1.28`, `v1.28` and `1.28.3`; the patch level is ignored because support is
-    /// decided per minor release.
+    /// Accepts `1.28`, `v1.28`, `1.28.3` and a server's `v1.28.3-rc.1+abc`; the patch level
+    /// (and any pre-release or build suffix after it) is ignored because support is decided
+    /// per minor release.
     pub fn parse(value: &str) -> Result<Self, VersionError> {
         let err = || VersionError {
             value: value.to_string(),
@@ -36,6 +44,8 @@ impl KubernetesVersion {
         let (major, minor) = match parts.as_slice() {
             [major, minor] => (major, minor),
             [major, minor, patch] if number(patch).is_some() => (major, minor),
+            // A pre-release or build suffix only follows a patch number: "0-rc", "2+abc".
+            [major, minor, _, ..] if patch_with_suffix(body, major, minor) => (major, minor),
             _ => return Err(err()),
         };
         Ok(Self {
@@ -80,11 +90,32 @@ mod tests {
     #[case::negative("1.-2", None)]
     #[case::four_parts("1.2.3.4", None)]
     #[case::bad_patch("1.28.x", None)]
+    #[case::server_git_version("v1.37.2", Some((1, 37)))]
+    #[case::pre_release_and_build("1.37.0-rc.1+abc", Some((1, 37)))]
+    #[case::build_only("v1.37.2+k3s1", Some((1, 37)))]
+    #[case::suffix_without_patch("1.37-rc.1", None)]
+    #[case::suffix_without_digits("1.37.-rc", None)]
     fn parse(#[case] value: &str, #[case] expected: Option<(u32, u32)>) {
         let got = KubernetesVersion::parse(value)
             .ok()
             .map(|v| (v.major, v.minor));
         assert_eq!(got, expected);
+    }
+
+    #[rstest]
+    #[case::older_minor("v1.27.9", "1.28", false)]
+    #[case::same_minor_any_patch("v1.28.0-rc.1+abc", "1.28", true)]
+    #[case::newer("1.37", "1.28", true)]
+    #[case::numeric_not_lexical("1.10", "1.9", true)]
+    #[case::newer_major("2.0", "1.37", true)]
+    fn versions_compare_by_major_then_minor(
+        #[case] server: &str,
+        #[case] minimum: &str,
+        #[case] new_enough: bool,
+    ) {
+        let server = KubernetesVersion::parse(server).unwrap();
+        let minimum = KubernetesVersion::parse(minimum).unwrap();
+        assert_eq!(server >= minimum, new_enough);
     }
 
     #[test]

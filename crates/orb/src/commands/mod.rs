@@ -19,6 +19,7 @@ use crate::broker::{Broker, BrokerSettings, ProviderHandle};
 use crate::cli::{Cli, Command, GlobalArgs, SchedulerKind};
 use crate::context::{self, LoadedConfig};
 use crate::failure::{CliResult, Failure};
+use crate::hostfactory::HfEnv;
 use crate::provider_factory::{ProviderContext, build_provider_for_app};
 use crate::render;
 
@@ -86,15 +87,34 @@ impl Session {
         loaded: &LoadedConfig,
         provider: Option<Arc<dyn orb_core::provider::Provider>>,
     ) -> CliResult<(Broker, Vec<String>)> {
+        let env = self.broker_env(loaded, provider).await?;
+        Ok((env.broker, env.warnings))
+    }
+
+    /// The broker for a HostFactory operation, keeping why the template file could not be
+    /// read (getAvailableTemplates fails with it; the other operations only warn).
+    pub async fn hostfactory_env(&self, loaded: &LoadedConfig) -> CliResult<HfEnv> {
+        self.broker_env(loaded, None).await
+    }
+
+    async fn broker_env(
+        &self,
+        loaded: &LoadedConfig,
+        provider: Option<Arc<dyn orb_core::provider::Provider>>,
+    ) -> CliResult<HfEnv> {
         let entry = context::select_provider(&self.global, loaded)?.clone();
         // Status, returns and cancels work on stored requests even when the template file is
         // missing or broken; an acquire then finds no template and says which exist.
-        let (catalog, warnings) = match context::load_catalog(&self.dirs, &entry) {
+        let (catalog, warnings, catalog_failure) = match context::load_catalog(&self.dirs, &entry) {
             Ok(catalog) => {
                 let warnings = catalog.warnings.clone();
-                (catalog, warnings)
+                (catalog, warnings, None)
             }
-            Err(failure) => (Default::default(), vec![failure.message]),
+            Err(failure) => (
+                Default::default(),
+                vec![failure.message.clone()],
+                Some(failure),
+            ),
         };
         let store = context::open_store(&loaded.config, &self.dirs).await?;
         let provider_context = ProviderContext {
@@ -123,7 +143,11 @@ impl Session {
             catalog,
             clock: Arc::new(jiff::Timestamp::now),
         };
-        Ok((broker, warnings))
+        Ok(HfEnv {
+            broker,
+            warnings,
+            catalog_failure,
+        })
     }
 }
 
@@ -131,6 +155,9 @@ impl Session {
 pub fn run(cli: Cli) -> Output {
     let session = Session::new(cli.global);
     let command = cli.command;
+    if let Some(op) = crate::hostfactory::operation_of(&session, &command) {
+        return crate::hostfactory::run_call(&session, op);
+    }
     let result = match command {
         Command::Completions { shell } => Ok(Output::ok(completions(shell))),
         Command::Hostfactory(cmd) => hostfactory::run(&session, cmd),
@@ -149,22 +176,28 @@ pub fn run(cli: Cli) -> Output {
     };
     match result {
         Ok(output) => output,
-        Err(failure) => {
-            let hostfactory = session.scheduler_hint() == SchedulerKind::Hostfactory;
-            let stdout = if hostfactory {
-                render::json(&ErrorReply {
-                    message: failure.message.clone(),
-                })
-                .unwrap_or_default()
-            } else {
-                String::new()
-            };
-            Output {
-                stdout,
-                stderr: vec![format!("error: {}", failure.message)],
-                exit: failure.code(),
-            }
-        }
+        Err(failure) => failure_output(
+            &failure,
+            session.scheduler_hint() == SchedulerKind::Hostfactory,
+        ),
+    }
+}
+
+/// A failed command: one `error:` line on stderr, its exit code, and for HostFactory a
+/// `{"message": ...}` reply on stdout (HostFactory always parses one).
+pub fn failure_output(failure: &Failure, hostfactory: bool) -> Output {
+    let stdout = if hostfactory {
+        render::json(&ErrorReply {
+            message: failure.message.clone(),
+        })
+        .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Output {
+        stdout,
+        stderr: vec![format!("error: {}", failure.message)],
+        exit: failure.code(),
     }
 }
 

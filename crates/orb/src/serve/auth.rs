@@ -151,8 +151,16 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     if PUBLIC.contains(&path) {
         return None;
     }
-    let changes_state =
-        *method != Method::GET && *method != Method::HEAD && path != "/api/v1/templates/validate";
+    // HostFactory's read operations are POSTs (they carry the script's input) but read only.
+    const HOSTFACTORY_READS: [&str; 3] = [
+        "/api/v1/hostfactory/getAvailableTemplates",
+        "/api/v1/hostfactory/getRequestStatus",
+        "/api/v1/hostfactory/getReturnRequests",
+    ];
+    let changes_state = *method != Method::GET
+        && *method != Method::HEAD
+        && path != "/api/v1/templates/validate"
+        && !HOSTFACTORY_READS.contains(&path);
     Some(if changes_state {
         Role::Operator
     } else {
@@ -372,6 +380,16 @@ mod tests {
     #[case(Method::POST, "/api/v1/machines/request", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/machines/return", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/requests/req-1/cancel", Some(Role::Operator))]
+    #[case(
+        Method::POST,
+        "/api/v1/hostfactory/getRequestStatus",
+        Some(Role::Viewer)
+    )]
+    #[case(
+        Method::POST,
+        "/api/v1/hostfactory/requestMachines",
+        Some(Role::Operator)
+    )]
     fn each_route_needs_its_role(
         #[case] method: Method,
         #[case] path: &str,

@@ -5,15 +5,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::auth::{Auth, RoleMap, parse_role_flag};
+use super::auth::Auth;
+use super::auth_config::{self, AuthPlan, inbound_auth_requested};
 use super::background::DaemonOptions;
 use super::daemon::Daemon;
+use super::hostfactory::TemplateSource;
+use super::socket::bind_owner_only;
 use super::token_review::TokenReviewVerifier;
-use super::{AppState, ServeOptions, router};
+use super::version_gate::refuse_old_apiserver;
+use super::{AppState, ServeOptions, local_router, router};
 use crate::cli::ServeArgs;
 use crate::commands::{Output, Session};
 use crate::context;
 use crate::failure::{CliResult, Failure};
+use crate::hostfactory::daemon_target::DaemonSection;
 use crate::provider_factory::{KUBERNETES_TYPES, ProviderContext, build_kubernetes_provider};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -30,60 +35,49 @@ pub fn run(session: &Session, args: ServeArgs) -> CliResult<Output> {
 /// How long a token the apiserver accepted is trusted without asking again.
 const TOKEN_CACHE_TTL: Duration = Duration::from_secs(30);
 
-/// The inbound-auth settings from the flags; every problem is reported before anything starts.
-async fn auth_from(args: &ServeArgs) -> CliResult<Option<Arc<Auth>>> {
-    if !args.auth_token_review {
-        return Ok(None);
-    }
-    let pairs = args
-        .auth_roles
-        .iter()
-        .map(|flag| parse_role_flag(flag))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(Failure::invalid)?;
-    let default = args
-        .auth_default_role
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .map_err(|e: String| Failure::invalid(format!("--auth-default-role: {e}")))?;
-    if pairs.is_empty() && default.is_none() {
-        return Err(Failure::invalid(
-            "--auth-token-review needs at least one --auth-role WHO=ROLE (or --auth-default-role), \
-             otherwise every caller would be refused",
-        ));
-    }
-    let roles = RoleMap::parse(
-        pairs
-            .iter()
-            .map(|(who, role)| (who.as_str(), role.as_str())),
-        default,
-    )
-    .map_err(Failure::invalid)?;
-    let config = match &args.auth_kubeconfig {
-        Some(path) => {
+/// The TokenReview authenticator for `plan`: its own kubeconfig when one is set, else the
+/// provider's Kubernetes connection, else the usual kubeconfig lookup.
+async fn authenticator(
+    plan: AuthPlan,
+    provider: Option<&Arc<orb_k8s::K8sProvider>>,
+) -> CliResult<Arc<Auth>> {
+    let client = match (&plan.kubeconfig, provider) {
+        (Some(path), _) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
                 Failure::invalid(format!(
-                    "--auth-kubeconfig {}: {e}; point it at a readable kubeconfig",
+                    "auth kubeconfig {}: {e}; point --auth-kubeconfig (or serve.auth.kubeconfig) \
+                     at a readable kubeconfig",
                     path.display()
                 ))
             })?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
                 .map_err(|e| {
-                    Failure::invalid(format!("--auth-kubeconfig {}: {e}", path.display()))
-                })?
+                    Failure::invalid(format!("auth kubeconfig {}: {e}", path.display()))
+                })?;
+            kube::Client::try_from(config).map_err(|e| {
+                Failure::generic(format!("cannot build the TokenReview client: {e}"))
+            })?
         }
-        None => kube::Config::infer().await.map_err(|e| {
+        (None, Some(provider)) => provider.kube_client().await.map_err(|e| {
             Failure::invalid(format!(
-                "no Kubernetes credentials for TokenReview ({e}); pass --auth-kubeconfig PATH"
+                "no Kubernetes client for TokenReview ({e}); fix the provider's connection \
+                 settings or pass --auth-kubeconfig PATH"
             ))
         })?,
+        (None, None) => {
+            let config = kube::Config::infer().await.map_err(|e| {
+                Failure::invalid(format!(
+                    "no Kubernetes credentials for TokenReview ({e}); pass --auth-kubeconfig PATH"
+                ))
+            })?;
+            kube::Client::try_from(config).map_err(|e| {
+                Failure::generic(format!("cannot build the TokenReview client: {e}"))
+            })?
+        }
     };
-    let client = kube::Client::try_from(config)
-        .map_err(|e| Failure::generic(format!("cannot build the TokenReview client: {e}")))?;
     let verifier = Arc::new(TokenReviewVerifier::new(client, vec![]));
-    Ok(Some(Arc::new(Auth::new(verifier, roles, TOKEN_CACHE_TTL))))
+    Ok(Arc::new(Auth::new(verifier, plan.roles, TOKEN_CACHE_TTL)))
 }
 
 /// `--leader-elect`, by default on exactly when the store is PostgreSQL (the one store
@@ -95,9 +89,9 @@ fn leader_elect(args: &ServeArgs, state: &AppState) -> bool {
 
 async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let listen: SocketAddr = args.listen;
-    let auth = auth_from(&args).await?;
     let loaded = session.config()?;
     let entry = context::select_provider(&session.global, &loaded)?.clone();
+    let socket_path = socket_path(session, &args, &loaded)?;
     // The Kubernetes provider is built as its concrete type so the daemon can run its watch
     // cache and background tasks on it; any other provider (or a Kubernetes config that does
     // not build, which /readyz then reports) is served without them.
@@ -111,6 +105,23 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         } else {
             None
         };
+    // Every auth problem is reported before anything starts.
+    let inbound_auth_enabled = match &kubernetes {
+        Some(provider) => provider.config().inbound_auth_enabled,
+        None => inbound_auth_requested(&entry.config),
+    };
+    let auth_plan = auth_config::plan(&args, &loaded.config.other, inbound_auth_enabled)
+        .map_err(Failure::invalid)?;
+    if let Some(provider) = &kubernetes
+        && let Some(warning) = refuse_old_apiserver(provider).await?
+    {
+        eprintln!("warning: {warning}");
+    }
+    let auth_source = auth_plan.as_ref().map(|plan| plan.switched_on_by);
+    let auth = match auth_plan {
+        Some(plan) => Some(authenticator(plan, kubernetes.as_ref()).await?),
+        None => None,
+    };
     let (broker, warnings) = session
         .broker_using(
             &loaded,
@@ -150,7 +161,11 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         }
         None => None,
     };
-    let app = router(state);
+    state.reload_templates_from(TemplateSource {
+        config_dir: session.dirs.config_dir.path.clone(),
+        entry: entry.clone(),
+    });
+    let app = router(state.clone());
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         Failure::generic(format!(
             "cannot listen on {listen}: {e}; pick another address with --listen HOST:PORT"
@@ -160,16 +175,40 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     eprintln!(
         "orb serve: listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
         entry.name,
-        if args.auth_token_review {
-            "Bearer tokens checked by TokenReview"
-        } else {
-            "no authentication"
+        match auth_source {
+            Some(source) => format!("Bearer tokens checked by TokenReview ({source})"),
+            None => "no authentication".to_string(),
         }
     );
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
+    let local = match socket_path {
+        Some(path) => {
+            let (socket, file) = bind_owner_only(&path)?;
+            eprintln!(
+                "orb serve: HostFactory scripts reach it at unix:{} (owner only, no token)",
+                file.path().display()
+            );
+            let served = axum::serve(socket, local_router(state))
+                .with_graceful_shutdown(until_stopped(stopping.clone()));
+            Some((tokio::spawn(served.into_future()), file))
+        }
+        None => None,
+    };
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(until_stopped(stopping))
         .await
         .map_err(|e| Failure::generic(format!("the HTTP server stopped: {e}")))?;
+    if let Some((task, file)) = local {
+        let _ = task.await;
+        drop(file);
+    }
     if let Some(daemon) = daemon {
         daemon.shutdown().await;
     }
@@ -177,6 +216,22 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         stdout: String::new(),
         stderr: vec!["orb serve: stopped".into()],
         exit: 0,
+    })
+}
+
+/// `--socket`, else config.json's `daemon.socket`, else `<work dir>/orb.sock`; none with
+/// `--no-socket` or `daemon.enabled=false`.
+fn socket_path(
+    session: &Session,
+    args: &ServeArgs,
+    loaded: &context::LoadedConfig,
+) -> CliResult<Option<std::path::PathBuf>> {
+    let section = DaemonSection::from_config(&loaded.config.other)
+        .map_err(|e| Failure::invalid(format!("{}: {e}", loaded.file.display())))?;
+    Ok(match (&args.socket, args.no_socket) {
+        (_, true) => None,
+        (Some(path), false) => Some(path.clone()),
+        (None, false) => section.serve_socket(&session.dirs.work_dir.path),
     })
 }
 

@@ -3,21 +3,25 @@
 //! the same [`Broker`] the command line uses, and turn its answers into JSON or problems.
 
 pub mod auth;
+pub mod auth_config;
 pub mod background;
 pub mod command;
 pub mod daemon;
 mod events;
 mod extract;
+pub mod hostfactory;
 mod machines;
 pub mod metrics;
 pub mod model;
 mod probes;
 pub mod problem;
 mod requests;
+pub mod socket;
 mod templates;
 pub mod token_review;
+pub mod version_gate;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -69,6 +73,8 @@ struct Inner {
     metrics: Metrics,
     options: ServeOptions,
     kubernetes: Option<Arc<orb_k8s::K8sProvider>>,
+    template_source: OnceLock<hostfactory::TemplateSource>,
+    version_check: version_gate::VersionCheckCache,
 }
 
 impl AppState {
@@ -79,6 +85,8 @@ impl AppState {
                 metrics: Metrics::new(),
                 options,
                 kubernetes: None,
+                template_source: OnceLock::new(),
+                version_check: Default::default(),
             }),
         }
     }
@@ -96,6 +104,8 @@ impl AppState {
                 metrics: Metrics::with_kubernetes(provider.metrics()),
                 options,
                 kubernetes: Some(provider),
+                template_source: OnceLock::new(),
+                version_check: Default::default(),
             }),
         }
     }
@@ -115,6 +125,21 @@ impl AppState {
 
     pub fn options(&self) -> &ServeOptions {
         &self.inner.options
+    }
+
+    /// Makes the HostFactory route re-read the template file on every call, as the direct
+    /// path does (without it, the route uses the broker's catalog).
+    pub fn reload_templates_from(&self, source: hostfactory::TemplateSource) {
+        let _ = self.inner.template_source.set(source);
+    }
+
+    pub fn template_source(&self) -> Option<&hostfactory::TemplateSource> {
+        self.inner.template_source.get()
+    }
+
+    /// `/readyz`'s cached `kubernetes_version` check.
+    pub fn version_check(&self) -> &version_gate::VersionCheckCache {
+        &self.inner.version_check
     }
 }
 
@@ -153,6 +178,7 @@ impl utoipa::Modify for BearerScheme {
         (name = "templates", description = "Machine templates"),
         (name = "machines", description = "Request and return machines"),
         (name = "requests", description = "Follow and cancel requests"),
+        (name = "hostfactory", description = "The five HostFactory operations, answered as their scripts would (used by the scripts through the daemon's Unix socket)"),
         (name = "probes", description = "Liveness, readiness, health and metrics"),
     )
 )]
@@ -171,6 +197,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(requests::request_status))
         .routes(routes!(requests::cancel_request))
         .routes(routes!(events::request_events))
+        .routes(routes!(hostfactory::hostfactory_call))
         .routes(routes!(probes::livez))
         .routes(routes!(probes::readyz))
         .routes(routes!(probes::health))
@@ -193,6 +220,16 @@ pub fn openapi_json() -> String {
 
 /// The whole HTTP service.
 pub fn router(state: AppState) -> Router {
+    let auth = state.options().auth.clone();
+    router_with_auth(state, auth)
+}
+
+/// The same service without Bearer checks, for the owner-only Unix socket.
+pub fn local_router(state: AppState) -> Router {
+    router_with_auth(state, None)
+}
+
+fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
     let (routes, api) = api_router().split_for_parts();
     let document = api.to_pretty_json().unwrap_or_default();
     let routes = routes
@@ -202,11 +239,8 @@ pub fn router(state: AppState) -> Router {
         )
         .fallback(not_found);
     // Authentication runs inside the HTTP counter, so refusals are counted too.
-    let routes = match &state.options().auth {
-        Some(auth) => routes.layer(middleware::from_fn_with_state(
-            auth.clone(),
-            auth::require_token,
-        )),
+    let routes = match auth {
+        Some(auth) => routes.layer(middleware::from_fn_with_state(auth, auth::require_token)),
         None => routes,
     };
     routes

@@ -1,0 +1,136 @@
+//! Sends one HostFactory call to a running `orb serve` over HTTP/1 (a Unix socket or TCP)
+//! and returns the script reply it computed.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::daemon_target::DaemonTarget;
+use super::operations::{Operation, ScriptReply};
+
+/// Why a forward did not produce a reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    /// Nothing reached the daemon (no socket, refused, connect timeout, or it refused the
+    /// call before running it: 401, 403, 404); running directly is safe.
+    #[error("{0}")]
+    NotSent(String),
+    /// The call may have reached the daemon (broken connection, reply timeout, a reply that
+    /// is not a script reply). Repeating a request or return directly could do it twice.
+    #[error("{0}")]
+    Unanswered(String),
+}
+
+/// The route a call goes to.
+pub fn route(op: Operation) -> String {
+    format!("/api/v1/hostfactory/{}", op.name())
+}
+
+pub async fn forward(
+    target: &DaemonTarget,
+    op: Operation,
+    input: Option<&Value>,
+    connect_timeout: Duration,
+    reply_timeout: Duration,
+) -> Result<ScriptReply, ForwardError> {
+    let body = match input {
+        Some(value) => serde_json::to_vec(value)
+            .map_err(|e| ForwardError::NotSent(format!("cannot encode the input: {e}")))?,
+        None => Vec::new(),
+    };
+    let not_sent = |e: std::io::Error| ForwardError::NotSent(format!("cannot connect: {e}"));
+    let connect_timed_out = || {
+        ForwardError::NotSent(format!(
+            "no connection within {} ms",
+            connect_timeout.as_millis()
+        ))
+    };
+    match target {
+        DaemonTarget::Unix(path) => {
+            let stream =
+                tokio::time::timeout(connect_timeout, tokio::net::UnixStream::connect(path))
+                    .await
+                    .map_err(|_| connect_timed_out())?
+                    .map_err(not_sent)?;
+            exchange(
+                stream,
+                "localhost",
+                op,
+                body,
+                connect_timeout,
+                reply_timeout,
+            )
+            .await
+        }
+        DaemonTarget::Http(authority) => {
+            let stream =
+                tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(authority))
+                    .await
+                    .map_err(|_| connect_timed_out())?
+                    .map_err(not_sent)?;
+            exchange(stream, authority, op, body, connect_timeout, reply_timeout).await
+        }
+    }
+}
+
+async fn exchange<S>(
+    stream: S,
+    host: &str,
+    op: Operation,
+    body: Vec<u8>,
+    connect_timeout: Duration,
+    reply_timeout: Duration,
+) -> Result<ScriptReply, ForwardError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = tokio::time::timeout(
+        connect_timeout,
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+    )
+    .await
+    .map_err(|_| ForwardError::NotSent("the HTTP handshake timed out".into()))?
+    .map_err(|e| ForwardError::NotSent(format!("HTTP handshake failed: {e}")))?;
+    let driver = tokio::spawn(connection);
+    let request = Request::post(route(op))
+        .header(header::HOST, host)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| ForwardError::NotSent(format!("cannot build the request: {e}")))?;
+    let reply = tokio::time::timeout(reply_timeout, async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| ForwardError::Unanswered(format!("the connection broke: {e}")))?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ForwardError::Unanswered(format!("the reply broke off: {e}")))?
+            .to_bytes();
+        Ok::<_, ForwardError>((status, bytes))
+    })
+    .await;
+    driver.abort();
+    let (status, bytes) = reply.map_err(|_| {
+        ForwardError::Unanswered(format!("no reply within {} s", reply_timeout.as_secs()))
+    })??;
+    let text = String::from_utf8_lossy(&bytes);
+    match status {
+        StatusCode::OK => serde_json::from_slice(&bytes).map_err(|e| {
+            ForwardError::Unanswered(format!("the reply is not a script reply ({e}): {text}"))
+        }),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND => Err(
+            ForwardError::NotSent(format!("the daemon refused the call ({status}): {text}")),
+        ),
+        other => Err(ForwardError::Unanswered(format!(
+            "the daemon answered {other}: {text}"
+        ))),
+    }
+}

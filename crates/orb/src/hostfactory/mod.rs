@@ -1,0 +1,144 @@
+//! The five HostFactory operations (getAvailableTemplates, requestMachines,
+//! requestReturnMachines, getRequestStatus, getReturnRequests). A call goes to a running
+//! `orb serve` when one is configured or its default socket exists, and runs in this
+//! process otherwise; both ways run [`run_operation`], so stdout and the exit code match.
+
+pub mod daemon_client;
+pub mod daemon_target;
+mod operations;
+
+pub use operations::{
+    HfEnv, Operation, ScriptReply, get_available_templates, get_request_status,
+    get_return_requests, request_machines, request_return_machines, run_operation, submitted,
+    submitted_output,
+};
+
+use serde_json::Value;
+
+use self::daemon_client::{ForwardError, forward};
+use self::daemon_target::{Choice, DEFAULT_SOCKET_FILE, DaemonSection, choose};
+use crate::cli::{Command, MachinesCommand, RequestsCommand, SchedulerKind, TemplatesCommand};
+use crate::commands::{Output, Session, failure_output};
+use crate::context;
+use crate::failure::{CliResult, Failure};
+
+/// The HostFactory operation this command line is, when it is one the daemon can answer:
+/// HostFactory conventions, and the input given as HostFactory JSON (`-f`/`-d`) for the
+/// operations that need one. Plain CLI forms (`machines request T N --wait`) run directly.
+pub fn operation_of(session: &Session, command: &Command) -> Option<Operation> {
+    let has_input = session.global.file.is_some() || session.global.data.is_some();
+    let op = match command {
+        Command::Templates(TemplatesCommand::List) => Operation::GetAvailableTemplates,
+        Command::Requests(RequestsCommand::ListReturns) => Operation::GetReturnRequests,
+        Command::Machines(MachinesCommand::Request {
+            template_id: None,
+            count: None,
+            wait: false,
+            ..
+        }) if has_input => Operation::RequestMachines,
+        Command::Machines(MachinesCommand::Return {
+            machine_ids,
+            request_id: None,
+        }) if has_input && machine_ids.is_empty() => Operation::RequestReturnMachines,
+        Command::Requests(RequestsCommand::Status { request_ids })
+            if has_input && request_ids.is_empty() =>
+        {
+            Operation::GetRequestStatus
+        }
+        _ => return None,
+    };
+    (session.scheduler_hint() == SchedulerKind::Hostfactory).then_some(op)
+}
+
+/// Runs one HostFactory call: through the daemon when one answers, else directly.
+pub fn run_call(session: &Session, op: Operation) -> Output {
+    let input = match context::hostfactory_input(&session.global) {
+        Ok(input) => input,
+        Err(failure) => return failure_output(&failure, true),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return failure_output(
+                &Failure::generic(format!("cannot start the async runtime: {e}")),
+                true,
+            );
+        }
+    };
+    runtime.block_on(call(session, op, input.as_ref()))
+}
+
+async fn call(session: &Session, op: Operation, input: Option<&Value>) -> Output {
+    let (choice, section) = match daemon_choice(session) {
+        Ok(found) => found,
+        Err(failure) => return failure_output(&failure, true),
+    };
+    let Choice::Daemon { target, origin } = choice else {
+        return direct(session, op, input).await;
+    };
+    let reply = forward(
+        &target,
+        op,
+        input,
+        section.connect_timeout(),
+        section.reply_timeout(),
+    )
+    .await;
+    let why = match reply {
+        Ok(reply) => return reply.into(),
+        Err(ForwardError::NotSent(why)) => why,
+        Err(ForwardError::Unanswered(why)) if !op.changes_state() => why,
+        Err(ForwardError::Unanswered(why)) => {
+            return failure_output(
+                &Failure::generic(format!(
+                    "the orb daemon at {target} ({origin}) did not finish {} ({why}); it may \
+                     have acted, so the call was not repeated here; see where requests stand \
+                     with getRequestStatus or `orb requests list`",
+                    op.name()
+                )),
+                true,
+            );
+        }
+    };
+    let mut output = direct(session, op, input).await;
+    output.stderr.insert(
+        0,
+        format!(
+            "note: the orb daemon at {target} ({origin}) did not answer ({why}); ran {} directly \
+             (ORB_DAEMON=off skips the daemon)",
+            op.name()
+        ),
+    );
+    output
+}
+
+/// `--daemon`/`ORB_DAEMON`, config.json's `daemon` section, or the default socket. A config
+/// that does not load leaves only the flag and the default socket; the direct path then
+/// reports the config problem if it matters.
+fn daemon_choice(session: &Session) -> CliResult<(Choice, DaemonSection)> {
+    let section = match session.config() {
+        Ok(loaded) => DaemonSection::from_config(&loaded.config.other)
+            .map_err(|e| Failure::invalid(format!("{}: {e}", loaded.file.display())))?,
+        Err(_) => DaemonSection::default(),
+    };
+    let default_socket = session.dirs.work_dir.path.join(DEFAULT_SOCKET_FILE);
+    let choice = choose(
+        session.global.daemon.as_deref(),
+        &section,
+        &default_socket,
+        default_socket.exists(),
+    )
+    .map_err(Failure::invalid)?;
+    Ok((choice, section))
+}
+
+async fn direct(session: &Session, op: Operation, input: Option<&Value>) -> Output {
+    run_operation(op, input, async || {
+        let loaded = session.config()?;
+        session.hostfactory_env(&loaded).await
+    })
+    .await
+}

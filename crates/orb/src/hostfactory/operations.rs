@@ -1,0 +1,345 @@
+//! The five operations as functions of (broker, input) → [`Output`]. The direct path and
+//! `orb serve`'s `POST /api/v1/hostfactory/{operation}` both call [`run_operation`], so a
+//! script prints the same bytes and exits with the same code whichever way it went.
+
+use orb_core::hostfactory::input::{
+    MachineSelector, RequestMachinesInput, RequestStatusQuery, ReturnMachinesInput,
+    ReturnRequestsQuery,
+};
+use orb_core::hostfactory::mapping::submit_message;
+use orb_core::hostfactory::output::{
+    ReclaimEntry, StatusReply, SubmitReply, TemplateUsage, request_status_entry,
+    return_requests_reply, template_entry, templates_reply, unknown_request_entry,
+};
+use orb_core::ids::RequestId;
+use orb_core::template::Template;
+use orb_store::MachineFilter;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::broker::{Broker, RequestView, UnknownNames};
+use crate::commands::{Output, failure_output};
+use crate::failure::{CliResult, Failure};
+use crate::render;
+
+/// One of the five HostFactory provider operations, named as HostFactory's scripts are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    GetAvailableTemplates,
+    RequestMachines,
+    RequestReturnMachines,
+    GetRequestStatus,
+    GetReturnRequests,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 5] = [
+        Self::GetAvailableTemplates,
+        Self::RequestMachines,
+        Self::RequestReturnMachines,
+        Self::GetRequestStatus,
+        Self::GetReturnRequests,
+    ];
+
+    /// The script name without `.sh`, as in the route `/api/v1/hostfactory/{operation}`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::GetAvailableTemplates => "getAvailableTemplates",
+            Self::RequestMachines => "requestMachines",
+            Self::RequestReturnMachines => "requestReturnMachines",
+            Self::GetRequestStatus => "getRequestStatus",
+            Self::GetReturnRequests => "getReturnRequests",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| op.name() == name)
+    }
+
+    /// Whether the call creates or deletes anything. Such a call is never repeated on the
+    /// direct path once a daemon may have received it.
+    pub fn changes_state(self) -> bool {
+        matches!(self, Self::RequestMachines | Self::RequestReturnMachines)
+    }
+}
+
+/// What a HostFactory script prints and returns: the `orb serve` reply of
+/// `POST /api/v1/hostfactory/{operation}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ScriptReply {
+    /// Exactly what the script writes to stdout (one JSON document and a newline).
+    pub stdout: String,
+    /// Lines for stderr (warnings, errors); never part of the reply HostFactory parses.
+    pub stderr: Vec<String>,
+    /// The script's exit code.
+    pub exit_code: i32,
+}
+
+impl From<Output> for ScriptReply {
+    fn from(output: Output) -> Self {
+        Self {
+            stdout: output.stdout,
+            stderr: output.stderr,
+            exit_code: output.exit,
+        }
+    }
+}
+
+impl From<ScriptReply> for Output {
+    fn from(reply: ScriptReply) -> Self {
+        Self {
+            stdout: reply.stdout,
+            stderr: reply.stderr,
+            exit: reply.exit_code,
+        }
+    }
+}
+
+/// A broker and what loading its template file said.
+pub struct HfEnv {
+    pub broker: Broker,
+    /// Template-file warnings, or the reason the file could not be read (as the direct
+    /// path has always reported it).
+    pub warnings: Vec<String>,
+    /// Why the template file could not be read; `getAvailableTemplates` fails with it.
+    pub catalog_failure: Option<Failure>,
+}
+
+/// Runs `op` on `input` (the HostFactory JSON, `None` when none was given). The input is
+/// checked before `open` builds the broker, so bad input never touches the store.
+pub async fn run_operation<F>(op: Operation, input: Option<&Value>, open: F) -> Output
+where
+    F: AsyncFnOnce() -> CliResult<HfEnv>,
+{
+    match call(op, input, open).await {
+        Ok(output) => output,
+        Err(failure) => failure_output(&failure, true),
+    }
+}
+
+fn parsed<T>(
+    input: Option<&Value>,
+    parse: impl Fn(&Value) -> Result<T, orb_core::hostfactory::input::HfInputError>,
+) -> CliResult<T> {
+    let empty = Value::Object(Default::default());
+    parse(input.unwrap_or(&empty)).map_err(|e| Failure::invalid(e.to_string()))
+}
+
+async fn call<F>(op: Operation, input: Option<&Value>, open: F) -> CliResult<Output>
+where
+    F: AsyncFnOnce() -> CliResult<HfEnv>,
+{
+    match op {
+        Operation::GetAvailableTemplates => get_available_templates(&open().await?).await,
+        Operation::RequestMachines => {
+            let input = parsed(input, RequestMachinesInput::parse)?;
+            request_machines(&open().await?, &input.template_id, input.machine_count).await
+        }
+        Operation::RequestReturnMachines => {
+            let input = parsed(input, ReturnMachinesInput::parse)?;
+            request_return_machines(&open().await?, &input.machines).await
+        }
+        Operation::GetRequestStatus => {
+            let input = parsed(input, RequestStatusQuery::parse)?;
+            get_request_status(&open().await?, &input.request_ids).await
+        }
+        Operation::GetReturnRequests => {
+            let machines = match input {
+                Some(value) => {
+                    ReturnRequestsQuery::parse(value)
+                        .map_err(|e| Failure::invalid(e.to_string()))?
+                        .machines
+                }
+                None => Vec::new(),
+            };
+            get_return_requests(&open().await?, &machines).await
+        }
+    }
+}
+
+/// getAvailableTemplates: usable templates with their limits and live machines.
+pub async fn get_available_templates(env: &HfEnv) -> CliResult<Output> {
+    if let Some(failure) = &env.catalog_failure {
+        return Err(failure.clone());
+    }
+    let broker = &env.broker;
+    let mut stderr: Vec<String> = env
+        .warnings
+        .iter()
+        .map(|w| format!("warning: {w}"))
+        .collect();
+    let mut usable = Vec::new();
+    for template in &broker.catalog.templates {
+        let problems = template.problems();
+        if problems.is_empty() {
+            usable.push(template);
+        } else {
+            stderr.push(format!(
+                "warning: template {:?} is skipped: {}",
+                template.template_id,
+                problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+    }
+    let live = broker
+        .store
+        .list_machines(&MachineFilter {
+            live_only: true,
+            ..Default::default()
+        })
+        .await?;
+    let default_max = broker.settings.default_max_machines;
+    let usage = |t: &Template| TemplateUsage {
+        live_machine_names: live
+            .iter()
+            .filter(|m| m.template_id == t.template_id)
+            .map(|m| m.name.clone())
+            .collect(),
+    };
+    let entries: Vec<_> = usable
+        .iter()
+        .map(|t| template_entry(t, t.max_machines_or(default_max), &usage(t)))
+        .collect();
+    Ok(Output {
+        stdout: render::json(&templates_reply(entries))?,
+        stderr,
+        exit: 0,
+    })
+}
+
+/// requestMachines: starts an acquire.
+pub async fn request_machines(env: &HfEnv, template_id: &str, count: u32) -> CliResult<Output> {
+    if env.broker.catalog.templates.is_empty() && !env.warnings.is_empty() {
+        return Err(Failure::invalid(env.warnings.join("; ")));
+    }
+    let view = env.broker.request_machines(template_id, count).await?;
+    submitted(view, &env.warnings)
+}
+
+/// requestReturnMachines: starts returning the named machines; unknown names are reported
+/// as failed rather than refused, as HostFactory expects.
+pub async fn request_return_machines(
+    env: &HfEnv,
+    machines: &[MachineSelector],
+) -> CliResult<Output> {
+    let view = env
+        .broker
+        .return_machines(machines, UnknownNames::ReportAsFailed)
+        .await?;
+    submitted(view, &env.warnings)
+}
+
+/// The reply to a request or return just made; exit 1 when it already ended badly.
+pub fn submitted(view: RequestView, warnings: &[String]) -> CliResult<Output> {
+    let status = view.request.status;
+    let stdout = render::json(&SubmitReply {
+        request_id: view.request.request_id.to_string(),
+        message: submit_message(status, view.request.status_message.as_deref()),
+    })?;
+    Ok(submitted_output(stdout, &view, warnings))
+}
+
+/// stderr and exit code of a submit reply, whatever format its stdout is in.
+pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String]) -> Output {
+    let status = view.request.status;
+    let mut stderr: Vec<String> = warnings.iter().map(|w| format!("warning: {w}")).collect();
+    let exit = if status.is_unsuccessful() {
+        stderr.push(format!(
+            "error: request {} is {}: {}",
+            view.request.request_id,
+            status,
+            view.request
+                .status_message
+                .as_deref()
+                .unwrap_or("no detail")
+        ));
+        1
+    } else {
+        0
+    };
+    Output {
+        stdout,
+        stderr,
+        exit,
+    }
+}
+
+/// getRequestStatus: every id gets an answer; an unknown one is finished with an error.
+pub async fn get_request_status(env: &HfEnv, ids: &[String]) -> CliResult<Output> {
+    let mut entries = Vec::new();
+    let mut notes = Vec::new();
+    for raw in ids {
+        let view = match RequestId::parse(raw) {
+            Ok(id) => env.broker.refresh(&id).await?,
+            Err(_) => None,
+        };
+        match view {
+            Some(view) => {
+                if let Some(note) = &view.note {
+                    notes.push(format!("warning: {}: {note}", view.request.request_id));
+                }
+                entries.push(request_status_entry(&view.request, &view.machines));
+            }
+            None => entries.push(unknown_request_entry(raw)),
+        }
+    }
+    Ok(Output {
+        stdout: render::json(&StatusReply { requests: entries })?,
+        stderr: notes,
+        exit: 0,
+    })
+}
+
+/// getReturnRequests: the hosts the cluster is taking back on its own.
+pub async fn get_return_requests(env: &HfEnv, machines: &[MachineSelector]) -> CliResult<Output> {
+    let (reclaims, note) = env.broker.reclaims(machines).await?;
+    let entries = reclaims
+        .iter()
+        .map(|r| ReclaimEntry {
+            machine: r.name.clone(),
+            grace_period: r.grace_period_secs,
+        })
+        .collect();
+    Ok(Output::ok(render::json(&return_requests_reply(entries))?)
+        .note(note.map(|n| format!("warning: {n}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_names_are_the_script_names_and_round_trip() {
+        let names: Vec<&str> = Operation::ALL.iter().map(|op| op.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "getAvailableTemplates",
+                "requestMachines",
+                "requestReturnMachines",
+                "getRequestStatus",
+                "getReturnRequests"
+            ]
+        );
+        for op in Operation::ALL {
+            assert_eq!(Operation::from_name(op.name()), Some(op));
+        }
+        assert_eq!(Operation::from_name("templateWizard"), None);
+    }
+
+    #[test]
+    fn only_requests_and_returns_change_state() {
+        let changing: Vec<Operation> = Operation::ALL
+            .into_iter()
+            .filter(|op| op.changes_state())
+            .collect();
+        assert_eq!(
+            changing,
+            [Operation::RequestMachines, Operation::RequestReturnMachines]
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! Where inbound authentication's settings come from. It is on with `--auth-token-review`
+//! or the provider setting `inbound_auth_enabled` (config.json, or
+//! `ORB_K8S_INBOUND_AUTH_ENABLED=true`); roles come from config.json's `serve.auth`
+//! section, and the flags add to them (the same WHO: the flag wins) and replace its
+//! `default_role` and `kubeconfig`.
+//!
+//! ```json
+//! "serve": {"auth": {"roles": {"batch:hf-driver": "operator", "*:dashboard": "viewer"},
+//!                    "default_role": "viewer", "kubeconfig": "/etc/orb/reviewer.kubeconfig"}}
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::auth::{Role, RoleMap, parse_role_flag};
+use crate::cli::ServeArgs;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeSection {
+    #[serde(default)]
+    auth: AuthSection,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthSection {
+    #[serde(default)]
+    roles: BTreeMap<String, String>,
+    default_role: Option<String>,
+    kubeconfig: Option<PathBuf>,
+}
+
+/// Inbound auth as it will run.
+#[derive(Debug, Clone)]
+pub struct AuthPlan {
+    pub roles: RoleMap,
+    /// Kubeconfig for TokenReview; `None`: the provider's own connection.
+    pub kubeconfig: Option<PathBuf>,
+    /// What turned auth on, for the start-up line.
+    pub switched_on_by: &'static str,
+}
+
+const FLAG: &str = "--auth-token-review";
+const SETTING: &str = "inbound_auth_enabled";
+
+/// Combines flags, config.json's top-level `sections` and the provider's
+/// `inbound_auth_enabled`; `None` when auth is off. Every problem says what to change.
+pub fn plan(
+    args: &ServeArgs,
+    sections: &BTreeMap<String, Value>,
+    inbound_auth_enabled: bool,
+) -> Result<Option<AuthPlan>, String> {
+    let section: ServeSection = match sections.get("serve") {
+        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
+            format!(
+                "config.json \"serve\": {e}; it holds \"auth\" with roles \
+                 ({{\"NAMESPACE:SERVICEACCOUNT\": \"operator\"}}), default_role and kubeconfig"
+            )
+        })?,
+        None => ServeSection::default(),
+    };
+    let switched_on_by = match (args.auth_token_review, inbound_auth_enabled) {
+        (true, _) => FLAG,
+        (false, true) => SETTING,
+        (false, false) => {
+            let flags_given = !args.auth_roles.is_empty()
+                || args.auth_default_role.is_some()
+                || args.auth_kubeconfig.is_some();
+            if flags_given {
+                return Err(
+                    "--auth-role, --auth-default-role and --auth-kubeconfig need inbound auth on: \
+                     pass --auth-token-review, or set inbound_auth_enabled=true in the provider \
+                     config (or ORB_K8S_INBOUND_AUTH_ENABLED=true)"
+                        .into(),
+                );
+            }
+            return Ok(None);
+        }
+    };
+    let mut roles: BTreeMap<String, Role> = BTreeMap::new();
+    for (who, role) in &section.auth.roles {
+        if who.trim().is_empty() {
+            return Err(
+                "config.json serve.auth.roles has an empty key; write \"NAMESPACE:SERVICEACCOUNT\", \
+                 \"*:SERVICEACCOUNT\" or a user name"
+                    .into(),
+            );
+        }
+        let role = role
+            .parse()
+            .map_err(|e| format!("config.json serve.auth.roles[{who:?}]: {e}"))?;
+        roles.insert(who.trim().to_string(), role);
+    }
+    for flag in &args.auth_roles {
+        let (who, role) = parse_role_flag(flag)?;
+        roles.insert(who, role);
+    }
+    let default = match (&args.auth_default_role, &section.auth.default_role) {
+        (Some(flag), _) => Some(
+            flag.parse()
+                .map_err(|e| format!("--auth-default-role: {e}"))?,
+        ),
+        (None, Some(configured)) => Some(
+            configured
+                .parse()
+                .map_err(|e| format!("config.json serve.auth.default_role: {e}"))?,
+        ),
+        (None, None) => None,
+    };
+    if roles.is_empty() && default.is_none() {
+        return Err(format!(
+            "{switched_on_by} needs at least one --auth-role WHO=ROLE or config.json \
+             serve.auth.roles entry (e.g. {{\"batch:hf-driver\": \"operator\"}}), or a default \
+             role, otherwise every caller would be refused"
+        ));
+    }
+    let roles = RoleMap::parse(
+        roles
+            .iter()
+            .map(|(who, role)| (who.as_str(), role.as_str())),
+        default,
+    )?;
+    Ok(Some(AuthPlan {
+        roles,
+        kubeconfig: args.auth_kubeconfig.clone().or(section.auth.kubeconfig),
+        switched_on_by,
+    }))
+}
+
+/// Whether the provider entry asks for inbound auth, read from its raw config and the
+/// environment. Used when the Kubernetes provider could not be built, so a broken provider
+/// config never leaves the API open by accident.
+pub fn inbound_auth_requested(provider_config: &Value) -> bool {
+    let truthy = |s: &str| matches!(s.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes");
+    let configured = match provider_config.get("inbound_auth_enabled") {
+        Some(Value::Bool(on)) => *on,
+        Some(Value::String(text)) => truthy(text),
+        _ => false,
+    };
+    configured
+        || std::env::var("ORB_K8S_INBOUND_AUTH_ENABLED")
+            .map(|v| truthy(&v))
+            .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::auth::Identity;
+    use super::*;
+    use clap::Parser;
+    use serde_json::json;
+
+    fn args(extra: &[&str]) -> ServeArgs {
+        let cli = crate::cli::Cli::try_parse_from(["orb", "serve"].iter().chain(extra)).unwrap();
+        match cli.command {
+            crate::cli::Command::Serve(args) => args,
+            _ => unreachable!(),
+        }
+    }
+
+    fn sections(value: Value) -> BTreeMap<String, Value> {
+        [("serve".to_string(), value)].into_iter().collect()
+    }
+
+    fn sa(ns: &str, name: &str) -> Identity {
+        Identity {
+            username: format!("system:serviceaccount:{ns}:{name}"),
+            groups: vec![],
+        }
+    }
+
+    #[test]
+    fn auth_is_off_unless_the_flag_or_the_setting_turns_it_on() {
+        let config = sections(json!({"auth": {"roles": {"batch:driver": "operator"}}}));
+        assert!(plan(&args(&[]), &config, false).unwrap().is_none());
+        let on = plan(&args(&[]), &config, true).unwrap().unwrap();
+        assert_eq!(on.switched_on_by, "inbound_auth_enabled");
+        assert_eq!(
+            on.roles.role_for(&sa("batch", "driver")),
+            Some(Role::Operator)
+        );
+        let on = plan(&args(&["--auth-token-review"]), &config, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(on.switched_on_by, "--auth-token-review");
+    }
+
+    #[test]
+    fn flags_add_to_and_override_the_config_roles() {
+        let config = sections(json!({"auth": {
+            "roles": {"batch:driver": "viewer", "*:dash": "viewer"},
+            "default_role": "viewer",
+            "kubeconfig": "/cfg/kubeconfig"
+        }}));
+        let plan = plan(
+            &args(&[
+                "--auth-role",
+                "batch:driver=operator",
+                "--auth-role",
+                "alice=admin",
+                "--auth-default-role",
+                "operator",
+            ]),
+            &config,
+            true,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            plan.roles.role_for(&sa("batch", "driver")),
+            Some(Role::Operator)
+        );
+        assert_eq!(plan.roles.role_for(&sa("x", "dash")), Some(Role::Viewer));
+        let alice = Identity {
+            username: "alice".into(),
+            groups: vec![],
+        };
+        assert_eq!(plan.roles.role_for(&alice), Some(Role::Admin));
+        assert_eq!(plan.roles.default, Some(Role::Operator));
+        assert_eq!(plan.kubeconfig, Some(PathBuf::from("/cfg/kubeconfig")));
+    }
+
+    #[rstest::rstest]
+    #[case(&[], json!({}), true, "inbound_auth_enabled needs at least one --auth-role")]
+    #[case(&["--auth-role", "a:b=operator"], json!({}), false, "need inbound auth on")]
+    #[case(&[], json!({"auth": {"roles": {"a:b": "root"}}}), true, "serve.auth.roles[\"a:b\"]: role \"root\" is not known")]
+    #[case(&[], json!({"auth": {"default_role": "boss"}}), true, "serve.auth.default_role")]
+    #[case(&[], json!({"auth": {"role": {}}}), true, "unknown field `role`")]
+    #[case(&[], json!({"auth": {"roles": {" ": "viewer"}}}), true, "empty key")]
+    fn bad_settings_say_what_to_fix(
+        #[case] flags: &[&str],
+        #[case] section: Value,
+        #[case] enabled: bool,
+        #[case] expected: &str,
+    ) {
+        let err = plan(&args(flags), &sections(section), enabled).unwrap_err();
+        assert!(err.contains(expected), "{err}");
+    }
+
+    #[test]
+    fn the_raw_provider_config_can_ask_for_auth() {
+        assert!(inbound_auth_requested(
+            &json!({"inbound_auth_enabled": true})
+        ));
+        assert!(inbound_auth_requested(
+            &json!({"inbound_auth_enabled": "True"})
+        ));
+    }
+}

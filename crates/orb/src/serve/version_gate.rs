@@ -1,0 +1,98 @@
+//! `min_kubernetes_version` for `orb serve`: it will not start against an older apiserver,
+//! and `/readyz` reports the comparison as its `kubernetes_version` check, asking the
+//! apiserver at most once a minute (an apiserver upgrade or downgrade shows within that).
+
+use std::time::{Duration, Instant};
+
+use orb_k8s::K8sProvider;
+use orb_k8s::doctor::{CheckResult, version_result};
+use tokio::sync::Mutex;
+
+use super::model::Check;
+use crate::failure::{CliResult, Failure};
+
+/// How long a known version is trusted.
+pub const RECHECK_AFTER: Duration = Duration::from_secs(60);
+/// How long "the apiserver did not answer" is kept before asking again.
+const RETRY_UNKNOWN_AFTER: Duration = Duration::from_secs(10);
+/// The longest a version request may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The apiserver's verdict, or why it could not be asked.
+async fn ask(provider: &K8sProvider) -> Result<CheckResult, String> {
+    let client = provider
+        .kube_client()
+        .await
+        .map_err(|e| format!("cannot build the Kubernetes client: {e}"))?;
+    let info = tokio::time::timeout(ASK_TIMEOUT, client.apiserver_version())
+        .await
+        .map_err(|_| format!("the apiserver did not answer within {ASK_TIMEOUT:?}"))?
+        .map_err(|e| format!("the apiserver did not answer: {e}"))?;
+    Ok(version_result(&info, provider.config()))
+}
+
+/// The start-up check: an error when the apiserver is older than `min_kubernetes_version`,
+/// a warning (to print) when it could not be asked.
+pub async fn refuse_old_apiserver(provider: &K8sProvider) -> CliResult<Option<String>> {
+    match ask(provider).await {
+        Ok(result) if result.ok => Ok(None),
+        Ok(result) => Err(Failure::provider(format!(
+            "orb serve will not start: {}; {}",
+            result.detail,
+            result.fix.unwrap_or_default()
+        ))),
+        Err(why) => Ok(Some(format!(
+            "min_kubernetes_version {:?} not checked at start ({why}); /readyz checks it again",
+            provider.config().min_kubernetes_version
+        ))),
+    }
+}
+
+/// The `/readyz` check, cached.
+#[derive(Default)]
+pub struct VersionCheckCache {
+    last: Mutex<Option<(Instant, Duration, Check)>>,
+}
+
+impl VersionCheckCache {
+    pub async fn check(&self, provider: &K8sProvider) -> Check {
+        // Held while asking, so concurrent probes wait for one answer instead of each asking.
+        let mut last = self.last.lock().await;
+        if let Some((at, ttl, check)) = last.as_ref()
+            && at.elapsed() < *ttl
+        {
+            return check.clone();
+        }
+        let (ttl, check) = match ask(provider).await {
+            Ok(result) => (RECHECK_AFTER, check_of(result)),
+            // Reachability is not this check's business; it fails only on a known old server.
+            Err(why) => (
+                RETRY_UNKNOWN_AFTER,
+                Check {
+                    status: "ok".into(),
+                    detail: Some(format!("not checked: {why}")),
+                },
+            ),
+        };
+        *last = Some((Instant::now(), ttl, check.clone()));
+        check
+    }
+}
+
+fn check_of(result: CheckResult) -> Check {
+    if result.ok {
+        Check {
+            status: "ok".into(),
+            detail: Some(format!("apiserver {}", result.detail)),
+        }
+    } else {
+        Check {
+            status: "failing".into(),
+            detail: Some(format!(
+                "{}; {}",
+                result.detail,
+                result.fix.unwrap_or_default()
+            )),
+        }
+    }
+}
