@@ -1,9 +1,7 @@
-//! `orb requests status|list|cancel|list-returns`.
+//! `orb requests status|list|cancel|list-returns`. With HostFactory conventions, status and
+//! list-returns are the getRequestStatus and getReturnRequests operations ([`hostfactory`]).
 
 use orb_core::hostfactory::input::{RequestStatusQuery, ReturnRequestsQuery};
-use orb_core::hostfactory::output::{
-    ReclaimEntry, StatusReply, request_status_entry, return_requests_reply, unknown_request_entry,
-};
 use orb_core::ids::RequestId;
 use orb_core::request::RequestType;
 use orb_store::RequestFilter;
@@ -14,6 +12,7 @@ use super::{Output, Session};
 use crate::cli::RequestsCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
+use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 
 pub async fn run(session: &Session, command: RequestsCommand) -> CliResult<Output> {
@@ -40,9 +39,11 @@ async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output>
         }
     };
     let loaded = session.config()?;
-    let hostfactory = session.is_hostfactory(&loaded);
+    if session.is_hostfactory(&loaded) {
+        let env = session.hostfactory_env(&loaded).await?;
+        return hostfactory::get_request_status(&env, &ids).await;
+    }
     let (broker, _) = session.broker(&loaded).await?;
-    let mut entries = Vec::new();
     let mut views = Vec::new();
     let mut unknown = Vec::new();
     let mut notes = Vec::new();
@@ -56,22 +57,10 @@ async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output>
                 if let Some(note) = &view.note {
                     notes.push(format!("warning: {}: {note}", view.request.request_id));
                 }
-                entries.push(request_status_entry(&view.request, &view.machines));
                 views.push(view);
             }
-            None => {
-                entries.push(unknown_request_entry(raw));
-                unknown.push(raw.clone());
-            }
+            None => unknown.push(raw.clone()),
         }
-    }
-    if hostfactory {
-        // HostFactory gets an answer for every id; an unknown one is finished with an error.
-        return Ok(Output {
-            stdout: render::json(&StatusReply { requests: entries })?,
-            stderr: notes,
-            exit: 0,
-        });
     }
     if !unknown.is_empty() {
         return Err(Failure::invalid(format!(
@@ -147,19 +136,13 @@ async fn list_returns(session: &Session) -> CliResult<Output> {
         None => ReturnRequestsQuery { machines: vec![] },
     };
     let loaded = session.config()?;
+    if session.is_hostfactory(&loaded) {
+        let env = session.hostfactory_env(&loaded).await?;
+        return hostfactory::get_return_requests(&env, &query.machines).await;
+    }
     let (broker, _) = session.broker(&loaded).await?;
     let (reclaims, note) = broker.reclaims(&query.machines).await?;
     let note = note.map(|n| format!("warning: {n}"));
-    if session.is_hostfactory(&loaded) {
-        let entries = reclaims
-            .iter()
-            .map(|r| ReclaimEntry {
-                machine: r.name.clone(),
-                grace_period: r.grace_period_secs,
-            })
-            .collect();
-        return Ok(Output::ok(render::json(&return_requests_reply(entries))?).note(note));
-    }
     let returns = broker
         .store
         .list_requests(&RequestFilter {

@@ -2,7 +2,7 @@
 
 mod bodies;
 
-use orb_core::hostfactory::output::{TemplateUsage, template_entry, templates_reply};
+use orb_core::hostfactory::output::{TemplateUsage, template_entry};
 use orb_core::template::wire::template_to_hostfactory;
 use orb_core::template::{ProviderApi, Template};
 use orb_store::MachineFilter;
@@ -17,6 +17,7 @@ use super::{Output, Session};
 use crate::cli::TemplatesCommand;
 use crate::context::{self, Catalog};
 use crate::failure::{CliResult, Failure};
+use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 
 pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Output> {
@@ -46,6 +47,10 @@ async fn list(session: &Session) -> CliResult<Output> {
     let loaded = session.config()?;
     // HostFactory sends {} here; it must still be JSON.
     context::hostfactory_input(&session.global)?;
+    if session.is_hostfactory(&loaded) {
+        let env = session.hostfactory_env(&loaded).await?;
+        return hostfactory::get_available_templates(&env).await;
+    }
     let entry = context::select_provider(&session.global, &loaded)?;
     let catalog = context::load_catalog(&session.dirs, entry)?;
     let mut stderr = warnings_of(&catalog);
@@ -85,9 +90,7 @@ async fn list(session: &Session) -> CliResult<Output> {
         .iter()
         .map(|t| template_entry(t, t.max_machines_or(default_max), &usage(t)))
         .collect();
-    let stdout = if session.is_hostfactory(&loaded) {
-        render::json(&templates_reply(entries))?
-    } else {
+    let stdout = {
         let plain: Vec<Value> = usable
             .iter()
             .zip(&entries)
