@@ -437,8 +437,8 @@ async fn daemon(s: &Setup) -> Daemon {
         state,
         DaemonOptions {
             leader_elect: true,
-            lease_duration: Duration::from_secs(4),
-            lease_grace: Duration::from_secs(2),
+            lease_duration: Duration::from_secs(6),
+            lease_grace: Duration::from_secs(3),
             refresh_interval: Duration::from_secs(1),
         },
     )
