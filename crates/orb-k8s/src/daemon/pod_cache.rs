@@ -179,7 +179,7 @@ impl PodCache {
             .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
             .flat_map(|(_, pods)| pods.values().map(|p| Pod::clone(p)))
             .collect();
-        pods.sort_by(|a, b| (a.namespace(), a.name_any()).cmp(&(b.namespace(), b.name_any())));
+        pods.sort_by_key(|a| (a.namespace(), a.name_any()));
         pods
     }
 
