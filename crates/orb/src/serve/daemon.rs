@@ -79,9 +79,14 @@ impl Daemon {
                     .push(tokio::spawn(run_event_watch(index, client, rx)));
             }
         }
-        let chores =
-            background::start(provider.clone(), state, &options, shutdown_rx.clone()).await?;
-        daemon.tasks.extend(chores);
+        // On failure (the Lease cannot be used) the tasks started above stop with it.
+        match background::start(provider.clone(), state, &options, shutdown_rx.clone()).await {
+            Ok(chores) => daemon.tasks.extend(chores),
+            Err(e) => {
+                daemon.shutdown().await;
+                return Err(e);
+            }
+        }
         Ok(daemon)
     }
 
