@@ -387,7 +387,21 @@ async fn a_daemon_that_does_not_answer_is_skipped_with_a_note_and_the_same_stdou
         &status_input,
         Route::Daemon(&nowhere),
     );
-    // Named in config.json.
+    // Nothing named: a socket left at the default path by a daemon that died.
+    let default_socket = setup.path().join("work/orb.sock");
+    drop(std::os::unix::net::UnixListener::bind(&default_socket).unwrap());
+    let stale = setup.script("getRequestStatus.sh", &status_input, Route::Configured);
+    assert_eq!(stale.stdout, direct.stdout, "stale socket: stdout differs");
+    assert_eq!(stale.code, direct.code);
+    assert!(
+        stale.stderr.contains(&format!(
+            "note: the orb daemon at unix:{} (the default socket) did not answer",
+            default_socket.display()
+        )),
+        "{}",
+        stale.stderr
+    );
+    // Named in config.json (which wins over the default socket).
     let config_file = setup.path().join("config/config.json");
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(&config_file).unwrap()).unwrap();
