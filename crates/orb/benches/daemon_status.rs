@@ -1,0 +1,385 @@
+//! `orb serve` status reads at 10,000 pods, on the local control plane.
+//!
+//! Starts the real `orb serve` (SQLite, the watch cache on), acquires 200 requests of 50
+//! pods through its REST API with a template whose pods can never be scheduled (so every
+//! request stays in progress and every status read asks the provider), waits until the
+//! cache holds all 10,000 pods, then times `GET /api/v1/requests/{id}/status` over random
+//! requests on one keep-alive connection and reads the server's resident memory. The same
+//! reads against a second server with `watch_enabled=false` (a LIST per read) give the
+//! ratio. Prints a table and one `BENCH_JSON {...}` line for bench/run.sh.
+//!
+//!   cargo bench -p orb --bench daemon_status
+//!
+//! Environment: KUBECONFIG (default: the repo's local control plane), BENCH_PODS (10000),
+//! BENCH_PODS_PER_REQUEST (50), BENCH_READS (2000), BENCH_LIST_READS (300).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn kubeconfig() -> PathBuf {
+    std::env::var("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.state/control-plane/admin.kubeconfig")
+        })
+}
+
+/// One HTTP/1.1 keep-alive connection.
+struct Conn {
+    reader: BufReader<TcpStream>,
+    addr: String,
+}
+
+impl Conn {
+    fn open(addr: &str) -> Self {
+        let stream = TcpStream::connect(addr).expect("connecting to orb serve");
+        stream.set_nodelay(true).ok();
+        stream.set_read_timeout(Some(Duration::from_secs(120))).ok();
+        Self {
+            reader: BufReader::new(stream),
+            addr: addr.to_string(),
+        }
+    }
+
+    fn call(&mut self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+        let body = body.map(Value::to_string).unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        self.reader
+            .get_mut()
+            .write_all(request.as_bytes())
+            .expect("sending");
+        let mut status = String::new();
+        self.reader.read_line(&mut status).expect("status line");
+        let code: u16 = status
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line {status:?}"));
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).expect("header");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut buf = vec![0u8; length];
+        self.reader.read_exact(&mut buf).expect("body");
+        (code, String::from_utf8_lossy(&buf).into_owned())
+    }
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+    _root: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(namespace: &str, watch: bool) -> Server {
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = root.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.json"),
+        json!({
+            "request": {"max_machines_per_request": 1000},
+            "providers": [{"name": "kube", "type": "k8s", "config": {
+                "namespace": namespace,
+                "kubeconfig_path": kubeconfig(),
+                "in_cluster": false,
+                "watch_enabled": watch,
+                "pod_timeout_seconds": 86400,
+                "controller_status_cache_ttl_seconds": 5,
+            }}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("kube_templates.json"),
+        json!({"templates": [{
+            "templateId": "nowhere",
+            "maxNumber": -1,
+            "imageId": "busybox:1.36",
+            "nodeSelector": {"orb-rs.io/bench": "no-such-node"},
+        }]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orb"))
+        .env("ORB_ROOT_DIR", root.path())
+        .env("HOME", root.path())
+        .env_remove("ORB_CONFIG_DIR")
+        .env_remove("ORB_WORK_DIR")
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting orb serve");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            panic!("orb serve exited before listening");
+        }
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while stderr.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    Server {
+        child,
+        addr,
+        _root: root,
+    }
+}
+
+fn metric(conn: &mut Conn, name: &str) -> Option<f64> {
+    let (_, text) = conn.call("GET", "/metrics", None);
+    text.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn request_id_of(reply: &Value) -> String {
+    reply["request"]["request_id"]
+        .as_str()
+        .or_else(|| reply["request_id"].as_str())
+        .unwrap_or_else(|| panic!("no request id in {reply}"))
+        .to_string()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Simple xorshift so the read order is random but repeatable.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+fn time_reads(conn: &mut Conn, ids: &[String], reads: usize) -> Vec<Duration> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut times = Vec::with_capacity(reads);
+    for _ in 0..reads {
+        let id = &ids[(next(&mut seed) % ids.len() as u64) as usize];
+        let path = format!("/api/v1/requests/{id}/status");
+        let t0 = Instant::now();
+        let (code, body) = conn.call("GET", &path, None);
+        times.push(t0.elapsed());
+        assert_eq!(code, 200, "status of {id}: {body}");
+    }
+    times.sort();
+    times
+}
+
+fn kubectl_namespace(action: &str, namespace: &str) {
+    // The bench talks to the cluster only through orb; the namespace is made with the
+    // fixture's client in a small runtime.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use k8s_openapi::api::core::v1::Namespace;
+        use kube::api::{Api, DeleteParams, PostParams};
+        let client = kube_fixture::client_from(&kubeconfig())
+            .await
+            .expect("connecting to the local control plane (is it up? tools/control-plane/cp up)");
+        let api: Api<Namespace> = Api::all(client);
+        match action {
+            "create" => {
+                let ns: Namespace =
+                    serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+                api.create(&PostParams::default(), &ns)
+                    .await
+                    .expect("creating the bench namespace");
+            }
+            _ => {
+                let _ = api.delete(namespace, &DeleteParams::background()).await;
+            }
+        }
+    });
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let pods = env_num("BENCH_PODS", 10_000);
+    let per_request = env_num("BENCH_PODS_PER_REQUEST", 50);
+    let reads = env_num("BENCH_READS", 2_000);
+    let list_reads = env_num("BENCH_LIST_READS", 300);
+    let requests = pods.div_ceil(per_request);
+    let namespace = format!("bench-daemon-{}", std::process::id());
+    kubectl_namespace("create", &namespace);
+    let result =
+        std::panic::catch_unwind(|| run(&namespace, requests, per_request, reads, list_reads));
+    kubectl_namespace("delete", &namespace);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn run(namespace: &str, requests: usize, per_request: usize, reads: usize, list_reads: usize) {
+    let pods = requests * per_request;
+    let server = start_server(namespace, true);
+    let mut conn = Conn::open(&server.addr);
+    let t0 = Instant::now();
+    let mut ids = Vec::with_capacity(requests);
+    for _ in 0..requests {
+        let (code, body) = conn.call(
+            "POST",
+            "/api/v1/machines/request",
+            Some(&json!({"template_id": "nowhere", "count": per_request})),
+        );
+        assert_eq!(code, 202, "acquire: {body}");
+        let reply: Value = serde_json::from_str(&body).unwrap();
+        ids.push(request_id_of(&reply));
+    }
+    let acquired = t0.elapsed();
+    let t1 = Instant::now();
+    loop {
+        let cached = metric(&mut conn, "orb_k8s_cache_pods").unwrap_or(0.0) as usize;
+        if cached >= pods {
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(600),
+            "the watch cache holds {cached} of {pods} pods after 10 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let cached_after = acquired + t1.elapsed();
+    // Warm-up: every request once (the first read stores its machines).
+    for id in &ids {
+        let (code, body) = conn.call("GET", &format!("/api/v1/requests/{id}/status"), None);
+        assert_eq!(code, 200, "{body}");
+    }
+    let cache_times = time_reads(&mut conn, &ids, reads);
+    let served_from_cache = metric(&mut conn, "orb_k8s_status_reads_total{reason=\"cache\"}");
+    let rss = rss_mib(server.child.id());
+    drop(conn);
+    drop(server);
+
+    // The LIST side: a second server with the watch off and its own SQLite store acquires a
+    // few requests in the same crowded namespace and reads those, each read a labelled LIST
+    // that the apiserver answers from the namespace's 10,000 pods.
+    let list_server = start_server(namespace, false);
+    let mut conn = Conn::open(&list_server.addr);
+    let mut list_ids = Vec::new();
+    for _ in 0..4 {
+        let (code, body) = conn.call(
+            "POST",
+            "/api/v1/machines/request",
+            Some(&json!({"template_id": "nowhere", "count": per_request})),
+        );
+        assert_eq!(code, 202, "acquire: {body}");
+        let reply: Value = serde_json::from_str(&body).unwrap();
+        list_ids.push(request_id_of(&reply));
+    }
+    for id in &list_ids {
+        conn.call("GET", &format!("/api/v1/requests/{id}/status"), None);
+    }
+    let list_times = time_reads(&mut conn, &list_ids, list_reads);
+    drop(conn);
+    drop(list_server);
+
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (c50, c99) = (
+        percentile(&cache_times, 0.5),
+        percentile(&cache_times, 0.99),
+    );
+    let (l50, l99) = (percentile(&list_times, 0.5), percentile(&list_times, 0.99));
+    println!("daemon status reads, {pods} pods in {requests} requests of {per_request}");
+    println!("| source | reads | p50 | p99 |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| watch cache | {reads} | {:.2} ms | {:.2} ms |",
+        ms(c50),
+        ms(c99)
+    );
+    println!(
+        "| LIST per read (watch_enabled=false) | {list_reads} | {:.2} ms | {:.2} ms |",
+        ms(l50),
+        ms(l99)
+    );
+    println!(
+        "p50 ratio LIST/cache {:.1}x; resident memory with {pods} cached pods: {rss:.1} MiB; acquire of {pods} pods took {:.1} s, cache complete after {:.1} s",
+        ms(l50) / ms(c50),
+        acquired.as_secs_f64(),
+        cached_after.as_secs_f64()
+    );
+    println!(
+        "BENCH_JSON {}",
+        json!({
+            "pods": pods,
+            "requests": requests,
+            "reads": reads,
+            "cache_p50_ms": ms(c50),
+            "cache_p99_ms": ms(c99),
+            "list_p50_ms": ms(l50),
+            "list_p99_ms": ms(l99),
+            "rss_mib": rss,
+            "status_reads_from_cache": served_from_cache,
+            "acquire_seconds": acquired.as_secs_f64(),
+            "targets": {
+                "cache_p99_ms_max": 5.0,
+                "rss_mib_max": 100.0,
+                "p99_met": ms(c99) <= 5.0,
+                "rss_met": rss <= 100.0,
+            }
+        })
+    );
+}
