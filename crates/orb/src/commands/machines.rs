@@ -4,8 +4,6 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use orb_core::hostfactory::input::{RequestMachinesInput, ReturnMachinesInput};
-use orb_core::hostfactory::mapping::submit_message;
-use orb_core::hostfactory::output::SubmitReply;
 use orb_core::ids::RequestId;
 use orb_core::machine::Machine;
 use orb_store::MachineFilter;
@@ -16,6 +14,7 @@ use crate::broker::{Broker, RequestView};
 use crate::cli::MachinesCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
+use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 
 pub async fn run(session: &Session, command: MachinesCommand) -> CliResult<Output> {
@@ -121,38 +120,11 @@ fn submitted(
     view: RequestView,
     warnings: Vec<String>,
 ) -> CliResult<Output> {
-    let status = view.request.status;
-    let stdout = if hostfactory {
-        render::json(&SubmitReply {
-            request_id: view.request.request_id.to_string(),
-            message: submit_message(status, view.request.status_message.as_deref()),
-        })?
-    } else {
-        render::render(&view, session.global.output, || view_table(&view))?
-    };
-    let mut stderr: Vec<String> = warnings
-        .into_iter()
-        .map(|w| format!("warning: {w}"))
-        .collect();
-    let exit = if status.is_unsuccessful() {
-        stderr.push(format!(
-            "error: request {} is {}: {}",
-            view.request.request_id,
-            status,
-            view.request
-                .status_message
-                .as_deref()
-                .unwrap_or("no detail")
-        ));
-        1
-    } else {
-        0
-    };
-    Ok(Output {
-        stdout,
-        stderr,
-        exit,
-    })
+    if hostfactory {
+        return hostfactory::submitted(view, &warnings);
+    }
+    let stdout = render::render(&view, session.global.output, || view_table(&view))?;
+    Ok(hostfactory::submitted_output(stdout, &view, &warnings))
 }
 
 async fn wait_for(
