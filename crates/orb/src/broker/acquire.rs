@@ -5,7 +5,10 @@ use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::provider::AcquireInput;
 use orb_core::request::{Request, RequestType};
 use orb_core::template::TemplateError;
-use orb_store::MachineFilter;
+use orb_store::{MachineFilter, StoreError};
+
+/// Tries to store an acquire's outcome when concurrent status reads keep changing the request.
+const RECORD_ATTEMPTS: usize = 5;
 
 use super::resume::record_acquire_outcome;
 use super::{Broker, BrokerError, RequestView};
@@ -69,15 +72,34 @@ impl Broker {
                 count,
             })
             .await;
-        let mut machines = record_acquire_outcome(&mut request, outcome, self.now())?;
-        self.store
-            .update_request(&mut request, &mut machines)
-            .await?;
-        Ok(RequestView {
-            request,
-            machines,
-            note: None,
-        })
+        // A status poll (a caller's, or the daemon's timeout GC) may store the request while
+        // the provider creates its objects; the outcome is then recorded on the fresh copy,
+        // so a created request is never reported as a conflict.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut fresh = request.clone();
+            let mut machines = record_acquire_outcome(&mut fresh, outcome.clone(), self.now())?;
+            match self.store.update_request(&mut fresh, &mut machines).await {
+                Ok(()) => {
+                    return Ok(RequestView {
+                        request: fresh,
+                        machines,
+                        note: None,
+                    });
+                }
+                Err(StoreError::Conflict { .. }) if attempt < RECORD_ATTEMPTS => {
+                    request = self
+                        .store
+                        .get_request(&request.request_id)
+                        .await?
+                        .ok_or_else(|| {
+                            BrokerError::UnknownRequest(request.request_id.to_string())
+                        })?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     async fn check_count(

@@ -17,6 +17,9 @@ pub struct ScriptedProvider {
     pub release_error: Mutex<Option<ProviderError>>,
     pub notices: Mutex<Vec<ReclaimNotice>>,
     pub calls: Mutex<Vec<String>>,
+    /// When set, the next acquire first stores a change to its own request in this store,
+    /// as a status poll running at the same moment would.
+    pub concurrent_writer: Mutex<Option<orb_store::Store>>,
 }
 
 pub fn report(verdict: Verdict, machines: &[(&str, MachineStatus)]) -> StatusReport {
@@ -57,7 +60,20 @@ impl Provider for ScriptedProvider {
             input.template.template_id, input.count
         ));
         let error = self.acquire_error.lock().unwrap().take();
+        let writer = self.concurrent_writer.lock().unwrap().take();
         Box::pin(async move {
+            if let Some(store) = writer {
+                let mut request = store
+                    .get_request(&input.request_id)
+                    .await
+                    .expect("reading the request")
+                    .expect("the request is stored before the provider is called");
+                request.status_message = Some("polled while acquiring".into());
+                store
+                    .update_request(&mut request, &mut [])
+                    .await
+                    .expect("the concurrent write");
+            }
             if let Some(error) = error {
                 return Err(error);
             }

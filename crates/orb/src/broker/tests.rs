@@ -123,6 +123,32 @@ async fn an_acquire_is_stored_in_progress_with_its_machines_and_a_deadline() {
 }
 
 #[tokio::test]
+async fn a_request_changed_while_the_provider_acquires_still_records_its_machines() {
+    let f = fixture().await;
+    *f.provider.concurrent_writer.lock().unwrap() = Some(f.broker.store.clone());
+    let view = f
+        .broker
+        .request_machines("worker", 2)
+        .await
+        .expect("a concurrent status write must not fail the acquire");
+    assert_eq!(view.machines.len(), 2);
+    let stored = f
+        .broker
+        .store
+        .get_request(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.provider_data,
+        json!({"pod_names": view.request.resource_ids})
+    );
+    assert_eq!(stored.version, view.request.version);
+    let machines = f.broker.machines_of(&stored).await.unwrap();
+    assert_eq!(machines.len(), 2);
+}
+
+#[tokio::test]
 async fn verdicts_drive_the_request_to_complete() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 2).await.unwrap();
