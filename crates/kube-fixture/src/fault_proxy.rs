@@ -38,6 +38,9 @@ pub enum Fault {
     /// The request reaches the apiserver, then the connection is reset before its answer
     /// (the client cannot know whether the call took effect).
     LostAnswer,
+    /// 410 Gone, reason `Expired`, as the apiserver answers a watch or list from a
+    /// resourceVersion that has been compacted.
+    Gone,
 }
 
 /// Which requests faults apply to; empty fields match everything.
@@ -101,12 +104,13 @@ pub struct FaultCounts {
     pub server_errors: usize,
     pub resets: usize,
     pub lost_answers: usize,
+    pub gone: usize,
     pub delayed: usize,
 }
 
 impl FaultCounts {
     pub fn injected(&self) -> usize {
-        self.throttled + self.server_errors + self.resets + self.lost_answers
+        self.throttled + self.server_errors + self.resets + self.lost_answers + self.gone
     }
 }
 
@@ -116,6 +120,8 @@ struct Shared {
     script: Mutex<(RequestMatch, VecDeque<Fault>)>,
     log: Mutex<Vec<SeenRequest>>,
     rng: Mutex<u64>,
+    /// Open client connections, so a test can cut them (a watch in flight included).
+    connections: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Shared {
@@ -287,6 +293,11 @@ async fn handle(
             "injected by the fault proxy: internal error",
         )),
         Some(Fault::Reset) => Err(Box::new(InjectedReset) as BoxError),
+        Some(Fault::Gone) => Ok(status_body(
+            StatusCode::GONE,
+            "Expired",
+            "injected by the fault proxy: too old resource version",
+        )),
         Some(Fault::LostAnswer) => {
             if let Ok((response, status)) = forward(&shared, req).await {
                 seen.upstream_status = status;
@@ -323,6 +334,7 @@ impl FaultProxy {
             script: Mutex::new((RequestMatch::default(), VecDeque::new())),
             log: Mutex::new(Vec::new()),
             rng: Mutex::new(seed),
+            connections: Mutex::new(Vec::new()),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -330,12 +342,15 @@ impl FaultProxy {
                 // A dropped connection then ends with a TCP RST, as a reset should.
                 let _ = stream.set_zero_linger();
                 let shared = accepting.clone();
-                tokio::spawn(async move {
+                let task = tokio::spawn(async move {
                     let service = service_fn(move |req| handle(shared.clone(), req));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
                 });
+                let mut open = accepting.connections.lock().unwrap();
+                open.retain(|c| !c.is_finished());
+                open.push(task.abort_handle());
             }
         });
         let kubeconfig = std::env::temp_dir().join(format!(
@@ -400,6 +415,17 @@ impl FaultProxy {
             .collect()
     }
 
+    /// Resets every open client connection, watches in flight included; later requests
+    /// connect again and meet the current plan.
+    pub fn cut_connections(&self) -> usize {
+        let mut open = self.shared.connections.lock().unwrap();
+        let n = open.iter().filter(|c| !c.is_finished()).count();
+        for c in open.drain(..) {
+            c.abort();
+        }
+        n
+    }
+
     pub fn counts(&self) -> FaultCounts {
         let log = self.shared.log.lock().unwrap();
         let mut counts = FaultCounts {
@@ -413,6 +439,7 @@ impl FaultProxy {
                 Some(Fault::ServerError) => counts.server_errors += 1,
                 Some(Fault::Reset) => counts.resets += 1,
                 Some(Fault::LostAnswer) => counts.lost_answers += 1,
+                Some(Fault::Gone) => counts.gone += 1,
             }
             counts.delayed += usize::from(r.delayed);
         }

@@ -1,5 +1,6 @@
 //! The pod watch cache of `orb serve` against the real control plane: it follows creates,
-//! updates and deletes, relists at the resync interval, and status reads
+//! updates and deletes, relists after a 410 and at the resync interval, falls back to LIST
+//! while its watch has failed past the stale timeout, and status reads
 //! served from it equal status reads that LIST.
 
 #[allow(dead_code)]
@@ -14,11 +15,13 @@ use common::{WAIT, acquire, harness, provider_for, status_input, template, wait_
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use kube_fixture::fault_proxy::{Fault, FaultPlan, FaultProxy, RequestMatch};
 use kube_fixture::{Check, wait_for};
 use orb_core::provider::Provider;
 use orb_core::template::ProviderApi;
 use orb_k8s::config::NamespaceScope;
 use orb_k8s::daemon::metrics::ReasonLabels;
+use orb_k8s::daemon::pod_cache::Miss;
 use orb_k8s::daemon::{K8sMetrics, PodCache};
 use serde_json::json;
 use tokio::sync::watch;
@@ -277,6 +280,147 @@ async fn status_from_the_cache_equals_status_from_list() {
         .get_or_create(&ReasonLabels { reason: "cache" })
         .get();
     assert!(from_cache > 0, "no status read was served from the cache");
+    let _ = stop.send(true);
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
+    let h = harness("cache-gone", json!({})).await;
+    let ns = h.ns.name().to_string();
+    let api: Api<Pod> = Api::namespaced(h.cluster.client.clone(), &ns);
+    for i in 0..3 {
+        api.create(
+            &PostParams::default(),
+            &managed_pod(&format!("p-{i}"), "req-g"),
+        )
+        .await
+        .unwrap();
+    }
+    // The cache reaches the apiserver through the proxy, which answers the first watch of
+    // this namespace with 410 Gone, as for a compacted resourceVersion.
+    let proxy = FaultProxy::start(&h.cluster).await;
+    let watches = RequestMatch::path(&format!("/namespaces/{ns}/pods?"));
+    proxy.script(
+        RequestMatch {
+            path_contains: Some("watch=true".into()),
+            ..watches.clone()
+        },
+        [Fault::Gone],
+    );
+    let metrics = K8sMetrics::new();
+    let cache = new_cache(&ns, None, &metrics);
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(cache.clone().run(proxy.client(), stopped));
+    wait_cache_equals_list(&cache, &api, &ns, "the cache after the 410").await;
+    api.create(&PostParams::default(), &managed_pod("after", "req-g"))
+        .await
+        .unwrap();
+    wait_cache_equals_list(&cache, &api, &ns, "a pod created after the relist").await;
+    assert_eq!(restarts(&metrics, "relist"), 1, "one 410, one relist");
+    let lists = proxy
+        .requests_matching(&watches)
+        .iter()
+        .filter(|r| !r.path.contains("watch=true"))
+        .count();
+    assert_eq!(lists, 2, "the first LIST and the one after the 410");
+    assert_eq!(proxy.counts().gone, 1);
+    let _ = stop.send(true);
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn reads_fall_back_to_list_while_the_watch_fails_past_the_stale_timeout() {
+    let h = harness("cache-stale", json!({})).await;
+    let ns = h.ns.name().to_string();
+    let proxy = FaultProxy::start(&h.cluster).await;
+    let metrics = h.provider.metrics().clone();
+    let cache = Arc::new(PodCache::new(
+        "orb.io",
+        NamespaceScope::Single(ns.clone()),
+        Duration::from_secs(1),
+        None,
+        metrics.clone(),
+    ));
+    assert!(h.provider.attach_pod_cache(cache.clone()));
+    let (stop, stopped) = watch::channel(false);
+    // The cache goes through the proxy; the provider's own LISTs do not.
+    let task = tokio::spawn(cache.clone().run(proxy.client(), stopped));
+    wait_for("the cache's first LIST", WAIT, || async {
+        if cache.serving() {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{:?}", cache.health()))
+        }
+    })
+    .await;
+    let t = template("stale", Some(ProviderApi::Deployment));
+    let (id, outcome) = acquire(&h, &t, 2).await;
+    let input = status_input(&id, &t, 2, &outcome);
+    wait_verdict(&h, &input, "fulfilled").await;
+    let reads = |reason: &'static str| {
+        metrics
+            .status_reads
+            .get_or_create(&ReasonLabels { reason })
+            .get()
+    };
+    let cached_before = reads("cache");
+    h.provider.status(input.clone()).await.expect("status");
+    assert!(
+        reads("cache") > cached_before,
+        "a healthy cache did not answer: {} LIST reads, cache {:?}",
+        reads("list"),
+        cache.health(),
+    );
+
+    // Every call of the cache fails from now on, and its open watch is cut.
+    proxy.set_plan(FaultPlan {
+        reset_rate: 1.0,
+        only: RequestMatch::path(&format!("/namespaces/{ns}/pods")),
+        ..FaultPlan::default()
+    });
+    assert!(
+        proxy.cut_connections() >= 1,
+        "the cache had no open watch to cut"
+    );
+    wait_for("the cache to give up serving", WAIT, || async {
+        match cache.pods_of(&ns, &id.to_string()) {
+            Err(Miss::Stale { .. }) => Check::Done(()),
+            other => Check::NotYet(format!("{:?}", other.map(|p| p.len()))),
+        }
+    })
+    .await;
+    let listed_before = reads("list");
+    let report = h
+        .provider
+        .status(input.clone())
+        .await
+        .expect("status while stale");
+    assert_eq!(report.machines.len(), 2, "{report:?}");
+    assert!(
+        reads("list") > listed_before,
+        "a stale cache answered a read"
+    );
+    assert!(!cache.serving());
+
+    proxy.set_plan(FaultPlan::default());
+    wait_for("the cache to serve again", WAIT, || async {
+        if cache.serving() {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{:?}", cache.health()))
+        }
+    })
+    .await;
+    let cached_before = reads("cache");
+    h.provider
+        .status(input.clone())
+        .await
+        .expect("status after recovery");
+    assert!(
+        reads("cache") > cached_before,
+        "the recovered cache did not answer"
+    );
     let _ = stop.send(true);
     task.await.unwrap();
 }
