@@ -13,8 +13,9 @@
 //!
 //! A read ([`PodCache::pods_of`]) is served only when the loop covering the namespace has
 //! listed at least once and has not been failing for longer than
-//! `stale_cache_timeout_seconds`; otherwise the caller LISTs. Stored pods drop their
-//! `managedFields`, which are most of a pod's size and are never read.
+//! `stale_cache_timeout_seconds`; otherwise the caller LISTs. Stored pods keep only what
+//! status reads use (no `managedFields`, volumes, env or probes), and LISTs are paginated,
+//! so 10,000 pods fit in tens of megabytes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -224,11 +225,40 @@ impl PodCache {
         Some((pod.namespace().unwrap_or_default(), request))
     }
 
-    fn slim(mut pod: Pod) -> Arc<Pod> {
-        pod.metadata.managed_fields = None;
-        Arc::new(pod)
+    /// What status reads, reclaims and the node watcher use of a pod: its metadata (less
+    /// `managedFields`), its status, and the few spec fields they read. Volumes, env,
+    /// probes and the like are most of a pod's size and are never read from the cache.
+    fn slim(pod: Pod) -> Arc<Pod> {
+        Arc::new(slim_pod(pod))
     }
+}
 
+/// See [`PodCache::slim`].
+fn slim_pod(mut pod: Pod) -> Pod {
+    {
+        pod.metadata.managed_fields = None;
+        if let Some(spec) = pod.spec.take() {
+            let keep =
+                |c: &k8s_openapi::api::core::v1::Container| k8s_openapi::api::core::v1::Container {
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                    resources: c.resources.clone(),
+                    ..Default::default()
+                };
+            pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: spec.containers.iter().map(keep).collect(),
+                node_name: spec.node_name,
+                restart_policy: spec.restart_policy,
+                termination_grace_period_seconds: spec.termination_grace_period_seconds,
+                priority: spec.priority,
+                ..Default::default()
+            });
+        }
+    }
+    pod
+}
+
+impl PodCache {
     fn recount(&self, state: &mut State) {
         state.pods = state.index.values().map(BTreeMap::len).sum();
         self.metrics.cache_pods.set(state.pods as i64);
@@ -374,10 +404,9 @@ impl PodCache {
                 if resync_due {
                     self.count_restart("resync");
                 }
-                match api.list(&ListParams::default().labels(&selector)).await {
-                    Ok(list) => {
-                        let rv = list.metadata.resource_version.clone();
-                        self.replace(&scope, list.items, rv.clone());
+                match list_all(&api, &selector).await {
+                    Ok((items, rv)) => {
+                        self.replace(&scope, items, rv.clone());
                         resource_version = rv;
                         backoff = BACKOFF_START;
                         next_resync = self.resync_every.map(|every| Instant::now() + every);
@@ -490,6 +519,32 @@ impl PodCache {
             .loops
             .get(scope)
             .and_then(|h| h.resource_version.clone())
+    }
+}
+
+/// Items per LIST page: a full LIST of 10,000 pods in one answer would need its whole JSON
+/// in memory at once.
+const LIST_PAGE: u32 = 500;
+
+/// Every managed pod of `api`'s scope, page by page, and the resourceVersion to watch from
+/// (the first page's: a paginated LIST is one consistent snapshot).
+async fn list_all(
+    api: &Api<Pod>,
+    selector: &str,
+) -> Result<(Vec<Pod>, Option<String>), kube::Error> {
+    let mut items = Vec::new();
+    let mut params = ListParams::default().labels(selector).limit(LIST_PAGE);
+    let mut resource_version = None;
+    loop {
+        let page = api.list(&params).await?;
+        if resource_version.is_none() {
+            resource_version = page.metadata.resource_version.clone();
+        }
+        items.extend(page.items.into_iter().map(slim_pod));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok((items, resource_version)),
+        }
     }
 }
 
@@ -622,16 +677,35 @@ mod tests {
     }
 
     #[test]
-    fn managed_fields_are_not_kept() {
+    fn only_what_status_reads_use_is_kept() {
         let c = cache(NamespaceScope::Single("a".into()));
         let mut p = pod("a", "p1", Some("r"));
         p.metadata.managed_fields = Some(vec![Default::default()]);
-        c.replace("a", vec![p], None);
-        assert!(
-            c.pods_of("a", "r").unwrap()[0]
-                .metadata
-                .managed_fields
-                .is_none()
+        p.spec = Some(
+            serde_json::from_value(serde_json::json!({
+                "nodeName": "n1",
+                "restartPolicy": "OnFailure",
+                "terminationGracePeriodSeconds": 7,
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "containers": [{
+                    "name": "c", "image": "busybox", "env": [{"name": "X", "value": "1"}],
+                    "resources": {"requests": {"cpu": "1"}},
+                }],
+            }))
+            .unwrap(),
         );
+        let status = Some(serde_json::from_value(serde_json::json!({"phase": "Running"})).unwrap());
+        p.status = status.clone();
+        c.replace("a", vec![p], None);
+        let kept = &c.pods_of("a", "r").unwrap()[0];
+        assert!(kept.metadata.managed_fields.is_none());
+        let spec = kept.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(7));
+        assert!(spec.volumes.is_none());
+        assert!(spec.containers[0].env.is_none());
+        assert!(spec.containers[0].resources.is_some());
+        assert_eq!(kept.status, status);
     }
 }
