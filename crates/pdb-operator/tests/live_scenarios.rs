@@ -299,6 +299,7 @@ async fn annotation_classes_functions_and_invalid_values_give_the_documented_bud
         // Scenario 3 (the parts live_apps does not cover).
         ("mc9", 9, json!({}), class("mission-critical")),
         ("std2", 2, json!({}), class("standard")),
+        ("std10", 10, json!({}), class("standard")),
         // Scenario 4.
         ("sec", 10, json!({}), class_fn("standard", "security")),
         ("ncsec", 10, json!({}), class_fn("non-critical", "security")),
@@ -338,6 +339,28 @@ async fn annotation_classes_functions_and_invalid_values_give_the_documented_bud
     let clamp = wait_deploy_event(c, n, "mc9", "BudgetClamped", "").await;
     assert!(clamp.contains('8'), "{clamp}");
     wait_min(&pdbs, "std2", json!("50%")).await;
+    // Scenario 12: an annotation-only class change at 10 replicas updates the PDB. (The apps
+    // API bumps a Deployment's generation on annotation changes too; the label-only edit
+    // without a generation bump is scenario 14 in live_apps.rs.)
+    wait_min(&pdbs, "std10", json!("50%")).await;
+    deployments
+        .patch(
+            "std10",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "pdboperator.io/availability-class": "mission-critical"}}})),
+        )
+        .await
+        .unwrap();
+    wait_min(&pdbs, "std10", json!("90%")).await;
+    wait_deploy_event(
+        c,
+        n,
+        "std10",
+        "PDBUpdated",
+        "minAvailable: 50% -> minAvailable: 90%",
+    )
+    .await;
 
     for (name, want, function) in [
         ("sec", "75%", "security"),
@@ -523,7 +546,8 @@ async fn priority_and_tie_break_pick_the_policy_and_metrics_tell_the_truth() {
     );
     let conflict = wait_deploy_event(c, n, "tie", "PolicyConflict", "alphabetical tie-break").await;
     assert!(
-        conflict.contains("Multiple policies (2) match at priority 50"),
+        conflict.contains("Multiple policies (2) match at priority 50")
+            && conflict.contains("a-policy"),
         "{conflict}"
     );
     wait_min(&pdbs, "fe", json!("50%")).await;
@@ -768,9 +792,14 @@ async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision
     }
 
     // Events of the decision table (note §5).
-    let enforced =
-        wait_deploy_event(c, n, "s18", "PolicyEnforced", "blocked by strict policy").await;
-    assert!(enforced.contains("strict"), "{enforced}");
+    wait_deploy_event(
+        c,
+        n,
+        "s18",
+        "PolicyEnforced",
+        "Annotation override blocked by strict policy strict",
+    )
+    .await;
     wait_deploy_event(
         c,
         n,
@@ -779,9 +808,23 @@ async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision
         "Annotation non-critical below minimum standard",
     )
     .await;
-    wait_deploy_event(c, n, "f19-high", "AnnotationAccepted", "").await;
+    wait_deploy_event(
+        c,
+        n,
+        "f19-high",
+        "AnnotationAccepted",
+        "Annotation mission-critical accepted by flexible policy flex19 (minimum standard)",
+    )
+    .await;
     wait_deploy_event(c, n, "f20-std", "AnnotationAccepted", "").await;
-    wait_deploy_event(c, n, "f20-low", "BelowMinimum", "below minimum standard").await;
+    wait_deploy_event(
+        c,
+        n,
+        "f20-low",
+        "BelowMinimum",
+        "Annotation non-critical below minimum standard, using standard",
+    )
+    .await;
     wait_deploy_event(
         c,
         n,
@@ -795,7 +838,7 @@ async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision
         n,
         "f36",
         "BelowMinimum",
-        "below minimum high-availability",
+        "Annotation standard below minimum high-availability, using high-availability",
     )
     .await;
     wait_deploy_event(
