@@ -741,6 +741,26 @@ async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision
     for (name, case, annotations) in workloads {
         create_paused(&deployments, name, 10, json!({"case": case}), annotations).await;
     }
+    // The same rows for StatefulSets (Ours: every kind gets the events).
+    let sets: Api<StatefulSet> = Api::namespaced(c.clone(), n);
+    for (name, case, class) in [
+        ("s18-sts", "strict", "non-critical"),
+        ("f19-sts", "flex19", "non-critical"),
+    ] {
+        let sts = stateful_set(
+            name,
+            name,
+            10,
+            json!({"case": case}),
+            json!({"pdboperator.io/availability-class": class}),
+        );
+        sets.create(
+            &PostParams::default(),
+            &serde_json::from_value(sts).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
 
     // (workload, minAvailable, policy-source, enforcement-mode, effective class label)
     let expected = [
@@ -879,6 +899,28 @@ async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision
             "{name}: no {reason}"
         );
     }
+
+    let p = wait_min(&pdbs, "s18-sts", json!("90%")).await;
+    assert_eq!(p.owner_references()[0].kind, "StatefulSet");
+    wait_event_of(
+        c,
+        n,
+        "StatefulSet",
+        "s18-sts",
+        "PolicyEnforced",
+        "blocked by strict policy strict",
+    )
+    .await;
+    wait_min(&pdbs, "f19-sts", json!("50%")).await;
+    wait_event_of(
+        c,
+        n,
+        "StatefulSet",
+        "f19-sts",
+        "BelowMinimum",
+        "Annotation non-critical below minimum standard",
+    )
+    .await;
 
     // Override counter: every (result, reason) pair of note §5.
     for (result, reason) in [
