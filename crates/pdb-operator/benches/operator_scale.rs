@@ -1,0 +1,506 @@
+//! The real `pdb-operator` binary against 1,000 Deployments on a local control plane.
+//!
+//! 1. Installs the PDBPolicy CRDs, starts `pdb-operator run` as a child process (leader
+//!    election off, `--watch-namespace` = a fresh namespace, so other tests' workloads on the
+//!    same cluster are neither touched nor counted), creates a `standard` PDBPolicy matching
+//!    `bench=yes` and then 1,000 Deployments (2 replicas, label `bench=yes`), 32 creates in flight.
+//!    Latency of one Deployment = the time this process receives the watch event of its
+//!    `<name>-pdb` minus the time its create call returned (one clock, this process's).
+//! 2. Resident memory: VmRSS of the operator once all 1,000 PDBs exist.
+//! 3. Full resync: kills the operator and starts a fresh one with the 1,000 Deployments and
+//!    PDBs in place; the figure is the time from spawning the process until its
+//!    `pdb_operator_deployments_managed` gauge for the namespace reaches 1,000 (every Deployment
+//!    reconciled and its PDB found up to date), read from `/metrics` every 50 ms.
+//!
+//! Prints a table and one `BENCH_JSON {...}` line for bench/run.sh.
+//!
+//!   cargo bench -p pdb-operator --bench operator_scale
+//!
+//! Environment: KUBECONFIG (default: the repo's .state/control-plane/admin.kubeconfig; the bench
+//! never starts or stops a control plane), BENCH_DEPLOYMENTS (1000), BENCH_CREATE_CONCURRENCY
+//! (32), BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default). `--probe` only checks
+//! that the apiserver answers (exit 0) or not (exit 1).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const P99_TARGET_MS: f64 = 1000.0;
+const RESYNC_TARGET_S: f64 = 10.0;
+const RSS_TARGET_MIB: f64 = 64.0;
+const WAIT_ALL: Duration = Duration::from_secs(600);
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn kubeconfig() -> PathBuf {
+    std::env::var("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.state/control-plane/admin.kubeconfig")
+        })
+}
+
+async fn connect() -> anyhow::Result<Client> {
+    let client = kube_fixture::client_from(&kubeconfig()).await?;
+    client.apiserver_version().await?;
+    Ok(client)
+}
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    l.local_addr().unwrap()
+}
+
+fn rss_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// The operator child process; killed when dropped.
+struct Operator {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_operator(namespace: &str, log: &std::path::Path) -> Operator {
+    let addr = free_addr();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("opening the operator log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pdb-operator"));
+    cmd.env("KUBECONFIG", kubeconfig())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .args([
+            "run",
+            "--leader-elect=false",
+            "--watch-namespace",
+            namespace,
+        ])
+        .arg("--health-probe-bind-address")
+        .arg(addr.to_string());
+    if let Ok(n) = std::env::var("BENCH_MAX_CONCURRENT_RECONCILES") {
+        cmd.args(["--max-concurrent-reconciles", &n]);
+    }
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting pdb-operator");
+    Operator { child, addr }
+}
+
+/// Plain HTTP/1.1 GET on a fresh connection: (status code, body).
+async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((code, body))
+}
+
+/// Sum of every series of `family` whose labels contain `filter` (e.g. `namespace="x"`).
+fn metric_sum(text: &str, family: &str, filter: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|l| l.contains(filter))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn metrics_text(op: &Operator) -> String {
+    http_get(op.addr, "/metrics")
+        .await
+        .map(|(_, b)| b)
+        .unwrap_or_default()
+}
+
+async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.name_any();
+    api.patch(
+        &name,
+        &PatchParams::apply("pdb-operator-bench").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+    let t0 = Instant::now();
+    loop {
+        let c = api.get(&name).await.expect("reading the CRD back");
+        let established = c
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "CRD {name} not Established after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"bench": "yes"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, "bench": "yes"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// When each `<deployment>-pdb` was first seen on the watch.
+type Seen = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// Watches the namespace's PDBs; returns once the watch's initial list is done.
+async fn watch_pdbs(client: &Client, namespace: &str, seen: Seen) -> tokio::task::JoinHandle<()> {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut ready = Some(ready_tx);
+        let stream = watcher(api, watcher::Config::default());
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            let now = Instant::now();
+            match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    let mut s = seen.lock().unwrap();
+                    s.entry(p.name_any()).or_insert(now);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(tx) = ready.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("bench: PDB watch error (retrying): {e}"),
+            }
+        }
+    });
+    ready_rx
+        .await
+        .expect("PDB watch ended before its first list");
+    task
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn wait_ready(op: &mut Operator, log: &std::path::Path) {
+    let t0 = Instant::now();
+    loop {
+        if let Some((200, _)) = http_get(op.addr, "/readyz").await {
+            return;
+        }
+        if let Ok(Some(status)) = op.child.try_wait() {
+            panic!(
+                "pdb-operator exited ({status}) before it was ready; see {}",
+                log.display()
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "pdb-operator not ready after 60 s; see {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls `/metrics` until the namespace's managed-Deployment gauge reaches `count`.
+async fn wait_managed(op: &Operator, namespace: &str, count: usize, log: &std::path::Path) {
+    let filter = format!("namespace=\"{namespace}\"");
+    let t0 = Instant::now();
+    loop {
+        let text = metrics_text(op).await;
+        let managed = metric_sum(&text, "pdb_operator_deployments_managed", &filter);
+        if managed as usize >= count {
+            return;
+        }
+        assert!(
+            t0.elapsed() < WAIT_ALL,
+            "the operator manages {managed} of {count} Deployments after {} s; see {}",
+            WAIT_ALL.as_secs(),
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.iter().any(|a| a == "--probe") {
+        let up = rt.block_on(connect()).is_ok();
+        std::process::exit(if up { 0 } else { 1 });
+    }
+    let client = rt.block_on(connect()).unwrap_or_else(|e| {
+        panic!(
+            "no control plane answers with kubeconfig {}: {e:#}; start one with tools/control-plane/cp up",
+            kubeconfig().display()
+        )
+    });
+    let namespace = format!("bench-operator-{}", std::process::id());
+    rt.block_on(async {
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("creating the bench namespace");
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(run(client.clone(), &namespace))
+    }));
+    rt.block_on(async {
+        let _ = Api::<Namespace>::all(client)
+            .delete(&namespace, &DeleteParams::background())
+            .await;
+    });
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn run(client: Client, namespace: &str) {
+    let deployments = env_num("BENCH_DEPLOYMENTS", 1000);
+    let in_flight = env_num("BENCH_CREATE_CONCURRENCY", 32).max(1);
+    let log = std::env::temp_dir().join(format!("{namespace}.log"));
+    let _ = std::fs::remove_file(&log);
+
+    install_crd(&client, &PDBPolicy::crd()).await;
+    install_crd(&client, &ClusterPDBPolicy::crd()).await;
+
+    let mut op = start_operator(namespace, &log);
+    wait_ready(&mut op, &log).await;
+    let seen: Seen = Arc::default();
+    let watch = watch_pdbs(&client, namespace, seen.clone()).await;
+
+    let policies: Api<PDBPolicy> = Api::namespaced(client.clone(), namespace);
+    let policy: PDBPolicy = serde_json::from_value(json!({
+        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
+        "metadata": {"name": "bench-standard"},
+        "spec": {"availabilityClass": "standard",
+                 "workloadSelector": {"matchLabels": {"bench": "yes"}}}
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("creating the PDBPolicy");
+
+    // Creates, `in_flight` at a time; each create's return time is the latency's start.
+    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let names: Vec<String> = (0..deployments).map(|i| format!("bench-{i:04}")).collect();
+    let t_create = Instant::now();
+    let created: Vec<(String, Instant)> = futures::stream::iter(names.clone())
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &deployment(&name))
+                    .await
+                    .map(|_| (name, Instant::now()))
+            }
+        })
+        .buffer_unordered(in_flight)
+        .try_collect()
+        .await
+        .expect("creating a Deployment");
+    let create_seconds = t_create.elapsed().as_secs_f64();
+
+    let t_wait = Instant::now();
+    loop {
+        let have = {
+            let s = seen.lock().unwrap();
+            names
+                .iter()
+                .filter(|n| s.contains_key(&format!("{n}-pdb")))
+                .count()
+        };
+        if have == deployments {
+            break;
+        }
+        assert!(
+            t_wait.elapsed() < WAIT_ALL,
+            "{have} of {deployments} PDBs after {} s; see {}",
+            WAIT_ALL.as_secs(),
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let all_pdbs_seconds = t_create.elapsed().as_secs_f64();
+    watch.abort();
+    let mut latencies: Vec<f64> = {
+        let s = seen.lock().unwrap();
+        created
+            .iter()
+            .map(|(n, t)| {
+                let at = s[&format!("{n}-pdb")];
+                at.saturating_duration_since(*t).as_secs_f64() * 1000.0
+            })
+            .collect()
+    };
+    latencies.sort_by(f64::total_cmp);
+    let (p50, p99, max) = (
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        *latencies.last().unwrap(),
+    );
+
+    // Let the gauge catch up with the last reconcile, then read memory.
+    wait_managed(&op, namespace, deployments, &log).await;
+    let pid = op.child.id();
+    let rss = rss_mib(pid, "VmRSS:");
+    let hwm = rss_mib(pid, "VmHWM:");
+    let first_metrics = metrics_text(&op).await;
+    let reconciles = metric_sum(
+        &first_metrics,
+        "pdb_operator_reconciliation_duration_seconds_count",
+        "controller=\"deployment-pdb\"",
+    );
+    let errors = metric_sum(
+        &first_metrics,
+        "pdb_operator_reconciliation_errors_total",
+        "",
+    );
+    drop(op);
+
+    // Full resync: a fresh process with everything in place.
+    let t_restart = Instant::now();
+    let mut op = start_operator(namespace, &log);
+    wait_ready(&mut op, &log).await;
+    let ready_seconds = t_restart.elapsed().as_secs_f64();
+    wait_managed(&op, namespace, deployments, &log).await;
+    let resync_seconds = t_restart.elapsed().as_secs_f64();
+    let resync_rss = rss_mib(op.child.id(), "VmRSS:");
+    let text = metrics_text(&op).await;
+    let filter = format!("namespace=\"{namespace}\"");
+    let resync_writes = metric_sum(&text, "pdb_operator_pdbs_created_total", &filter)
+        + metric_sum(&text, "pdb_operator_pdbs_updated_total", &filter);
+    let resync_reconciles = metric_sum(
+        &text,
+        "pdb_operator_reconciliation_duration_seconds_count",
+        "controller=\"deployment-pdb\"",
+    );
+    drop(op);
+
+    let rss_max = rss.max(resync_rss);
+    let met = |ok: bool| if ok { "yes" } else { "NO" };
+    println!(
+        "pdb-operator at {deployments} Deployments (2 replicas each), {in_flight} creates in flight, \
+         namespace-scoped operator (--watch-namespace), default flags otherwise"
+    );
+    println!("| figure | value | target | met |");
+    println!("|---|---:|---:|---|");
+    println!("| Deployment created -> PDB seen, p50 | {p50:.0} ms | | |");
+    println!(
+        "| Deployment created -> PDB seen, p99 | {p99:.0} ms | <= {P99_TARGET_MS:.0} ms | {} |",
+        met(p99 <= P99_TARGET_MS)
+    );
+    println!("| Deployment created -> PDB seen, max | {max:.0} ms | | |");
+    println!(
+        "| full resync (spawn -> {deployments} managed) | {resync_seconds:.2} s | <= {RESYNC_TARGET_S:.0} s | {} |",
+        met(resync_seconds <= RESYNC_TARGET_S)
+    );
+    println!(
+        "| resident memory (VmRSS) after {deployments} reconciled | {rss:.1} MiB | <= {RSS_TARGET_MIB:.0} MiB | {} |",
+        met(rss_max <= RSS_TARGET_MIB)
+    );
+    println!("| resident memory after the resync | {resync_rss:.1} MiB | | |");
+    println!(
+        "creates took {create_seconds:.1} s, last PDB after {all_pdbs_seconds:.1} s; \
+         {reconciles} reconciles and {errors} errors for the first pass; peak RSS {hwm:.1} MiB; \
+         resync: ready after {ready_seconds:.2} s, {resync_reconciles} reconciles, {resync_writes} PDB writes; \
+         operator log {}",
+        log.display()
+    );
+    println!(
+        "BENCH_JSON {}",
+        json!({
+            "deployments": deployments,
+            "create_concurrency": in_flight,
+            "create_seconds": create_seconds,
+            "all_pdbs_seconds": all_pdbs_seconds,
+            "latency_p50_ms": p50,
+            "latency_p99_ms": p99,
+            "latency_max_ms": max,
+            "resync_seconds": resync_seconds,
+            "resync_ready_seconds": ready_seconds,
+            "resync_reconciles": resync_reconciles,
+            "resync_pdb_writes": resync_writes,
+            "rss_mib": rss,
+            "rss_peak_mib": hwm,
+            "rss_after_resync_mib": resync_rss,
+            "reconciles": reconciles,
+            "reconcile_errors": errors,
+            "targets": {
+                "p99_ms_max": P99_TARGET_MS,
+                "resync_seconds_max": RESYNC_TARGET_S,
+                "rss_mib_max": RSS_TARGET_MIB,
+                "p99_met": p99 <= P99_TARGET_MS,
+                "resync_met": resync_seconds <= RESYNC_TARGET_S,
+                "rss_met": rss_max <= RSS_TARGET_MIB,
+            }
+        })
+    );
+}
