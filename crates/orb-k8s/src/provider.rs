@@ -422,6 +422,7 @@ impl K8sProvider {
         HandlerCx {
             client,
             status_cache: &self.status_cache,
+            metrics: &self.metrics,
         }
     }
 

@@ -41,6 +41,31 @@ pub const SCALE_CONFLICT_ATTEMPTS: usize = 5;
 pub struct HandlerCx<'a> {
     pub client: &'a Client,
     pub status_cache: &'a ControllerStatusCache,
+    pub metrics: &'a crate::daemon::K8sMetrics,
+}
+
+/// The `orb_k8s_pod_creations_total` outcome of one pod create.
+pub(crate) fn creation_outcome(result: &Result<Pod, K8sError>) -> &'static str {
+    match result {
+        Ok(_) => "success",
+        Err(K8sError::Refused(_)) => "conflict",
+        Err(K8sError::Api {
+            code: Some(409), ..
+        }) => "conflict",
+        Err(K8sError::Api {
+            code: Some(403),
+            detail,
+            ..
+        }) if detail.contains("exceeded quota") => "quota_exceeded",
+        Err(K8sError::Api {
+            code: Some(403), ..
+        }) => "forbidden",
+        Err(K8sError::Api {
+            code: Some(400 | 422),
+            ..
+        }) => "invalid",
+        Err(_) => "error",
+    }
 }
 
 /// The machines to release: pod names, with the UID of the incarnation orb knows when it
@@ -288,5 +313,31 @@ mod tests {
             victims.uids.insert("p-0".into(), uid.into());
         }
         assert_eq!(victims.is_same_incarnation(&pod(current)), same);
+    }
+
+    fn api_error(code: u16, detail: &str) -> Result<Pod, K8sError> {
+        Err(K8sError::Api {
+            operation: "creating pod p".into(),
+            code: Some(code),
+            detail: detail.into(),
+        })
+    }
+
+    #[rstest]
+    #[case(Ok(Pod::default()), "success")]
+    #[case(Err(K8sError::Refused("belongs to request req-x".into())), "conflict")]
+    #[case(api_error(409, "already exists"), "conflict")]
+    #[case(
+        api_error(403, "pods \"p\" is forbidden: exceeded quota: q"),
+        "quota_exceeded"
+    )]
+    #[case(api_error(403, "pods is forbidden: User cannot create"), "forbidden")]
+    #[case(api_error(422, "spec.containers: Required value"), "invalid")]
+    #[case(api_error(500, "etcdserver: timeout"), "error")]
+    fn pod_creation_outcomes_are_a_closed_set(
+        #[case] result: Result<Pod, K8sError>,
+        #[case] outcome: &str,
+    ) {
+        assert_eq!(creation_outcome(&result), outcome);
     }
 }

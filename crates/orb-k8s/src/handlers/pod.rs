@@ -55,6 +55,11 @@ impl WorkloadHandler for PodHandler {
             let mut created = Vec::new();
             let mut first_error = None;
             for (name, result) in results {
+                let outcome = super::creation_outcome(&result);
+                cx.metrics
+                    .pod_creations
+                    .get_or_create(&crate::daemon::metrics::CreationLabels { outcome })
+                    .inc();
                 match result {
                     Ok(pod) => created.push(pod),
                     Err(e) => {
