@@ -71,16 +71,17 @@ pub fn required_permissions(cfg: &K8sProviderConfig, scope: &NamespaceScope) -> 
                 });
             }
         }
-        if cfg.events_watch_enabled {
-            for verb in ["get", "list", "watch"] {
-                out.push(Permission {
-                    group: "events.k8s.io",
-                    resource: "events",
-                    verb,
-                    namespace: ns.clone(),
-                    needed_for: "events_watch_enabled",
-                });
-            }
+    }
+    // The events watcher reads core/v1 Events about Nodes, which land in `default`.
+    if cfg.events_watch_enabled {
+        for verb in ["get", "list", "watch"] {
+            out.push(Permission {
+                group: "",
+                resource: "events",
+                verb,
+                namespace: Some(crate::daemon::nodes::NODE_EVENTS_NAMESPACE.to_string()),
+                needed_for: "events_watch_enabled",
+            });
         }
     }
     if cfg.node_watch_enabled {
@@ -293,6 +294,13 @@ mod tests {
                 "{resource}"
             );
         }
+        assert!(
+            perms
+                .iter()
+                .filter(|p| p.resource == "events")
+                .all(|p| p.group.is_empty() && p.namespace.as_deref() == Some("default")),
+            "the events watcher reads core/v1 Events in default"
+        );
         assert!(
             perms
                 .iter()
