@@ -320,11 +320,15 @@ where
         + fmt::Debug
         + DeserializeOwned,
 {
+    // Reconciliation reads metadata only, page by page: a namespace of 10,000 pods would
+    // otherwise cost their full bodies in memory at once.
     let api: Api<K> = api_for(client, namespace);
-    let list = api
-        .list(&ListParams::default().labels(&keys.managed_selector()))
-        .await
-        .map_err(|e| {
+    let mut params = ListParams::default()
+        .labels(&keys.managed_selector())
+        .limit(500);
+    let mut objects = Vec::new();
+    loop {
+        let page = api.list_metadata(&params).await.map_err(|e| {
             K8sError::api(
                 format!(
                     "listing managed {kind}s in {}",
@@ -333,11 +337,12 @@ where
                 e,
             )
         })?;
-    Ok(list
-        .items
-        .iter()
-        .map(|o| to_object(kind, o, keys))
-        .collect())
+        objects.extend(page.items.iter().map(|o| to_object(kind, o, keys)));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(objects),
+        }
+    }
 }
 
 /// The namespaces a scope covers (`None`: cluster-wide), and how the report names them.
