@@ -12,6 +12,9 @@ from datetime import datetime, timezone
 TARGETS = {
     "acquire_ratio": ("acquire <= 1.2x the bare loop", 1.2),
     "hf_status_direct_ms": ("HostFactory status <= 30 ms direct", 30.0),
+    "operator_p99_ms": ("operator p99 <= 1 s over 1,000 workloads", 1000.0),
+    "operator_resync_s": ("operator resync <= 10 s", 10.0),
+    "operator_rss_mib": ("operator <= 64 MB resident", 64.0),
 }
 
 
@@ -69,6 +72,16 @@ def acquire_results(path):
             "orb_best_s": float(best["orb Pod handler"]), "ratio": float(ratio[1])}
 
 
+def operator_results(path):
+    """The `BENCH_JSON {...}` line of the operator_scale bench, or None when it did not run."""
+    if not path or not os.path.exists(path):
+        return None
+    for line in open(path):
+        if line.startswith("BENCH_JSON "):
+            return json.loads(line[len("BENCH_JSON "):])
+    return None
+
+
 def human_ns(ns):
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if ns >= scale:
@@ -82,6 +95,7 @@ def main():
     ap.add_argument("--since", type=float, required=True)
     ap.add_argument("--startup", required=True)
     ap.add_argument("--acquire", required=True)
+    ap.add_argument("--operator", default="")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
@@ -89,6 +103,7 @@ def main():
     crit = criterion_results(a.criterion_dir, a.since)
     startup = startup_results(a.startup)
     acquire = acquire_results(a.acquire)
+    operator = operator_results(a.operator)
     verdicts = []
     for row in startup:
         if "requests status" in row["label"]:
@@ -99,6 +114,16 @@ def main():
         what, limit = TARGETS["acquire_ratio"]
         verdicts.append({"target": what, "figure": f"acquire {acquire['pods']} pods",
                          "value": acquire["ratio"], "limit": limit, "met": acquire["ratio"] <= limit})
+    if operator:
+        n = operator["deployments"]
+        rss = max(operator["rss_mib"], operator["rss_after_resync_mib"])
+        for key, figure, value in (
+                ("operator_p99_ms", f"Deployment -> PDB p99 ms, {n} Deployments", operator["latency_p99_ms"]),
+                ("operator_resync_s", f"full resync s, {n} Deployments", operator["resync_seconds"]),
+                ("operator_rss_mib", f"VmRSS MiB, {n} Deployments", rss)):
+            what, limit = TARGETS[key]
+            verdicts.append({"target": what, "figure": figure, "value": value,
+                             "limit": limit, "met": value <= limit})
 
     print(f"\n## orb-rs benchmarks, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {a.commit}, "
           f"{os.cpu_count()} cores\n")
@@ -119,6 +144,18 @@ def main():
         print(f"| **ratio orb / bare** | **{acquire['ratio']:.2f}** |")
     else:
         print("\n(acquire not run)")
+    if operator:
+        n = operator["deployments"]
+        print(f"\n| pdb-operator, {n} Deployments, {operator['create_concurrency']} creates in flight | value |")
+        print("|---|---:|")
+        print(f"| Deployment created -> PDB seen, p50 | {operator['latency_p50_ms']:.0f} ms |")
+        print(f"| Deployment created -> PDB seen, p99 | {operator['latency_p99_ms']:.0f} ms |")
+        print(f"| Deployment created -> PDB seen, max | {operator['latency_max_ms']:.0f} ms |")
+        print(f"| full resync (fresh process -> {n} managed) | {operator['resync_seconds']:.2f} s |")
+        print(f"| VmRSS after {n} reconciled / after the resync | "
+              f"{operator['rss_mib']:.1f} / {operator['rss_after_resync_mib']:.1f} MiB |")
+    else:
+        print("\n(pdb-operator at 1,000 Deployments not run)")
     print("\n| target | figure | value | limit | met |")
     print("|---|---|---:|---:|---|")
     for v in verdicts:
@@ -129,7 +166,8 @@ def main():
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "commit": a.commit,
         "host": {"cpus": os.cpu_count(), "system": platform.platform()},
-        "criterion": crit, "startup": startup, "acquire": acquire, "targets": verdicts,
+        "criterion": crit, "startup": startup, "acquire": acquire,
+        "operator": operator, "targets": verdicts,
     }
     with open(a.json, "w") as f:
         json.dump(result, f, indent=2)

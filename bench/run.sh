@@ -2,11 +2,14 @@
 # Runs the orb-rs benchmarks side by side on this machine and reports them together:
 #   - criterion benches of the pure hot paths (orb-k8s hot_paths, pdb-operator budget_math);
 #   - CLI cold start and HostFactory status of 50/500-machine requests (orb startup);
-#   - acquire of 500 pods vs a bare kube-rs loop on the local control plane (orb-k8s acquire_pods).
+#   - acquire of 500 pods vs a bare kube-rs loop on the local control plane (orb-k8s acquire_pods);
+#   - the real pdb-operator at 1,000 Deployments: create->PDB p50/p99, full resync, resident
+#     memory (pdb-operator operator_scale; skipped when no control plane answers).
 # Prints one table and writes bench/results/<UTC date>.json.
 #
 #   bench/run.sh                  everything
 #   BENCH_SKIP_ACQUIRE=1 bench/run.sh   no control plane needed (acquire left out)
+#   BENCH_SKIP_OPERATOR=1 bench/run.sh  pdb-operator at 1,000 Deployments left out
 #
 # The control plane: $KUBECONFIG if set, else <repo>/.state/control-plane/admin.kubeconfig. If
 # its apiserver is not running, the script starts it with tools/control-plane/cp up and stops
@@ -38,11 +41,11 @@ echo "bench: building the benches (release)" >&2
 declare -A exe
 while read -r name path; do exe[$name]=$path; done < <(
   cargo bench -p orb-k8s -p pdb-operator -p orb \
-    --bench hot_paths --bench budget_math --bench startup --bench acquire_pods \
+    --bench hot_paths --bench budget_math --bench startup --bench acquire_pods --bench operator_scale \
     --no-run --message-format=json |
     jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
 )
-for name in hot_paths budget_math startup acquire_pods; do
+for name in hot_paths budget_math startup acquire_pods operator_scale; do
   [[ -x "${exe[$name]:-}" ]] || { echo "bench: error: bench '$name' did not build" >&2; exit 1; }
 done
 export CRITERION_HOME="$raw/criterion"
@@ -71,9 +74,21 @@ else
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
 fi
 
+# After the others: 1,000 Deployments and 2,000 pods load the apiserver for a few minutes.
+if [[ "${BENCH_SKIP_OPERATOR:-0}" == 1 ]]; then
+  echo "bench: BENCH_SKIP_OPERATOR=1, pdb-operator at 1,000 Deployments left out" >&2
+  : >"$raw/operator.txt"
+elif ! "${exe[operator_scale]}" --probe; then
+  echo "bench: no control plane answers with $KUBECONFIG; pdb-operator bench left out" >&2
+  : >"$raw/operator.txt"
+else
+  echo "bench: pdb-operator at 1,000 Deployments ($KUBECONFIG)" >&2
+  "${exe[operator_scale]}" --bench 2>&1 | tee "$raw/operator.txt" >&2
+fi
+
 mkdir -p "$out_dir"
 python3 "$repo/bench/collect.py" \
   --criterion-dir "$CRITERION_HOME" --since "$run_start" \
-  --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" \
+  --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" --operator "$raw/operator.txt" \
   --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json"
 echo "bench: wrote bench/results/$stamp.json" >&2
