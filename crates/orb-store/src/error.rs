@@ -13,6 +13,13 @@ pub enum StoreError {
     },
     #[error("cannot bring the database schema up to date: {0}")]
     Migrate(String),
+    /// No connection could be had in time: the server is down or unreachable (or, rarely,
+    /// every pooled connection stayed busy).
+    #[error(
+        "the database did not answer while trying to {context}: no connection within the pool's \
+         wait; check that the server in the storage URL is running and reachable, then retry"
+    )]
+    Unavailable { context: &'static str },
     #[error("database error while trying to {context}: {source}")]
     Database {
         context: &'static str,
@@ -42,7 +49,14 @@ pub enum StoreError {
 
 impl StoreError {
     pub(crate) fn db(context: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
-        move |source| StoreError::Database { context, source }
+        move |source| StoreError::from_sqlx(context, source)
+    }
+
+    fn from_sqlx(context: &'static str, source: sqlx::Error) -> StoreError {
+        match source {
+            sqlx::Error::PoolTimedOut => StoreError::Unavailable { context },
+            source => StoreError::Database { context, source },
+        }
     }
 
     /// An INSERT's error: a duplicate id is [`StoreError::AlreadyExists`], anything else a
@@ -56,7 +70,7 @@ impl StoreError {
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 StoreError::AlreadyExists { entity, id }
             }
-            _ => StoreError::Database { context, source },
+            _ => StoreError::from_sqlx(context, source),
         }
     }
 
@@ -75,5 +89,32 @@ impl StoreError {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_timeout_says_the_database_is_unreachable_and_what_to_check() {
+        let err = StoreError::db("read a request")(sqlx::Error::PoolTimedOut);
+        assert!(matches!(err, StoreError::Unavailable { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("while trying to read a request"), "{text}");
+        assert!(
+            text.contains("check that the server in the storage URL is running"),
+            "{text}"
+        );
+        let err = StoreError::on_insert("request", "r".into(), "store a request")(
+            sqlx::Error::PoolTimedOut,
+        );
+        assert!(matches!(err, StoreError::Unavailable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn other_database_errors_keep_their_cause() {
+        let err = StoreError::db("read a request")(sqlx::Error::RowNotFound);
+        assert!(matches!(err, StoreError::Database { .. }), "{err:?}");
     }
 }

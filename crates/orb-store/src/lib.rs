@@ -21,6 +21,7 @@ mod migrate;
 mod requests;
 
 use std::path::Path;
+use std::time::Duration;
 
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
@@ -44,6 +45,12 @@ pub struct Store {
     backend: Backend,
 }
 
+/// How long a PostgreSQL call waits for a pooled connection. sqlx's default is 30 s, spent
+/// retrying a refused connect: while the server is down (restart, failover) every API call
+/// would hang that long. 5 s covers a busy pool and a server that is just starting, and then
+/// the caller gets a prompt "storage unavailable".
+pub const POSTGRES_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The default database file inside the work directory.
 pub const DEFAULT_SQLITE_FILE: &str = "orb.db";
 
@@ -62,8 +69,13 @@ impl Store {
             Backend::Sqlite => 1,
             Backend::Postgres => 4,
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(max)
+        let mut options = AnyPoolOptions::new().max_connections(max);
+        if backend == Backend::Postgres {
+            // Pooled connections are pinged before use (sqlx's default), so connections the
+            // server dropped in a restart are replaced, not handed out.
+            options = options.acquire_timeout(POSTGRES_ACQUIRE_TIMEOUT);
+        }
+        let pool = options
             .connect(url)
             .await
             .map_err(|source| StoreError::Connect {

@@ -1,0 +1,496 @@
+//! The real `orb serve` on a PostgreSQL server of its own that is restarted (`pg_ctl stop -m
+//! fast`, then `start`) while a 40-pod acquire is creating pods: the acquire call answers
+//! (success or an explicit 503), API calls answer 503 `store-unavailable` promptly while the
+//! server is down, and once it is back the request completes with exactly one stored machine
+//! per pod. The server is private (initdb + pg_ctl on a free port, like scripts/lib/postgres.sh)
+//! because restarting the suite's shared one would break concurrent tests. Needs the control
+//! plane and the PostgreSQL server binaries (`ORB_REQUIRE_POSTGRES=1` makes their absence fail).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
+use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
+use serde_json::{Value, json};
+
+const COUNT: usize = 40;
+/// How long a call may take while the database is down before it counts as hanging.
+const PROMPT: Duration = Duration::from_secs(15);
+
+const ENV_TO_CLEAR: &[&str] = &[
+    "ORB_CONFIG_DIR",
+    "ORB_WORK_DIR",
+    "ORB_LOG_DIR",
+    "ORB_CONFIG_FILE",
+    "ORB_SCHEDULER",
+    "ORB_STORAGE_URL",
+    "ORB_DAEMON",
+    "HF_PROVIDER_NAME",
+    "HF_PROVIDER_CONFDIR",
+    "HF_PROVIDER_WORKDIR",
+    "HF_PROVIDER_LOGDIR",
+];
+
+/// A PostgreSQL server owned by this test: its own data directory and port; stopped on drop.
+struct PrivatePostgres {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    port: u16,
+    url: String,
+}
+
+/// The directory holding initdb and pg_ctl (Debian keeps them out of PATH).
+fn pg_bin_dir() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+impl PrivatePostgres {
+    /// Starts one, or returns None (test skipped) when the server binaries are missing and
+    /// `ORB_REQUIRE_POSTGRES` is unset.
+    fn start() -> Option<PrivatePostgres> {
+        let Some(bin) = pg_bin_dir() else {
+            if std::env::var_os("ORB_REQUIRE_POSTGRES").is_some() {
+                panic!(
+                    "ORB_REQUIRE_POSTGRES is set but no PostgreSQL server binaries were found in \
+                     /usr/lib/postgresql/*/bin; install the postgresql package"
+                );
+            }
+            eprintln!("skipped: no PostgreSQL server binaries (install the postgresql package)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        if is_root() {
+            // initdb refuses to run as root: the server runs as `postgres`, which must own it.
+            run(Command::new("chmod").arg("755").arg(dir.path()));
+            run(Command::new("chown").arg("postgres:").arg(dir.path()));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = PrivatePostgres {
+            url: format!("postgres://orb@127.0.0.1:{port}/orb_test"),
+            bin,
+            dir,
+            port,
+        };
+        run(pg
+            .tool("initdb")
+            .args(["-U", "orb", "--auth=trust", "-E", "UTF8", "-D"])
+            .arg(pg.data()));
+        pg.start_server();
+        run(pg
+            .tool("createdb")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "orb"])
+            .arg("orb_test"));
+        Some(pg)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// `bin/<name>`, run as `postgres` when this test runs as root.
+    fn tool(&self, name: &str) -> Command {
+        let exe = self.bin.join(name);
+        if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        }
+    }
+
+    fn start_server(&self) {
+        let options = format!(
+            "-h 127.0.0.1 -p {} -k {} -c fsync=off -c synchronous_commit=off",
+            self.port,
+            self.dir.path().display()
+        );
+        run(self
+            .tool("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.path().join("server.log"))
+            .args(["-w", "-t", "60", "-o", &options, "start"]));
+    }
+
+    /// `pg_ctl stop -m fast`: open sessions are ended, in-flight queries fail.
+    fn stop_server(&self) {
+        run(self
+            .tool("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "fast", "-w", "stop"]));
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self
+            .tool("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One orb installation for `provider` on `ns`, talking to the apiserver through `kubeconfig`.
+fn install(ns: &TestNamespace, provider: &str, kubeconfig: &Path) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.json"),
+        json!({
+            "providers": [{"name": provider, "type": "k8s", "enabled": true, "default": true,
+                           "config": {"namespace": ns.name(), "in_cluster": false,
+                                      "kubeconfig_path": kubeconfig,
+                                      "node_watch_enabled": false, "events_watch_enabled": false,
+                                      // An acquire cut off by the outage is resumed once it is
+                                      // 2 s old, not after the default 5 minutes.
+                                      "orphan_min_age_seconds": 2}}],
+            "request": {"default_timeout": 300, "default_grace_period": 300,
+                        "max_machines_per_request": 500},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("templates.json"),
+        r#"{"templates": [{"templateId": "worker", "maxNumber": 500, "imageId": "busybox:1.36",
+             "command": ["sh", "-c", "sleep 3600"]}]}"#,
+    )
+    .unwrap();
+    root
+}
+
+/// A running `orb serve` and everything it wrote to stderr so far.
+struct Server {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(root: &Path, storage_url: &str) -> Server {
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
+        for var in ENV_TO_CLEAR {
+            cmd.env_remove(var);
+        }
+        let mut child = cmd
+            .env("ORB_STORAGE_URL", storage_url)
+            .env("ORB_ROOT_DIR", root)
+            .env("HOME", root)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let sink = log.clone();
+        // Drains stderr for the whole run, so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some(addr) = line
+                    .split("listening on http://")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                panic!("orb serve did not start listening: {}", log.lock().unwrap())
+            });
+        Server { child, addr, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        http(&self.addr, method, path, body)
+    }
+
+    /// A call that must answer within [`PROMPT`]; returns the answer and how long it took.
+    fn timed_call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let started = Instant::now();
+        let answer = self.call(method, path, body);
+        let took = started.elapsed();
+        assert!(
+            took < PROMPT,
+            "{method} {path} took {took:?} with the database down (answer {answer:?})"
+        );
+        answer
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 call with `Connection: close`; the JSON body (or the text as a string).
+fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, text) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
+    (code, value)
+}
+
+/// Live orb pods of the namespace by request id label.
+async fn pods_by_request(cluster: &TestCluster, ns: &str) -> BTreeMap<String, Vec<Pod>> {
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
+        .list(&ListParams::default().labels("orb.io/managed=true"))
+        .await
+        .unwrap()
+        .items;
+    let mut by_request: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
+    for pod in pods
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let id = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("orb.io/request-id"))
+            .cloned()
+            .unwrap_or_default();
+        by_request.entry(id).or_default().push(pod);
+    }
+    by_request
+}
+
+fn assert_store_unavailable(what: &str, code: u16, problem: &Value) {
+    assert_eq!(code, 503, "{what} with the database down: {problem}");
+    assert_eq!(
+        problem["type"], "urn:orb:problem:store-unavailable",
+        "{what}: {problem}"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("database")),
+        "{what}: the detail must say the database is the problem: {problem}"
+    );
+}
+
+const TERMINAL: &[&str] = &["complete", "partial", "failed", "cancelled", "timeout"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the_request_after() {
+    let Some(pg) = PrivatePostgres::start() else {
+        return;
+    };
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("pgrestart").await;
+    // Pod creates are slowed to 500 ms each, so the acquire is still creating pods when the
+    // database goes away.
+    let proxy = FaultProxy::start(&cluster).await;
+    let mut creates = RequestMatch::path("/pods");
+    creates.methods = vec![axum::http::Method::POST];
+    proxy.set_plan(FaultPlan {
+        latency_rate: 1.0,
+        latency: Duration::from_millis(500),
+        only: creates,
+        ..FaultPlan::default()
+    });
+    let provider = format!("pg-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let root = install(&ns, &provider, proxy.kubeconfig_path());
+    let server = Server::start(root.path(), &pg.url);
+    let (code, health) = server.call("GET", "/health", None);
+    assert_eq!(code, 200, "{health}");
+
+    let addr = server.addr.clone();
+    let (answer_tx, answer_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let answer = http(
+            &addr,
+            "POST",
+            "/api/v1/machines/request",
+            Some(&json!({"template_id": "worker", "count": COUNT})),
+        );
+        let _ = answer_tx.send(answer);
+    });
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns.name());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let before_stop = loop {
+        let seen = pods
+            .list(&ListParams::default().labels("orb.io/managed=true"))
+            .await
+            .unwrap()
+            .items
+            .len();
+        if seen > 0 {
+            break seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pod of the acquire within 60 s: {}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    pg.stop_server();
+    let stopped_at = pods.list(&ListParams::default()).await.unwrap().items.len();
+    assert!(
+        before_stop < COUNT && stopped_at < COUNT,
+        "the restart must land mid-acquire: {before_stop} pods before the stop, {stopped_at} after"
+    );
+
+    // The acquire call answers: the pods are created, but recording them fails explicitly.
+    let (code, answer) = answer_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the acquire call never answered");
+    assert_store_unavailable("the acquire", code, &answer);
+    let by_request = pods_by_request(&cluster, ns.name()).await;
+    assert_eq!(by_request.len(), 1, "{:?}", by_request.keys());
+    let id = by_request.keys().next().unwrap().clone();
+
+    // Down: reads, writes and the health check answer 503 promptly, nothing is created.
+    let (code, problem) = server.timed_call("GET", &format!("/api/v1/requests/{id}/status"), None);
+    assert_store_unavailable("a status read", code, &problem);
+    let (code, problem) = server.timed_call(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&json!({"template_id": "worker", "count": 2})),
+    );
+    assert_store_unavailable("a second acquire", code, &problem);
+    let (code, health) = server.timed_call("GET", "/health", None);
+    assert_eq!(code, 503, "{health}");
+    assert_eq!(health["checks"]["store"]["status"], "failing", "{health}");
+    assert_eq!(
+        pods_by_request(&cluster, ns.name()).await.len(),
+        1,
+        "an acquire refused for the outage must create nothing"
+    );
+
+    pg.start_server();
+    // Back: the interrupted acquire is resumed (idempotent creates) and completes.
+    let view = wait_for(
+        &format!("request {id} to finish after the restart"),
+        Duration::from_secs(180),
+        || async {
+            let (code, view) = server.call("GET", &format!("/api/v1/requests/{id}/status"), None);
+            let status = view["request"]["status"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
+            if code == 200 && TERMINAL.contains(&status.as_str()) {
+                Check::Done(view)
+            } else {
+                Check::NotYet(format!("{code} {status}: {view}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        view["request"]["status"],
+        "complete",
+        "{}\nserver log:\n{}",
+        view["request"],
+        server.log()
+    );
+    let machines: Vec<String> = view["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["machine_id"].as_str().unwrap().to_string())
+        .collect();
+    let distinct: BTreeSet<String> = machines.iter().cloned().collect();
+    assert_eq!(machines.len(), COUNT, "{}", view["request"]);
+    assert_eq!(distinct.len(), COUNT, "a machine id is stored twice");
+    let by_request = pods_by_request(&cluster, ns.name()).await;
+    assert_eq!(by_request.keys().collect::<Vec<_>>(), vec![&id]);
+    let pod_names: BTreeSet<String> = by_request[&id]
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        pod_names, distinct,
+        "the request's pods must be exactly its stored machines (no orphan, none missing)"
+    );
+
+    // And new work is stored again.
+    let (code, health) = server.call("GET", "/health", None);
+    assert_eq!(code, 200, "{health}");
+    let (code, answer) = server.call(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&json!({"template_id": "worker", "count": 2})),
+    );
+    assert!(code == 200 || code == 202, "{code} {answer}");
+    eprintln!(
+        "{before_stop} of {COUNT} pods existed when PostgreSQL stopped; request {id} completed"
+    );
+}
