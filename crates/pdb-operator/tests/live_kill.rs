@@ -115,7 +115,7 @@ fn deployment(name: &str, replicas: i32, labels: Value, annotations: Value) -> D
 }
 
 fn wave_deployment(i: usize) -> Deployment {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         deployment(&format!("web-{i:02}"), 2, json!({"tier": "web"}), json!({}))
     } else {
         deployment(
