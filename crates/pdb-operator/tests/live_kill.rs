@@ -20,8 +20,8 @@ use kube_fixture::{Check, TestCluster, wait_for};
 use pdb_operator::crd::PDBPolicy;
 use serde_json::{Value, json};
 
-/// Deployments created while the first operator runs: `web-NN` (matched by a strict policy of
-/// class standard) and `ann-NN` (annotated non-critical), alternating.
+/// Deployments of the first wave: `web-NN` (matched by a strict policy of class standard) and
+/// `ann-NN` (annotated non-critical), alternating; the first half while the operator runs.
 const FIRST_WAVE: usize = 60;
 /// Deployments added while no operator runs.
 const SECOND_WAVE: usize = 6;
@@ -195,11 +195,17 @@ async fn operator_killed_mid_reconcile_converges_every_budget_after_restart() {
         .unwrap();
 
     let mut first = OperatorProcess::start(&cluster, &n);
-    // The Deployments arrive one by one while the operator works through them.
+    // The Deployments arrive one by one while the operator works through them. The second
+    // half waits for the kill, so however slow the operator starts, it cannot have seen all.
+    let (killed_tx, killed_rx) = tokio::sync::watch::channel(false);
     let creator = {
         let deployments = deployments.clone();
+        let mut killed_rx = killed_rx;
         tokio::spawn(async move {
             for i in 0..FIRST_WAVE {
+                if i == FIRST_WAVE / 2 {
+                    killed_rx.wait_for(|k| *k).await.expect("kill signalled");
+                }
                 deployments
                     .create(&PostParams::default(), &wave_deployment(i))
                     .await
@@ -224,6 +230,7 @@ async fn operator_killed_mid_reconcile_converges_every_budget_after_restart() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     first.kill9();
+    killed_tx.send(true).unwrap();
     creator.await.unwrap();
     let at_kill = actual_budgets(&pdbs, &deployments).await.unwrap();
     assert!(
