@@ -333,6 +333,7 @@ fn run(namespace: &str, requests: usize, per_request: usize, reads: usize, list_
         conn.call("GET", &format!("/api/v1/requests/{id}/status"), None);
     }
     let list_times = time_reads(&mut conn, &list_ids, list_reads);
+    let list_rss = rss_mib(list_server.child.id());
     drop(conn);
     drop(list_server);
 
@@ -356,7 +357,7 @@ fn run(namespace: &str, requests: usize, per_request: usize, reads: usize, list_
         ms(l99)
     );
     println!(
-        "p50 ratio LIST/cache {:.1}x; resident memory with {pods} cached pods: {rss:.1} MiB; acquire of {pods} pods took {:.1} s, cache complete after {:.1} s",
+        "p50 ratio LIST/cache {:.1}x; resident memory with {pods} cached pods: {rss:.1} MiB (a server without the cache: {list_rss:.1} MiB); acquire of {pods} pods took {:.1} s, cache complete after {:.1} s",
         ms(l50) / ms(c50),
         acquired.as_secs_f64(),
         cached_after.as_secs_f64()
@@ -372,6 +373,7 @@ fn run(namespace: &str, requests: usize, per_request: usize, reads: usize, list_
             "list_p50_ms": ms(l50),
             "list_p99_ms": ms(l99),
             "rss_mib": rss,
+            "rss_without_cache_mib": list_rss,
             "status_reads_from_cache": served_from_cache,
             "acquire_seconds": acquired.as_secs_f64(),
             "targets": {
