@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole orb-rs test suite: builds what is missing (the Kubernetes v1.37.2 control plane
 # is cached outside the repo), starts the local control plane and a PostgreSQL server, runs
-# formatting, lint, unit and integration tests, and stops every service again, pass or fail.
+# formatting, lint, unit and integration tests and a short fuzz run of each fuzz target, and
+# stops every service again, pass or fail.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -45,3 +46,5 @@ echo "time from start to first test: $(( $(date +%s) - t0 )) s" >&2
 echo "--- tests" >&2
 # Cluster tests share one small control plane: keep parallelism low (one namespace per test).
 cargo test --workspace --locked --no-fail-fast -- --test-threads="${ORB_TEST_THREADS:-4}"
+echo "--- fuzz smoke (each target ${ORB_FUZZ_SECONDS:-30} s, from the committed corpus)" >&2
+scripts/fuzz-smoke.sh
