@@ -82,6 +82,21 @@ fn rss_mib(pid: u32, field: &str) -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
+/// User + system CPU seconds of `pid` so far (/proc/<pid>/stat, 100 ticks a second).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    if f.len() < 13 {
+        return f64::NAN;
+    }
+    (f[11] + f[12]) / 100.0
+}
+
 /// The operator child process; killed when dropped.
 struct Operator {
     child: Child,
@@ -146,7 +161,7 @@ fn metric_sum(text: &str, family: &str, filter: &str) -> f64 {
         })
         .filter(|l| l.contains(filter))
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 async fn metrics_text(op: &Operator) -> String {
@@ -423,6 +438,7 @@ async fn run(client: Client, namespace: &str) {
         "pdb_operator_reconciliation_errors_total",
         "",
     );
+    let cpu = cpu_seconds(pid);
     drop(op);
 
     // Full resync: a fresh process with everything in place.
@@ -433,6 +449,7 @@ async fn run(client: Client, namespace: &str) {
     wait_managed(&op, namespace, deployments, &log).await;
     let resync_seconds = t_restart.elapsed().as_secs_f64();
     let resync_rss = rss_mib(op.child.id(), "VmRSS:");
+    let resync_cpu = cpu_seconds(op.child.id());
     let text = metrics_text(&op).await;
     let filter = format!("namespace=\"{namespace}\"");
     let resync_writes = metric_sum(&text, "pdb_operator_pdbs_created_total", &filter)
@@ -442,6 +459,13 @@ async fn run(client: Client, namespace: &str) {
         "pdb_operator_reconciliation_duration_seconds_count",
         "controller=\"deployment-pdb\"",
     );
+    let resync_reconcile_ms = 1000.0
+        * metric_sum(
+            &text,
+            "pdb_operator_reconciliation_duration_seconds_sum",
+            "controller=\"deployment-pdb\"",
+        )
+        / resync_reconciles.max(1.0);
     drop(op);
 
     let rss_max = rss.max(resync_rss);
@@ -469,9 +493,16 @@ async fn run(client: Client, namespace: &str) {
     println!("| resident memory after the resync | {resync_rss:.1} MiB | | |");
     println!(
         "creates took {create_seconds:.1} s, last PDB after {all_pdbs_seconds:.1} s; \
-         {reconciles} reconciles and {errors} errors for the first pass; peak RSS {hwm:.1} MiB; \
-         resync: ready after {ready_seconds:.2} s, {resync_reconciles} reconciles, {resync_writes} PDB writes; \
-         operator log {}",
+         {reconciles} reconciles and {errors} errors for the first pass, operator CPU {cpu:.1} s; \
+         peak RSS {hwm:.1} MiB; resync: ready after {ready_seconds:.2} s, {resync_reconciles} reconciles \
+         of {resync_reconcile_ms:.1} ms on average, {resync_writes} PDB writes, operator CPU {resync_cpu:.1} s; \
+         load average {}; operator log {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
         log.display()
     );
     println!(
@@ -487,6 +518,9 @@ async fn run(client: Client, namespace: &str) {
             "resync_seconds": resync_seconds,
             "resync_ready_seconds": ready_seconds,
             "resync_reconciles": resync_reconciles,
+            "resync_reconcile_avg_ms": resync_reconcile_ms,
+            "operator_cpu_seconds": cpu,
+            "resync_cpu_seconds": resync_cpu,
             "resync_pdb_writes": resync_writes,
             "rss_mib": rss,
             "rss_peak_mib": hwm,

@@ -15,6 +15,7 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::controller::discovery::{Discovered, discover};
+use crate::controller::pdb_cache::watch_pdbs;
 use crate::controller::policies::{PolicyTrigger, run_status_writer, watch_policies};
 use crate::controller::{Context, Scope, apps, gang};
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
@@ -274,9 +275,16 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         cl_watch.await;
         Err(RunError::Task("ClusterPDBPolicy watch ended".into()))
     });
-    // Decide nothing before the policies are known, or every workload would look unmanaged.
+    let (pdb_store, pdb_watch) = watch_pdbs(opts.scope.api(&client));
+    tasks.spawn(async move {
+        pdb_watch.await;
+        Err(RunError::Task("PodDisruptionBudget watch ended".into()))
+    });
+    // Decide nothing before the policies are known, or every workload would look unmanaged,
+    // nor before the PDBs are, or existing ones would look missing.
     let _ = ns_store.wait_until_ready().await;
     let _ = cl_store.wait_until_ready().await;
+    let _ = pdb_store.wait_until_ready().await;
 
     let mut ctx = Context::new(
         client.clone(),
@@ -286,6 +294,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         (ns_store, cl_store),
     );
     ctx.status_changed = status_changed;
+    ctx.pdbs = Some(pdb_store);
     let ctx = Arc::new(ctx);
     let n = opts.max_concurrent_reconciles;
 

@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 
 use super::outcomes::{Outcome, WorkloadKey};
+use super::pdb_cache::namespace_pdbs;
 use super::{Context, Error};
 use crate::desired::{Decision, DesiredPdb, NoPdb, RETRY_AFTER, WorkloadKind};
 use crate::enforcement::{EffectiveConfig, EventNote};
@@ -36,8 +37,9 @@ impl Subject {
 /// Carries out `decision`; returns when to look again.
 pub async fn carry_out(ctx: &Context, s: &Subject, decision: Decision) -> Result<Action, Error> {
     let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &s.namespace);
-    let existing = api.list(&ListParams::default()).await?.items;
     let name = pdb_name(&s.name);
+    let existing =
+        namespace_pdbs(ctx.pdbs.as_ref(), &api, &s.namespace, &name, &s.pod_labels).await?;
     let owned = existing
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(name.as_str()) && is_owned_by(p, &s.uid))

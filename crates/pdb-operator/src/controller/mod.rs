@@ -7,6 +7,7 @@ pub mod carry_out;
 pub mod discovery;
 pub mod gang;
 pub mod outcomes;
+pub mod pdb_cache;
 pub mod policies;
 
 use std::sync::Arc;
@@ -91,6 +92,8 @@ pub struct Context {
     pub cluster_policies: Store<ClusterPDBPolicy>,
     /// Wakes the policy status writer.
     pub status_changed: Arc<tokio::sync::Notify>,
+    /// PDBs of the scope from a shared watch (`None`: each reconcile LISTs its namespace).
+    pub pdbs: Option<Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
 }
 
 impl Context {
@@ -115,6 +118,7 @@ impl Context {
             namespaced_policies: stores.0,
             cluster_policies: stores.1,
             status_changed: Arc::default(),
+            pdbs: None,
         }
     }
 
