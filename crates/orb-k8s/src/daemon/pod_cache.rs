@@ -412,16 +412,12 @@ impl PodCache {
                         next_resync = self.resync_every.map(|every| Instant::now() + every);
                     }
                     Err(e) => {
-                        tracing::warn!(
-                            scope,
-                            "listing managed pods failed: {e}; retrying in {backoff:?}"
-                        );
-                        self.set_failing(&scope);
-                        self.count_restart("error");
-                        if sleep_or_shutdown(backoff, &mut shutdown).await {
+                        if self
+                            .fail_and_wait(&scope, "listing", &e, &mut backoff, &mut shutdown)
+                            .await
+                        {
                             return;
                         }
-                        backoff = (backoff * 2).min(BACKOFF_MAX);
                         continue;
                     }
                 }
@@ -438,16 +434,12 @@ impl PodCache {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(
-                        scope,
-                        "watching managed pods failed: {e}; retrying in {backoff:?}"
-                    );
-                    self.set_failing(&scope);
-                    self.count_restart("error");
-                    if sleep_or_shutdown(backoff, &mut shutdown).await {
+                    if self
+                        .fail_and_wait(&scope, "watching", &e, &mut backoff, &mut shutdown)
+                        .await
+                    {
                         return;
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
                     continue;
                 }
             };
@@ -511,6 +503,27 @@ impl PodCache {
                 }
             }
         }
+    }
+
+    /// A failed LIST or WATCH call: marks the scope failing, counts the restart, waits
+    /// `backoff` and doubles it. True when shutdown was asked for meanwhile.
+    async fn fail_and_wait(
+        &self,
+        scope: &str,
+        doing: &str,
+        error: &kube::Error,
+        backoff: &mut Duration,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        tracing::warn!(
+            scope,
+            "{doing} managed pods failed: {error}; retrying in {backoff:?}"
+        );
+        self.set_failing(scope);
+        self.count_restart("error");
+        let stop = sleep_or_shutdown(*backoff, shutdown).await;
+        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+        stop
     }
 
     /// The resourceVersion a scope's loop last applied (tests).

@@ -25,6 +25,14 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Runs the server on its own multi-threaded runtime; returns when it has shut down.
 pub fn run(session: &Session, args: ServeArgs) -> CliResult<Output> {
+    // The background tasks log through `tracing` (watch failures, retries, orphans): to
+    // stderr, at `info` unless ORB_LOG says otherwise (e.g. ORB_LOG=debug, ORB_LOG=orb_k8s=debug).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ORB_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
