@@ -3,33 +3,19 @@
 //! control plane; a configured daemon that does not answer is skipped with a note on stderr
 //! and the same stdout. Needs the control plane (`tools/control-plane/cp up`).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
-
-const ENV_TO_CLEAR: [&str; 15] = [
-    "ORB_CONFIG_DIR",
-    "ORB_WORK_DIR",
-    "ORB_LOG_DIR",
-    "ORB_CONFIG_FILE",
-    "ORB_SCHEDULER",
-    "ORB_STORAGE_URL",
-    "ORB_COMMAND",
-    "ORB_DAEMON",
-    "HF_PROVIDER_NAME",
-    "HF_PROVIDER_CONFDIR",
-    "HF_PROVIDER_WORKDIR",
-    "HF_PROVIDER_LOGDIR",
-    "HF_CONFDIR",
-    "HF_WORKDIR",
-    "HF_LOGDIR",
-];
+use support::serve_process::spawn_listening;
+use support::{clear_env, init_local_control_plane, orb};
 
 /// How a script call is routed.
 #[derive(Debug, Clone, Copy)]
@@ -67,14 +53,7 @@ impl Setup {
     async fn new(prefix: &str) -> Setup {
         let cluster = TestCluster::connect().await;
         let ns = cluster.namespace(prefix).await;
-        let root = tempfile::tempdir().unwrap();
-        let state_dir = cluster.kubeconfig.parent().unwrap().to_path_buf();
-        let init = orb(root.path())
-            .env("ORB_CP_STATE_DIR", &state_dir)
-            .args(["init", "--local-control-plane", "--namespace", ns.name()])
-            .output()
-            .unwrap();
-        assert!(init.status.success(), "orb init: {init:?}");
+        let root = init_local_control_plane(&cluster, &ns);
         let scripts = root.path().join("hostfactory/scripts");
         let install = orb(root.path())
             .args(["hostfactory", "install", scripts.to_str().unwrap()])
@@ -97,10 +76,8 @@ impl Setup {
         let input_file = self.path().join(format!("hf_in_{script}.json"));
         std::fs::write(&input_file, input.to_string()).unwrap();
         let mut cmd = Command::new(self.scripts.join(script));
-        for var in ENV_TO_CLEAR {
-            cmd.env_remove(var);
-        }
-        cmd.args(["-f", input_file.to_str().unwrap()])
+        clear_env(&mut cmd)
+            .args(["-f", input_file.to_str().unwrap()])
             .env("ORB_ROOT_DIR", self.path())
             .env("HOME", self.path());
         match route {
@@ -151,15 +128,6 @@ impl Setup {
     }
 }
 
-fn orb(root: &Path) -> Command {
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
-    for var in ENV_TO_CLEAR {
-        cmd.env_remove(var);
-    }
-    cmd.env("ORB_ROOT_DIR", root).env("HOME", root);
-    cmd
-}
-
 /// A running `orb serve`, stopped (SIGTERM) when dropped.
 struct Daemon {
     child: Child,
@@ -169,37 +137,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(root: &Path) -> Daemon {
-        let mut child = orb(root)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let (mut addr, mut socket) = (None, None);
-        let mut seen = String::new();
-        while addr.is_none() || socket.is_none() {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap() == 0 {
-                panic!("orb serve ended before it was listening: {seen}");
-            }
-            seen.push_str(&line);
-            if let Some(rest) = line.split("http://").nth(1) {
-                addr = rest.split_whitespace().next().map(str::to_string);
-            }
-            if let Some(rest) = line.split("unix:").nth(1) {
-                socket = rest.split_whitespace().next().map(PathBuf::from);
-            }
-        }
-        // Keep draining stderr so the daemon never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = stderr.read_to_string(&mut sink);
-        });
+        let (child, addr, socket, _) = spawn_listening(orb(root));
         Daemon {
             child,
-            addr: addr.unwrap(),
-            socket: socket.unwrap(),
+            addr,
+            socket,
         }
     }
 

@@ -6,12 +6,12 @@
 //! because restarting the suite's shared one would break concurrent tests. Needs the control
 //! plane and the PostgreSQL server binaries (`ORB_REQUIRE_POSTGRES=1` makes their absence fail).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod support;
+
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::Command;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -20,24 +20,11 @@ use kube::api::ListParams;
 use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
+use support::serve_process::{Server, TERMINAL, http, pods_by_request};
 
 const COUNT: usize = 40;
 /// How long a call may take while the database is down before it counts as hanging.
 const PROMPT: Duration = Duration::from_secs(15);
-
-const ENV_TO_CLEAR: &[&str] = &[
-    "ORB_CONFIG_DIR",
-    "ORB_WORK_DIR",
-    "ORB_LOG_DIR",
-    "ORB_CONFIG_FILE",
-    "ORB_SCHEDULER",
-    "ORB_STORAGE_URL",
-    "ORB_DAEMON",
-    "HF_PROVIDER_NAME",
-    "HF_PROVIDER_CONFDIR",
-    "HF_PROVIDER_WORKDIR",
-    "HF_PROVIDER_LOGDIR",
-];
 
 /// A PostgreSQL server owned by this test: its own data directory and port; stopped on drop.
 struct PrivatePostgres {
@@ -202,63 +189,7 @@ fn install(ns: &TestNamespace, provider: &str, kubeconfig: &Path) -> tempfile::T
     root
 }
 
-/// A running `orb serve` and everything it wrote to stderr so far.
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
 impl Server {
-    fn start(root: &Path, storage_url: &str) -> Server {
-        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
-        for var in ENV_TO_CLEAR {
-            cmd.env_remove(var);
-        }
-        let mut child = cmd
-            .env("ORB_STORAGE_URL", storage_url)
-            .env("ORB_ROOT_DIR", root)
-            .env("HOME", root)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let sink = log.clone();
-        // Drains stderr for the whole run, so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if let Some(addr) = line
-                    .split("listening on http://")
-                    .nth(1)
-                    .and_then(|rest| rest.split_whitespace().next())
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| {
-                panic!("orb serve did not start listening: {}", log.lock().unwrap())
-            });
-        Server { child, addr, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        http(&self.addr, method, path, body)
-    }
-
     /// A call that must answer within [`PROMPT`]; returns the answer and how long it took.
     fn timed_call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let started = Instant::now();
@@ -270,65 +201,6 @@ impl Server {
         );
         answer
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP/1.1 call with `Connection: close`; the JSON body (or the text as a string).
-fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    let (head, text) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
-    (code, value)
-}
-
-/// Live orb pods of the namespace by request id label.
-async fn pods_by_request(cluster: &TestCluster, ns: &str) -> BTreeMap<String, Vec<Pod>> {
-    let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
-        .list(&ListParams::default().labels("orb.io/managed=true"))
-        .await
-        .unwrap()
-        .items;
-    let mut by_request: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
-    for pod in pods
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        let id = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("orb.io/request-id"))
-            .cloned()
-            .unwrap_or_default();
-        by_request.entry(id).or_default().push(pod);
-    }
-    by_request
 }
 
 fn assert_store_unavailable(what: &str, code: u16, problem: &Value) {
@@ -344,8 +216,6 @@ fn assert_store_unavailable(what: &str, code: u16, problem: &Value) {
         "{what}: the detail must say the database is the problem: {problem}"
     );
 }
-
-const TERMINAL: &[&str] = &["complete", "partial", "failed", "cancelled", "timeout"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the_request_after() {
@@ -367,7 +237,7 @@ async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the
     });
     let provider = format!("pg-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let root = install(&ns, &provider, proxy.kubeconfig_path());
-    let server = Server::start(root.path(), &pg.url);
+    let server = Server::start(root.path(), Some(&pg.url));
     let (code, health) = server.call("GET", "/health", None);
     assert_eq!(code, 200, "{health}");
 

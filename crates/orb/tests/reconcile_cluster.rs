@@ -4,6 +4,8 @@
 //! daemons sharing a store exactly one leads and runs the GC. Needs the control plane
 //! (`tools/control-plane/cp up`); the Lease test needs PostgreSQL (`ORB_TEST_POSTGRES_URL`).
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,7 @@ use orb_k8s::K8sProvider;
 use orb_k8s::daemon::metrics::OrphanLabels;
 use orb_store::Store;
 use serde_json::{Value, json};
+use support::postgres_url;
 
 const TEMPLATES: &str = r#"{"templates": [
   {"templateId": "worker", "maxNumber": 50, "imageId": "busybox:1.36"}
@@ -402,21 +405,6 @@ async fn auto_cleanup_deletes_old_orphans_of_all_kinds_and_spares_young_adopted_
         "young-job",
     ] {
         assert!(names.contains(name), "{name} was deleted: {names:?}");
-    }
-}
-
-fn postgres_url() -> Option<String> {
-    match std::env::var("ORB_TEST_POSTGRES_URL") {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var("ORB_REQUIRE_POSTGRES").is_ok() => {
-            panic!("ORB_REQUIRE_POSTGRES is set but ORB_TEST_POSTGRES_URL is not")
-        }
-        Err(_) => {
-            eprintln!(
-                "skipped: ORB_TEST_POSTGRES_URL unset (set it to a postgres:// URL to run this test)"
-            );
-            None
-        }
     }
 }
 

@@ -2,46 +2,20 @@
 //! checked by the TokenReview verifier. Needs the control plane (`tools/control-plane/cp up`).
 
 mod serve_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode, header};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
 use kube_fixture::TestCluster;
 use orb_cli::serve::auth::{Auth, RoleMap};
 use orb_cli::serve::token_review::TokenReviewVerifier;
 use serve_support::{Env, TEMPLATES, assert_problem, offline_entry, split};
-
-async fn token_for(api: &Api<ServiceAccount>, name: &str) -> String {
-    let account = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    api.create(&PostParams::default(), &account)
-        .await
-        .unwrap_or_else(|e| panic!("creating ServiceAccount {name}: {e}"));
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    api.create_token_request(name, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("requesting a token for {name}: {e}"))
-        .status
-        .and_then(|status| status.token)
-        .expect("a token request answers with a token")
-}
+use support::accounts::token_for;
 
 async fn get(
     env: &Env,

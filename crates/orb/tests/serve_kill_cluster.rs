@@ -4,12 +4,9 @@
 //! same time: every request is processed once. Needs the control plane
 //! (`tools/control-plane/cp up`); the replica test needs `ORB_TEST_POSTGRES_URL`.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -17,20 +14,8 @@ use kube::Api;
 use kube::api::ListParams;
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
-
-const ENV_TO_CLEAR: &[&str] = &[
-    "ORB_CONFIG_DIR",
-    "ORB_WORK_DIR",
-    "ORB_LOG_DIR",
-    "ORB_CONFIG_FILE",
-    "ORB_SCHEDULER",
-    "ORB_STORAGE_URL",
-    "ORB_DAEMON",
-    "HF_PROVIDER_NAME",
-    "HF_PROVIDER_CONFDIR",
-    "HF_PROVIDER_WORKDIR",
-    "HF_PROVIDER_LOGDIR",
-];
+use support::postgres_url;
+use support::serve_process::{Server, TERMINAL, http, pods_by_request};
 
 /// One orb installation: config for `provider` on `ns`.
 fn install(
@@ -71,135 +56,6 @@ fn install(
     .unwrap();
     root
 }
-
-/// A running `orb serve`, its address and everything it wrote to stderr so far.
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Server {
-    fn start(root: &Path, storage_url: Option<&str>) -> Server {
-        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
-        for var in ENV_TO_CLEAR {
-            cmd.env_remove(var);
-        }
-        if let Some(url) = storage_url {
-            cmd.env("ORB_STORAGE_URL", url);
-        }
-        let mut child = cmd
-            .env("ORB_ROOT_DIR", root)
-            .env("HOME", root)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let sink = log.clone();
-        // Drains stderr for the whole run, so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if let Some(addr) = line
-                    .split("listening on http://")
-                    .nth(1)
-                    .and_then(|rest| rest.split_whitespace().next())
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| {
-                panic!("orb serve did not start listening: {}", log.lock().unwrap())
-            });
-        Server { child, addr, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn kill9(mut self) {
-        let status = Command::new("kill")
-            .args(["-KILL", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let exit = self.child.wait().unwrap();
-        assert!(!exit.success(), "SIGKILL must end the server: {exit:?}");
-    }
-
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        http(&self.addr, method, path, body)
-    }
-}
-
-/// One HTTP/1.1 call with `Connection: close`; the JSON body (or the text as a string).
-fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    let (head, text) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
-    (code, value)
-}
-
-/// Live pods of the namespace by request id label.
-async fn pods_by_request(cluster: &TestCluster, ns: &str) -> BTreeMap<String, Vec<Pod>> {
-    let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
-        .list(&ListParams::default().labels("orb.io/managed=true"))
-        .await
-        .unwrap()
-        .items;
-    let mut by_request: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
-    for pod in pods
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        let id = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("orb.io/request-id"))
-            .cloned()
-            .unwrap_or_default();
-        by_request.entry(id).or_default().push(pod);
-    }
-    by_request
-}
-
-const TERMINAL: &[&str] = &["complete", "partial", "failed", "cancelled", "timeout"];
 
 /// Polls a request's status (asking the provider) until it is finished.
 async fn wait_finished(server: &Server, id: &str, timeout: Duration) -> Value {
@@ -353,21 +209,6 @@ async fn a_server_killed_mid_acquire_finishes_the_request_after_restart_without_
         "{code} {ready}"
     );
     second.stop();
-}
-
-fn postgres_url() -> Option<String> {
-    match std::env::var("ORB_TEST_POSTGRES_URL") {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var("ORB_REQUIRE_POSTGRES").is_ok() => {
-            panic!("ORB_REQUIRE_POSTGRES is set but ORB_TEST_POSTGRES_URL is not")
-        }
-        Err(_) => {
-            eprintln!(
-                "skipped: ORB_TEST_POSTGRES_URL unset (set it to a postgres:// URL to run this test)"
-            );
-            None
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

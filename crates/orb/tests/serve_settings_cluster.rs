@@ -4,56 +4,21 @@
 //! socket needing no token; and `min_kubernetes_version` at start and in `/readyz`.
 //! Needs the control plane (`tools/control-plane/cp up`).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
 use kube_fixture::{TestCluster, TestNamespace};
 use serde_json::{Value, json};
-
-const ENV_TO_CLEAR: [&str; 9] = [
-    "ORB_CONFIG_DIR",
-    "ORB_WORK_DIR",
-    "ORB_CONFIG_FILE",
-    "ORB_SCHEDULER",
-    "ORB_STORAGE_URL",
-    "ORB_DAEMON",
-    "ORB_K8S_INBOUND_AUTH_ENABLED",
-    "ORB_K8S_MIN_KUBERNETES_VERSION",
-    "HF_PROVIDER_NAME",
-];
-
-async fn token_for(api: &Api<ServiceAccount>, name: &str) -> String {
-    let account = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    api.create(&PostParams::default(), &account)
-        .await
-        .unwrap_or_else(|e| panic!("creating ServiceAccount {name}: {e}"));
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    api.create_token_request(name, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("requesting a token for {name}: {e}"))
-        .status
-        .and_then(|status| status.token)
-        .expect("a token request answers with a token")
-}
+use support::accounts::token_for;
+use support::serve_process::spawn_listening;
+use support::{init_local_control_plane, orb};
 
 /// An orb root written by `orb init --local-control-plane` for a fresh namespace, with
 /// `edit` applied to its config.json.
@@ -63,28 +28,12 @@ async fn orb_root(
 ) -> (tempfile::TempDir, TestNamespace, TestCluster) {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace(prefix).await;
-    let root = tempfile::tempdir().unwrap();
-    let state_dir = cluster.kubeconfig.parent().unwrap().to_path_buf();
-    let init = orb(root.path())
-        .env("ORB_CP_STATE_DIR", &state_dir)
-        .args(["init", "--local-control-plane", "--namespace", ns.name()])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "orb init: {init:?}");
+    let root = init_local_control_plane(&cluster, &ns);
     let file = root.path().join("config/config.json");
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     edit(&mut config, ns.name());
     std::fs::write(&file, config.to_string()).unwrap();
     (root, ns, cluster)
-}
-
-fn orb(root: &Path) -> Command {
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
-    for var in ENV_TO_CLEAR {
-        cmd.env_remove(var);
-    }
-    cmd.env("ORB_ROOT_DIR", root).env("HOME", root);
-    cmd
 }
 
 struct Serve {
@@ -95,36 +44,12 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(mut command: Command) -> Serve {
-        let mut child = command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let (mut addr, mut socket, mut startup) = (None, None, String::new());
-        while addr.is_none() || socket.is_none() {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap() == 0 {
-                panic!("orb serve ended before it was listening: {startup}");
-            }
-            startup.push_str(&line);
-            if let Some(rest) = line.split("http://").nth(1) {
-                addr = rest.split_whitespace().next().map(str::to_string);
-            }
-            if let Some(rest) = line.split("unix:").nth(1) {
-                socket = rest.split_whitespace().next().map(PathBuf::from);
-            }
-        }
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = stderr.read_to_string(&mut sink);
-        });
+    fn start(command: Command) -> Serve {
+        let (child, addr, socket, startup) = spawn_listening(command);
         Serve {
             child,
-            addr: addr.unwrap(),
-            socket: socket.unwrap(),
+            addr,
+            socket,
             startup,
         }
     }

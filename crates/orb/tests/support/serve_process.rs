@@ -1,0 +1,196 @@
+//! `orb serve` run as a real process: started on a free port, its stderr kept, called over
+//! plain HTTP/1.1.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use kube_fixture::TestCluster;
+use serde_json::Value;
+
+use super::clear_env;
+
+/// Request states after which nothing changes any more.
+pub const TERMINAL: &[&str] = &["complete", "partial", "failed", "cancelled", "timeout"];
+
+/// A running `orb serve`, its address and everything it wrote to stderr so far; stopped
+/// (SIGTERM) when dropped unless it already ended.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// `orb serve` on a free port of 127.0.0.1 for the installation at `root`, storing in
+    /// `storage_url` when given.
+    pub fn start(root: &Path, storage_url: Option<&str>) -> Server {
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
+        clear_env(&mut cmd);
+        if let Some(url) = storage_url {
+            cmd.env("ORB_STORAGE_URL", url);
+        }
+        let mut child = cmd
+            .env("ORB_ROOT_DIR", root)
+            .env("HOME", root)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let sink = log.clone();
+        // Drains stderr for the whole run, so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some(addr) = line
+                    .split("listening on http://")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                panic!("orb serve did not start listening: {}", log.lock().unwrap())
+            });
+        Server { child, addr, log }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL; asserts the server ended by it.
+    pub fn kill9(mut self) {
+        let status = Command::new("kill")
+            .args(["-KILL", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = self.child.wait().unwrap();
+        assert!(!exit.success(), "SIGKILL must end the server: {exit:?}");
+    }
+
+    /// SIGTERM and wait for the exit.
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.wait();
+        }
+    }
+
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        http(&self.addr, method, path, body)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// One HTTP/1.1 call with `Connection: close`; the JSON body (or the text as a string).
+pub fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, text) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
+    (code, value)
+}
+
+/// `orb serve` started from `command` (with `serve --listen 127.0.0.1:0` appended) once it
+/// has printed both its TCP address and its Unix socket: the child, the address, the socket
+/// and the stderr lines up to then. The rest of stderr is drained in the background.
+pub fn spawn_listening(mut command: Command) -> (Child, String, PathBuf, String) {
+    let mut child = command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut addr, mut socket, mut startup) = (None, None, String::new());
+    while addr.is_none() || socket.is_none() {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("orb serve ended before it was listening: {startup}");
+        }
+        startup.push_str(&line);
+        if let Some(rest) = line.split("http://").nth(1) {
+            addr = rest.split_whitespace().next().map(str::to_string);
+        }
+        if let Some(rest) = line.split("unix:").nth(1) {
+            socket = rest.split_whitespace().next().map(PathBuf::from);
+        }
+    }
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = stderr.read_to_string(&mut sink);
+    });
+    (child, addr.unwrap(), socket.unwrap(), startup)
+}
+
+/// Live orb pods of the namespace by request id label.
+pub async fn pods_by_request(cluster: &TestCluster, ns: &str) -> BTreeMap<String, Vec<Pod>> {
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
+        .list(&ListParams::default().labels("orb.io/managed=true"))
+        .await
+        .unwrap()
+        .items;
+    let mut by_request: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
+    for pod in pods
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let id = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("orb.io/request-id"))
+            .cloned()
+            .unwrap_or_default();
+        by_request.entry(id).or_default().push(pod);
+    }
+    by_request
+}
