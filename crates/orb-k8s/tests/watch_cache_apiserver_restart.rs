@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{WAIT, acquire, harness, provider_for, status_input, template, wait_verdict};
+use common::{
+    WAIT, acquire, harness, provider_for, snapshot, status_input, template, wait_verdict,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
@@ -39,22 +41,6 @@ fn restart_apiserver() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn snapshot(pods: &[Pod]) -> Vec<(String, String, String)> {
-    let mut out: Vec<_> = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| {
-            (
-                p.name_any(),
-                p.uid().unwrap_or_default(),
-                p.resource_version().unwrap_or_default(),
-            )
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 #[tokio::test]

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{WAIT, acquire, harness, provider_for, status_input, template, wait_verdict};
+use common::{
+    Snapshot, WAIT, acquire, harness, provider_for, snapshot, status_input, template, wait_verdict,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -25,25 +27,6 @@ use orb_k8s::daemon::pod_cache::Miss;
 use orb_k8s::daemon::{K8sMetrics, PodCache};
 use serde_json::json;
 use tokio::sync::watch;
-
-/// (name, uid, resourceVersion) of every pod, sorted: two views agree when these do.
-type Snapshot = Vec<(String, String, String)>;
-
-fn snapshot(pods: &[Pod]) -> Snapshot {
-    let mut out: Snapshot = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| {
-            (
-                p.name_any(),
-                p.uid().unwrap_or_default(),
-                p.resource_version().unwrap_or_default(),
-            )
-        })
-        .collect();
-    out.sort();
-    out
-}
 
 async fn listed(api: &Api<Pod>) -> Snapshot {
     let pods = api
