@@ -32,7 +32,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::api::{PostParams, PropagationPolicy};
 use kube::{Api, Client, ResourceExt};
-use kube_fixture::{Check, TestCluster, wait_for};
+use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -214,6 +214,36 @@ async fn wait_deploy_event(
     text: &str,
 ) -> String {
     wait_event_of(client, ns, "Deployment", name, reason, text).await
+}
+
+/// A fresh namespace with the policy CRDs installed and an operator that watches it and serves
+/// its metrics on `addr`, with the namespace's Deployment and PDB APIs. Fields are in drop
+/// order: the operator stops before the namespace goes.
+struct Scenario {
+    cluster: TestCluster,
+    ns: TestNamespace,
+    addr: SocketAddr,
+    op: Operator,
+    deployments: Api<Deployment>,
+    pdbs: Api<PodDisruptionBudget>,
+}
+
+async fn scenario_with_metrics(prefix: &str) -> Scenario {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace(prefix).await;
+    let addr = free_addr();
+    let op = start_operator_with(&cluster, ns.name(), |o| o.health_addr = Some(addr));
+    let deployments = Api::namespaced(cluster.client.clone(), ns.name());
+    let pdbs = Api::namespaced(cluster.client.clone(), ns.name());
+    Scenario {
+        cluster,
+        ns,
+        addr,
+        op,
+        deployments,
+        pdbs,
+    }
 }
 
 fn free_addr() -> SocketAddr {

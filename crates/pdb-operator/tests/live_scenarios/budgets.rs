@@ -8,15 +8,15 @@ use super::*;
 
 #[tokio::test]
 async fn annotation_classes_functions_and_invalid_values_give_the_documented_budgets() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-classes").await;
-    let n = ns.name();
-    let addr = free_addr();
-    let op = start_operator_with(&cluster, n, |o| o.health_addr = Some(addr));
-    let c = &cluster.client;
-    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let Scenario {
+        cluster,
+        ns,
+        addr,
+        op,
+        deployments,
+        pdbs,
+    } = scenario_with_metrics("pdbop-classes").await;
+    let (c, n) = (&cluster.client, ns.name());
     let class = |v: &str| json!({"pdboperator.io/availability-class": v});
     let class_fn = |v: &str, f: &str| json!({"pdboperator.io/availability-class": v, "pdboperator.io/workload-function": f});
     create_policy(

@@ -7,15 +7,15 @@ use super::*;
 
 #[tokio::test]
 async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision_table_says() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-enforce").await;
-    let n = ns.name();
-    let addr = free_addr();
-    let _op = start_operator_with(&cluster, n, |o| o.health_addr = Some(addr));
-    let c = &cluster.client;
-    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let Scenario {
+        cluster,
+        ns,
+        addr,
+        op: _op,
+        deployments,
+        pdbs,
+    } = scenario_with_metrics("pdbop-enforce").await;
+    let (c, n) = (&cluster.client, ns.name());
     let sel = |case: &str| json!({"matchLabels": {"case": case}});
     let policies = [
         (

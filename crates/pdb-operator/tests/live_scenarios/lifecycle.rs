@@ -254,15 +254,15 @@ fn hhmm(t: jiff::Timestamp) -> String {
 
 #[tokio::test]
 async fn idle_workload_is_relaxed_and_restored_at_the_window_bounds_without_any_change() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-idle").await;
-    let n = ns.name();
-    let addr = free_addr();
-    let _op = start_operator_with(&cluster, n, |o| o.health_addr = Some(addr));
-    let c = &cluster.client;
-    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let Scenario {
+        cluster,
+        ns,
+        addr,
+        op: _op,
+        deployments,
+        pdbs,
+    } = scenario_with_metrics("pdbop-idle").await;
+    let (c, n) = (&cluster.client, ns.name());
 
     // The operator reads the real clock (no injection), so the window is the next whole minute
     // (the one after if fewer than 20 s remain, so the PDB exists before it opens).

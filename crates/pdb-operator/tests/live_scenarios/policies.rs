@@ -7,15 +7,15 @@ use super::*;
 
 #[tokio::test]
 async fn priority_and_tie_break_pick_the_policy_and_metrics_tell_the_truth() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-prio").await;
-    let n = ns.name();
-    let addr = free_addr();
-    let _op = start_operator_with(&cluster, n, |o| o.health_addr = Some(addr));
-    let c = &cluster.client;
-    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let Scenario {
+        cluster,
+        ns,
+        addr,
+        op: _op,
+        deployments,
+        pdbs,
+    } = scenario_with_metrics("pdbop-prio").await;
+    let (c, n) = (&cluster.client, ns.name());
     // Scenario 16.
     create_policy(
         c,
