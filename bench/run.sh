@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs the orb-rs benchmarks side by side on this machine and reports them together:
 #   - criterion benches of the pure hot paths (orb-k8s hot_paths, pdb-operator budget_math);
-#   - CLI cold start and HostFactory status of 50/500-machine requests (orb startup);
-#   - acquire of 500 pods vs a bare kube-rs loop on the local control plane (orb-k8s acquire_pods);
+#   - CLI cold start and HostFactory status of 50/500-machine requests, direct and through a
+#     running `orb serve` (orb startup; BENCH_STARTUP_RUNS, default 60);
+#   - acquire of 100/500/1,000 machines per handler vs a bare kube-rs loop, and release of 500
+#     pods, on the local control plane (orb-k8s acquire_pods; BENCH_ACQUIRE_HANDLERS,
+#     BENCH_ACQUIRE_COUNTS, BENCH_ACQUIRE_ROUNDS, BENCH_RELEASE_COUNT, BENCH_POLL_MS);
 #   - the real pdb-operator at 1,000 Deployments: create->PDB p50/p99, full resync, resident
 #     memory (pdb-operator operator_scale; skipped when no control plane answers).
 # Prints one table and writes bench/results/<UTC date>.json.
@@ -70,7 +73,7 @@ else
     started_cp=1
     "$cp_tool" up >&2
   fi
-  echo "bench: acquire 500 pods vs a bare kube-rs loop ($KUBECONFIG)" >&2
+  echo "bench: acquire per handler and release vs a bare kube-rs loop ($KUBECONFIG)" >&2
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
 fi
 

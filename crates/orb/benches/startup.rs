@@ -1,12 +1,19 @@
 //! Start-up cost of fresh `orb` processes, the way HostFactory pays it: one process per call.
 //! Prints median and 90th percentile for `orb --version` and for HostFactory status polls of
-//! stored 50- and 500-machine requests. A benchmark that reports figures, not a pass/fail test.
+//! stored 50- and 500-machine requests, both direct (`ORB_DAEMON=off`: the process opens the
+//! database and answers itself) and through a running `orb serve` (spawned here on the same
+//! config and work dir, so the same store; the process forwards the call over
+//! `<work dir>/orb.sock`). Direct and daemon runs alternate call by call so machine load hits
+//! both alike. A benchmark that reports figures, not a pass/fail test.
 //!
-//! Run: `cargo bench -p orb --bench startup` (release build).
+//! Run: `cargo bench -p orb --bench startup` (release build). `BENCH_STARTUP_RUNS` (default 60)
+//! sets the runs per figure. No control plane needed: the stored requests are complete, so
+//! neither path asks Kubernetes.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -16,36 +23,150 @@ use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::Store;
 use serde_json::json;
 
-const RUNS: usize = 60;
+fn runs() -> usize {
+    std::env::var("BENCH_STARTUP_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n: &usize| *n >= 2)
+        .unwrap_or(60)
+}
 
-fn measure(label: &str, root: &Path, args: &[&str]) {
-    let orb = env!("CARGO_BIN_EXE_orb");
-    let mut times: Vec<Duration> = (0..RUNS)
-        .map(|_| {
-            let started = Instant::now();
-            let out = Command::new(orb)
-                .args(args)
-                .env("ORB_ROOT_DIR", root)
-                .env_remove("ORB_CONFIG_DIR")
-                .env_remove("ORB_WORK_DIR")
-                .output()
-                .expect("run orb");
-            let elapsed = started.elapsed();
-            assert!(
-                out.status.success(),
-                "{label}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            elapsed
-        })
-        .collect();
+/// One fresh `orb` process with `args` and extra environment `env`.
+fn run_orb(label: &str, root: &Path, args: &[&str], env: &[(&str, &str)]) -> (Duration, Output) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_orb"));
+    command
+        .args(args)
+        .env("ORB_ROOT_DIR", root)
+        .env_remove("ORB_CONFIG_DIR")
+        .env_remove("ORB_WORK_DIR")
+        .env_remove("ORB_DAEMON");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let started = Instant::now();
+    let out = command.output().expect("run orb");
+    let elapsed = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{label}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (elapsed, out)
+}
+
+fn report(label: &str, mut times: Vec<Duration>) -> Duration {
     times.sort();
+    let n = times.len();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "{label:<55} median {:>6.2} ms   p90 {:>6.2} ms   min {:>6.2} ms   ({RUNS} runs)",
-        ms(times[RUNS / 2]),
-        ms(times[RUNS * 9 / 10]),
+        "{label:<55} median {:>6.2} ms   p90 {:>6.2} ms   min {:>6.2} ms   ({n} runs)",
+        ms(times[n / 2]),
+        ms(times[n * 9 / 10]),
         ms(times[0])
+    );
+    times[n / 2]
+}
+
+fn measure(label: &str, root: &Path, args: &[&str]) {
+    let times = (0..runs())
+        .map(|_| run_orb(label, root, args, &[("ORB_DAEMON", "off")]).0)
+        .collect();
+    report(label, times);
+}
+
+/// A running `orb serve` on `root`'s config and work dir; killed on drop.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Starts `orb serve` (TCP on a free loopback port, plus its default socket
+/// `<root>/work/orb.sock`) and waits until it says where the scripts reach it.
+fn start_daemon(root: &Path) -> Daemon {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orb"))
+        .env("ORB_ROOT_DIR", root)
+        .env_remove("ORB_CONFIG_DIR")
+        .env_remove("ORB_WORK_DIR")
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting orb serve");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let socket = loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            let _ = child.kill();
+            panic!("orb serve exited before opening its socket");
+        }
+        if let Some(rest) = line.split("reach it at unix:").nth(1) {
+            break PathBuf::from(rest.split_whitespace().next().unwrap());
+        }
+    };
+    // Keep draining stderr so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while stderr.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    Daemon { child, socket }
+}
+
+/// HostFactory `requests status -f` of one stored request, direct and through `daemon`,
+/// alternating call by call. Checks the daemon answered (no fallback note) with the same
+/// stdout as the direct run.
+fn measure_status(count: u32, root: &Path, input: &Path, daemon: &Daemon) {
+    let args = [
+        "--scheduler",
+        "hostfactory",
+        "requests",
+        "status",
+        "-f",
+        input.to_str().unwrap(),
+    ];
+    let via = format!("unix:{}", daemon.socket.display());
+    let direct_env = [("ORB_DAEMON", "off")];
+    let daemon_env = [("ORB_DAEMON", via.as_str())];
+    let direct_label = format!("orb requests status -f (HostFactory, {count}-machine request)");
+    let daemon_label =
+        format!("orb requests status -f (HostFactory, {count}-machine request, via orb serve)");
+    let (_, expected) = run_orb(&direct_label, root, &args, &direct_env);
+    let (_, answered) = run_orb(&daemon_label, root, &args, &daemon_env);
+    let stderr = String::from_utf8_lossy(&answered.stderr);
+    assert!(
+        !stderr.contains("did not answer"),
+        "{daemon_label}: the daemon did not answer: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&answered.stdout),
+        String::from_utf8_lossy(&expected.stdout),
+        "{daemon_label}: the daemon's reply differs from the direct one"
+    );
+    let (mut direct, mut via_daemon) = (Vec::new(), Vec::new());
+    for i in 0..runs() {
+        let one = |env: &[(&str, &str)], label: &str| run_orb(label, root, &args, env).0;
+        if i % 2 == 0 {
+            direct.push(one(&direct_env, &direct_label));
+            via_daemon.push(one(&daemon_env, &daemon_label));
+        } else {
+            via_daemon.push(one(&daemon_env, &daemon_label));
+            direct.push(one(&direct_env, &direct_label));
+        }
+    }
+    let direct_median = report(&direct_label, direct);
+    let daemon_median = report(&daemon_label, via_daemon);
+    println!(
+        "ratio via orb serve / direct ({count} machines): {:.2}",
+        daemon_median.as_secs_f64() / direct_median.as_secs_f64()
     );
 }
 
@@ -123,6 +244,7 @@ fn main() {
     write_config(root.path());
     println!("fresh `orb` processes on this machine:");
     measure("orb --version", root.path(), &["--version"]);
+    let mut inputs = Vec::new();
     for count in [50, 500] {
         let request_id = runtime.block_on(seed(root.path(), count));
         let input = root.path().join(format!("status-{count}.json"));
@@ -131,19 +253,13 @@ fn main() {
             json!({"requests": [{"requestId": request_id}]}).to_string(),
         )
         .unwrap();
-        measure(
-            &format!("orb requests status -f (HostFactory, {count}-machine request)"),
-            root.path(),
-            &[
-                "--scheduler",
-                "hostfactory",
-                "requests",
-                "status",
-                "-f",
-                input.to_str().unwrap(),
-            ],
-        );
+        inputs.push((count, input));
     }
+    let daemon = start_daemon(root.path());
+    for (count, input) in &inputs {
+        measure_status(*count, root.path(), input, &daemon);
+    }
+    drop(daemon);
     measure(
         "orb templates list -f (HostFactory)",
         root.path(),
