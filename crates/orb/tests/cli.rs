@@ -2,6 +2,8 @@
 //! stored requests, the HostFactory scripts. Every refusal is checked for its message, its
 //! exit code and for leaving storage untouched.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -56,21 +58,7 @@ impl Env {
 
     fn orb(&self) -> Command {
         let mut cmd = Command::cargo_bin("orb").unwrap();
-        for var in [
-            "ORB_CONFIG_DIR",
-            "ORB_WORK_DIR",
-            "ORB_LOG_DIR",
-            "ORB_CONFIG_FILE",
-            "ORB_SCHEDULER",
-            "ORB_STORAGE_URL",
-            "HF_PROVIDER_NAME",
-            "HF_PROVIDER_CONFDIR",
-            "HF_PROVIDER_WORKDIR",
-            "HF_PROVIDER_LOGDIR",
-            "HF_CONFDIR",
-            "HF_WORKDIR",
-            "HF_LOGDIR",
-        ] {
+        for var in support::ENV_TO_CLEAR {
             cmd.env_remove(var);
         }
         cmd.env("ORB_ROOT_DIR", self.path())

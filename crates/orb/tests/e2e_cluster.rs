@@ -4,6 +4,8 @@
 //! test has its own namespace and its own orb root directory (config, database).
 //! Needs the control plane (`tools/control-plane/cp up`).
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -180,10 +182,7 @@ impl Orb {
         let input_file = self.path().join(format!("hf_in_{script}.json"));
         std::fs::write(&input_file, input.to_string()).unwrap();
         let mut cmd = std::process::Command::new(dir.join(script));
-        for var in ENV_TO_CLEAR {
-            cmd.env_remove(var);
-        }
-        let out = cmd
+        let out = support::clear_env(&mut cmd)
             .args(["-f", input_file.to_str().unwrap()])
             .env("ORB_ROOT_DIR", self.path())
             .env("HOME", self.path())
@@ -224,25 +223,8 @@ impl Orb {
     }
 }
 
-const ENV_TO_CLEAR: [&str; 14] = [
-    "ORB_CONFIG_DIR",
-    "ORB_WORK_DIR",
-    "ORB_LOG_DIR",
-    "ORB_CONFIG_FILE",
-    "ORB_SCHEDULER",
-    "ORB_STORAGE_URL",
-    "ORB_COMMAND",
-    "HF_PROVIDER_NAME",
-    "HF_PROVIDER_CONFDIR",
-    "HF_PROVIDER_WORKDIR",
-    "HF_PROVIDER_LOGDIR",
-    "HF_CONFDIR",
-    "HF_WORKDIR",
-    "HF_LOGDIR",
-];
-
 fn clean_env(cmd: &mut Command) {
-    for var in ENV_TO_CLEAR {
+    for var in support::ENV_TO_CLEAR {
         cmd.env_remove(var);
     }
 }

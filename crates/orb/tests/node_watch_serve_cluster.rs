@@ -5,6 +5,8 @@
 //! machine with the reason. The test runs on a KWOK-managed Node of its own (unique name,
 //! tainted so no other test's pod lands there), deleted at the end.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +23,10 @@ use orb_cli::serve::background::DaemonOptions;
 use orb_cli::serve::daemon::Daemon;
 use orb_cli::serve::model::MachineInfo;
 use orb_cli::serve::{AppState, ServeOptions};
-use orb_core::config::ProviderEntry;
 use orb_core::machine::MachineStatus;
 use orb_store::Store;
 use serde_json::json;
+use support::k8s_provider_entry;
 
 const WAIT: Duration = Duration::from_secs(60);
 const TAINT: &str = "orb.io/node-watch-serve-test";
@@ -98,20 +100,11 @@ async fn serve_watchers_put_node_facts_on_stored_machines_and_disruptions_in_rec
     let root = tempfile::tempdir().unwrap();
     let config_dir = root.path().join("config");
     std::fs::create_dir_all(&config_dir).unwrap();
-    let entry = ProviderEntry {
-        name: "kubernetes".into(),
-        provider_type: "k8s".into(),
-        enabled: true,
-        default: true,
-        config: json!({
-            "namespace": ns.name(),
-            "in_cluster": false,
-            "kubeconfig_path": cluster.kubeconfig,
-            "node_watch_enabled": true,
-            "events_watch_enabled": true,
-        }),
-        template_defaults: Default::default(),
-    };
+    let entry = k8s_provider_entry(
+        &cluster,
+        &ns,
+        json!({"node_watch_enabled": true, "events_watch_enabled": true}),
+    );
     let templates = json!({"templates": [{
         "templateId": "pinned", "maxNumber": 2, "imageId": "busybox:1.36",
         "command": ["sh", "-c", "sleep 3600"],

@@ -1,6 +1,8 @@
 //! The `orb serve` command itself: loads the configuration like every command, binds,
 //! answers HTTP, and stops cleanly on SIGTERM; an address in use is a clear error.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -26,24 +28,8 @@ fn config_root() -> tempfile::TempDir {
 }
 
 fn orb(root: &tempfile::TempDir, args: &[&str]) -> Command {
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
-    for var in [
-        "ORB_CONFIG_DIR",
-        "ORB_WORK_DIR",
-        "ORB_LOG_DIR",
-        "ORB_CONFIG_FILE",
-        "ORB_SCHEDULER",
-        "ORB_STORAGE_URL",
-        "HF_PROVIDER_NAME",
-        "HF_PROVIDER_CONFDIR",
-        "HF_PROVIDER_WORKDIR",
-        "HF_PROVIDER_LOGDIR",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("ORB_ROOT_DIR", root.path())
-        .env("HOME", root.path())
-        .args(args);
+    let mut cmd = support::orb(root.path());
+    cmd.args(args);
     cmd
 }
 

@@ -3,6 +3,7 @@
 //! request id gives the pods back. Needs the control plane (`tools/control-plane/cp up`).
 
 mod serve_support;
+mod support;
 
 use std::time::Duration;
 
@@ -10,9 +11,9 @@ use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode};
 use http_body_util::BodyExt;
 use kube_fixture::TestCluster;
-use orb_core::config::ProviderEntry;
 use serde_json::{Value, json};
 use serve_support::Env;
+use support::k8s_provider_entry;
 
 const TEMPLATES: &str = r#"{"templates": [
   {"templateId": "worker", "maxNumber": 4, "imageId": "busybox:1.36",
@@ -59,18 +60,7 @@ async fn follow(env: &Env, id: &str) -> (Vec<String>, Value) {
 async fn a_rest_request_runs_pods_and_a_rest_return_removes_them() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve").await;
-    let entry = ProviderEntry {
-        name: "kubernetes".into(),
-        provider_type: "k8s".into(),
-        enabled: true,
-        default: true,
-        config: json!({
-            "namespace": ns.name(),
-            "in_cluster": false,
-            "kubeconfig_path": cluster.kubeconfig,
-        }),
-        template_defaults: Default::default(),
-    };
+    let entry = k8s_provider_entry(&cluster, &ns, json!({}));
     let env = Env::build(entry, TEMPLATES, Duration::from_millis(500)).await;
 
     let (code, ready) = env.get("/readyz").await;

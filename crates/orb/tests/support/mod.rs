@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::Command;
 
 use kube_fixture::{TestCluster, TestNamespace};
+use orb_core::config::ProviderEntry;
+use serde_json::{Value, json};
 
 /// Environment variables that would point `orb` at the developer's own setup; removed from
 /// every command a test runs, so the test's explicit settings are all that count.
@@ -76,5 +78,33 @@ pub fn postgres_url() -> Option<String> {
             );
             None
         }
+    }
+}
+
+/// The default `k8s` provider "kubernetes" on `ns` through the cluster's kubeconfig, with
+/// `extra` merged into its config.
+pub fn k8s_provider_entry(
+    cluster: &TestCluster,
+    ns: &TestNamespace,
+    extra: Value,
+) -> ProviderEntry {
+    let mut config = json!({
+        "namespace": ns.name(),
+        "in_cluster": false,
+        "kubeconfig_path": cluster.kubeconfig,
+    });
+    for (k, v) in extra
+        .as_object()
+        .expect("extra provider config is a JSON object")
+    {
+        config[k] = v.clone();
+    }
+    ProviderEntry {
+        name: "kubernetes".into(),
+        provider_type: "k8s".into(),
+        enabled: true,
+        default: true,
+        config,
+        template_defaults: Default::default(),
     }
 }
