@@ -470,9 +470,11 @@ async fn run(client: Client, namespace: &str) {
 
     let rss_max = rss.max(resync_rss);
     let met = |ok: bool| if ok { "yes" } else { "NO" };
+    let reconcilers = std::env::var("BENCH_MAX_CONCURRENT_RECONCILES")
+        .map_or("the default".to_string(), |n| n.to_string());
     println!(
         "pdb-operator at {deployments} Deployments (2 replicas each), {in_flight} creates in flight, \
-         namespace-scoped operator (--watch-namespace), default flags otherwise"
+         namespace-scoped operator (--watch-namespace), --max-concurrent-reconciles {reconcilers}"
     );
     println!("| figure | value | target | met |");
     println!("|---|---:|---:|---|");
