@@ -216,33 +216,45 @@ async fn wait_deploy_event(
     wait_event_of(client, ns, "Deployment", name, reason, text).await
 }
 
-/// A fresh namespace with the policy CRDs installed and an operator that watches it and serves
-/// its metrics on `addr`, with the namespace's Deployment and PDB APIs. Fields are in drop
-/// order: the operator stops before the namespace goes.
+/// A fresh namespace with the policy CRDs installed and an operator watching it, with the
+/// namespace's Deployment and PDB APIs. Fields drop in declaration order: the operator stops
+/// first, the namespace goes last.
 struct Scenario {
-    cluster: TestCluster,
-    ns: TestNamespace,
-    addr: SocketAddr,
     op: Operator,
     deployments: Api<Deployment>,
     pdbs: Api<PodDisruptionBudget>,
+    /// Where the operator serves its metrics (with [`scenario_with_metrics`] only).
+    addr: SocketAddr,
+    ns: TestNamespace,
+    cluster: TestCluster,
 }
 
+async fn scenario(prefix: &str) -> Scenario {
+    scenario_tuned(prefix, false).await
+}
+
+/// A [`Scenario`] whose operator serves `/metrics` on `addr`.
 async fn scenario_with_metrics(prefix: &str) -> Scenario {
+    scenario_tuned(prefix, true).await
+}
+
+async fn scenario_tuned(prefix: &str, metrics: bool) -> Scenario {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
     let ns = cluster.namespace(prefix).await;
     let addr = free_addr();
-    let op = start_operator_with(&cluster, ns.name(), |o| o.health_addr = Some(addr));
-    let deployments = Api::namespaced(cluster.client.clone(), ns.name());
-    let pdbs = Api::namespaced(cluster.client.clone(), ns.name());
+    let op = if metrics {
+        start_operator_with(&cluster, ns.name(), |o| o.health_addr = Some(addr))
+    } else {
+        start_operator(&cluster, ns.name())
+    };
     Scenario {
-        cluster,
-        ns,
-        addr,
         op,
-        deployments,
-        pdbs,
+        deployments: Api::namespaced(cluster.client.clone(), ns.name()),
+        pdbs: Api::namespaced(cluster.client.clone(), ns.name()),
+        addr,
+        ns,
+        cluster,
     }
 }
 

@@ -8,15 +8,9 @@ use super::*;
 
 #[tokio::test]
 async fn annotation_classes_functions_and_invalid_values_give_the_documented_budgets() {
-    let Scenario {
-        cluster,
-        ns,
-        addr,
-        op,
-        deployments,
-        pdbs,
-    } = scenario_with_metrics("pdbop-classes").await;
-    let (c, n) = (&cluster.client, ns.name());
+    let s = scenario_with_metrics("pdbop-classes").await;
+    let (c, n, addr) = (&s.cluster.client, s.ns.name(), s.addr);
+    let (deployments, pdbs) = (s.deployments.clone(), s.pdbs.clone());
     let class = |v: &str| json!({"pdboperator.io/availability-class": v});
     let class_fn = |v: &str, f: &str| json!({"pdboperator.io/availability-class": v, "pdboperator.io/workload-function": f});
     create_policy(
@@ -196,7 +190,7 @@ async fn annotation_classes_functions_and_invalid_values_give_the_documented_bud
         None,
         "no reconcile failed: {text}"
     );
-    op.assert_running();
+    s.op.assert_running();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -204,14 +198,9 @@ async fn annotation_classes_functions_and_invalid_values_give_the_documented_bud
 
 #[tokio::test]
 async fn custom_budgets_reach_the_pdb_and_real_evictions_follow_them() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-custom").await;
-    let n = ns.name();
-    let _op = start_operator(&cluster, n);
-    let c = &cluster.client;
-    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let s = scenario("pdbop-custom").await;
+    let (c, n) = (&s.cluster.client, s.ns.name());
+    let (deployments, pdbs) = (s.deployments.clone(), s.pdbs.clone());
     let pods: Api<Pod> = Api::namespaced(c.clone(), n);
     let custom = |cfg: Value, case: &str| {
         json!({"availabilityClass": "custom", "customPDBConfig": cfg,

@@ -7,15 +7,9 @@ use super::*;
 
 #[tokio::test]
 async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision_table_says() {
-    let Scenario {
-        cluster,
-        ns,
-        addr,
-        op: _op,
-        deployments,
-        pdbs,
-    } = scenario_with_metrics("pdbop-enforce").await;
-    let (c, n) = (&cluster.client, ns.name());
+    let s = scenario_with_metrics("pdbop-enforce").await;
+    let (c, n, addr) = (&s.cluster.client, s.ns.name(), s.addr);
+    let (deployments, pdbs) = (s.deployments.clone(), s.pdbs.clone());
     let sel = |case: &str| json!({"matchLabels": {"case": case}});
     let policies = [
         (

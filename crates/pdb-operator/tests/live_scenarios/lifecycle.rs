@@ -130,15 +130,10 @@ async fn deleted_workloads_lose_their_pdb_by_gc_and_legacy_finalizers_are_stripp
 
 #[tokio::test]
 async fn deployment_and_statefulset_sharing_a_name_get_one_pdb_and_statefulsets_follow_policies() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-samename").await;
-    let n = ns.name();
-    let _op = start_operator(&cluster, n);
-    let c = &cluster.client;
-    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
+    let s = scenario("pdbop-samename").await;
+    let (c, n) = (&s.cluster.client, s.ns.name());
+    let (deployments, pdbs) = (s.deployments.clone(), s.pdbs.clone());
     let sets: Api<StatefulSet> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
     let standard = json!({"pdboperator.io/availability-class": "standard"});
 
     // Scenario 34: policy-driven StatefulSet of 4.
@@ -254,15 +249,9 @@ fn hhmm(t: jiff::Timestamp) -> String {
 
 #[tokio::test]
 async fn idle_workload_is_relaxed_and_restored_at_the_window_bounds_without_any_change() {
-    let Scenario {
-        cluster,
-        ns,
-        addr,
-        op: _op,
-        deployments,
-        pdbs,
-    } = scenario_with_metrics("pdbop-idle").await;
-    let (c, n) = (&cluster.client, ns.name());
+    let s = scenario_with_metrics("pdbop-idle").await;
+    let (c, n, addr) = (&s.cluster.client, s.ns.name(), s.addr);
+    let (deployments, pdbs) = (s.deployments.clone(), s.pdbs.clone());
 
     // The operator reads the real clock (no injection), so the window is the next whole minute
     // (the one after if fewer than 20 s remain, so the PDB exists before it opens).

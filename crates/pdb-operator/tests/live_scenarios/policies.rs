@@ -7,15 +7,9 @@ use super::*;
 
 #[tokio::test]
 async fn priority_and_tie_break_pick_the_policy_and_metrics_tell_the_truth() {
-    let Scenario {
-        cluster,
-        ns,
-        addr,
-        op: _op,
-        deployments,
-        pdbs,
-    } = scenario_with_metrics("pdbop-prio").await;
-    let (c, n) = (&cluster.client, ns.name());
+    let s = scenario_with_metrics("pdbop-prio").await;
+    let (c, n, addr) = (&s.cluster.client, s.ns.name(), s.addr);
+    let (deployments, pdbs) = (s.deployments.clone(), s.pdbs.clone());
     // Scenario 16.
     create_policy(
         c,
@@ -178,14 +172,9 @@ async fn priority_and_tie_break_pick_the_policy_and_metrics_tell_the_truth() {
 
 #[tokio::test]
 async fn selection_by_names_functions_expressions_and_namespaces() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-select").await;
-    let n = ns.name();
-    let _op = start_operator(&cluster, n);
-    let c = &cluster.client;
-    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let s = scenario("pdbop-select").await;
+    let (c, n) = (&s.cluster.client, s.ns.name());
+    let (deployments, pdbs) = (s.deployments.clone(), s.pdbs.clone());
 
     // Scenario 26.
     create_policy(
@@ -287,7 +276,7 @@ async fn selection_by_names_functions_expressions_and_namespaces() {
     // Scenario 25: a cluster policy limited to another (non-existent, test-unique) namespace.
     let staging = format!("{n}-staging");
     let _other = create_cluster_policy(
-        &cluster,
+        &s.cluster,
         &format!("{n}-staging-only"),
         json!({
         "availabilityClass": "mission-critical",
@@ -305,7 +294,7 @@ async fn selection_by_names_functions_expressions_and_namespaces() {
     // Scenario 24: a ClusterPDBPolicy limited to this namespace reaches it.
     let cp = format!("{n}-cluster-wide");
     let _cp = create_cluster_policy(
-        &cluster,
+        &s.cluster,
         &cp,
         json!({
         "availabilityClass": "high-availability",
