@@ -9,7 +9,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -18,9 +18,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
-use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
+use kube_fixture::{Check, TestCluster, wait_for};
 use serde_json::{Value, json};
-use support::serve_process::{Server, TERMINAL, http, pods_by_request};
+use support::serve_process::{Server, TERMINAL, http, install, pods_by_request};
 
 const COUNT: usize = 40;
 /// How long a call may take while the database is down before it counts as hanging.
@@ -159,36 +159,6 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// One orb installation for `provider` on `ns`, talking to the apiserver through `kubeconfig`.
-fn install(ns: &TestNamespace, provider: &str, kubeconfig: &Path) -> tempfile::TempDir {
-    let root = tempfile::tempdir().unwrap();
-    let config = root.path().join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.json"),
-        json!({
-            "providers": [{"name": provider, "type": "k8s", "enabled": true, "default": true,
-                           "config": {"namespace": ns.name(), "in_cluster": false,
-                                      "kubeconfig_path": kubeconfig,
-                                      "node_watch_enabled": false, "events_watch_enabled": false,
-                                      // An acquire cut off by the outage is resumed once it is
-                                      // 2 s old, not after the default 5 minutes.
-                                      "orphan_min_age_seconds": 2}}],
-            "request": {"default_timeout": 300, "default_grace_period": 300,
-                        "max_machines_per_request": 500},
-        })
-        .to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        config.join("templates.json"),
-        r#"{"templates": [{"templateId": "worker", "maxNumber": 500, "imageId": "busybox:1.36",
-             "command": ["sh", "-c", "sleep 3600"]}]}"#,
-    )
-    .unwrap();
-    root
-}
-
 impl Server {
     /// A call that must answer within [`PROMPT`]; returns the answer and how long it took.
     fn timed_call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -236,7 +206,14 @@ async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the
         ..FaultPlan::default()
     });
     let provider = format!("pg-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let root = install(&ns, &provider, proxy.kubeconfig_path());
+    // An acquire cut off by the outage is resumed once it is 2 s old, not after the default
+    // 5 minutes.
+    let root = install(
+        &ns,
+        &provider,
+        proxy.kubeconfig_path(),
+        json!({"orphan_min_age_seconds": 2}),
+    );
     let server = Server::start(root.path(), Some(&pg.url));
     let (code, health) = server.call("GET", "/health", None);
     assert_eq!(code, 200, "{health}");

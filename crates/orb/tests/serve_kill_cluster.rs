@@ -12,50 +12,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
-use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
+use kube_fixture::{Check, TestCluster, wait_for};
 use serde_json::{Value, json};
 use support::postgres_url;
-use support::serve_process::{Server, TERMINAL, http, pods_by_request};
-
-/// One orb installation: config for `provider` on `ns`.
-fn install(
-    cluster: &TestCluster,
-    ns: &TestNamespace,
-    provider: &str,
-    extra: Value,
-) -> tempfile::TempDir {
-    let root = tempfile::tempdir().unwrap();
-    let config = root.path().join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    let mut provider_config = json!({
-        "namespace": ns.name(),
-        "in_cluster": false,
-        "kubeconfig_path": cluster.kubeconfig,
-        "node_watch_enabled": false,
-        "events_watch_enabled": false,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        provider_config[k] = v.clone();
-    }
-    std::fs::write(
-        config.join("config.json"),
-        json!({
-            "providers": [{"name": provider, "type": "k8s", "enabled": true, "default": true,
-                           "config": provider_config}],
-            "request": {"default_timeout": 300, "default_grace_period": 300,
-                        "max_machines_per_request": 500},
-        })
-        .to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        config.join("templates.json"),
-        r#"{"templates": [{"templateId": "worker", "maxNumber": 500, "imageId": "busybox:1.36",
-             "command": ["sh", "-c", "sleep 3600"]}]}"#,
-    )
-    .unwrap();
-    root
-}
+use support::serve_process::{Server, TERMINAL, http, install, pods_by_request};
 
 /// Polls a request's status (asking the provider) until it is finished.
 async fn wait_finished(server: &Server, id: &str, timeout: Duration) -> Value {
@@ -100,9 +60,9 @@ async fn a_server_killed_mid_acquire_finishes_the_request_after_restart_without_
     let provider = format!("kill-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     // Interrupted acquires older than 2 s are resumed at start-up.
     let root = install(
-        &cluster,
         &ns,
         &provider,
+        &cluster.kubeconfig,
         json!({"orphan_min_age_seconds": 2}),
     );
     let first = Server::start(root.path(), None);
@@ -221,8 +181,8 @@ async fn two_replicas_on_postgres_acquire_and_return_concurrently_without_proces
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
     let roots = [
-        install(&cluster, &ns, &provider, json!({})),
-        install(&cluster, &ns, &provider, json!({})),
+        install(&ns, &provider, &cluster.kubeconfig, json!({})),
+        install(&ns, &provider, &cluster.kubeconfig, json!({})),
     ];
     let servers = [
         Server::start(roots[0].path(), Some(&url)),

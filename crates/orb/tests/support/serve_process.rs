@@ -12,13 +12,58 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
-use kube_fixture::TestCluster;
-use serde_json::Value;
+use kube_fixture::{TestCluster, TestNamespace};
+use serde_json::{Value, json};
 
 use super::clear_env;
 
 /// Request states after which nothing changes any more.
 pub const TERMINAL: &[&str] = &["complete", "partial", "failed", "cancelled", "timeout"];
+
+/// One orb installation for `orb serve`: the default `k8s` provider `provider` on `ns`,
+/// talking to the apiserver through `kubeconfig` (no node or event watch), with `extra`
+/// merged into its config, and a 500-pod `worker` template.
+pub fn install(
+    ns: &TestNamespace,
+    provider: &str,
+    kubeconfig: &Path,
+    extra: Value,
+) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let mut provider_config = json!({
+        "namespace": ns.name(),
+        "in_cluster": false,
+        "kubeconfig_path": kubeconfig,
+        "node_watch_enabled": false,
+        "events_watch_enabled": false,
+    });
+    for (k, v) in extra
+        .as_object()
+        .expect("extra provider config is a JSON object")
+    {
+        provider_config[k] = v.clone();
+    }
+    std::fs::write(
+        config.join("config.json"),
+        json!({
+            "providers": [{"name": provider, "type": "k8s", "enabled": true, "default": true,
+                           "config": provider_config}],
+            "request": {"default_timeout": 300, "default_grace_period": 300,
+                        "max_machines_per_request": 500},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("templates.json"),
+        r#"{"templates": [{"templateId": "worker", "maxNumber": 500, "imageId": "busybox:1.36",
+             "command": ["sh", "-c", "sleep 3600"]}]}"#,
+    )
+    .unwrap();
+    root
+}
 
 /// A running `orb serve`, its address and everything it wrote to stderr so far; stopped
 /// (SIGTERM) when dropped unless it already ended.
