@@ -1,0 +1,102 @@
+//! The real `orb serve` on the local control plane answers status reads from its watch
+//! cache, and shows it: `/readyz` has the `watch_cache` check and `/metrics` the provider's
+//! `orb_k8s_*` series (cache size, watch events, where status reads came from, pod
+//! creations).
+
+mod support;
+
+use std::time::Duration;
+
+use kube_fixture::{Check, TestCluster, wait_for};
+use serde_json::{Value, json};
+use support::serve_process::{Server, TERMINAL, install};
+
+/// The value of the first sample line of `/metrics` that starts with `series`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn metrics(server: &Server) -> String {
+    match server.call("GET", "/metrics", None) {
+        (200, Value::String(text)) => text,
+        other => panic!("GET /metrics: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve-cache").await;
+    let root = install(&ns, "kube", &cluster.kubeconfig, json!({}));
+    let server = Server::start(root.path(), None);
+
+    let (code, view) = server.call(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&json!({"template_id": "worker", "count": 3})),
+    );
+    assert_eq!(code, 202, "{view}");
+    let id = view["request"]["request_id"].as_str().unwrap().to_string();
+    let done = wait_for(
+        &format!("request {id} to finish"),
+        Duration::from_secs(90),
+        || async {
+            let (code, view) = server.call("GET", &format!("/api/v1/requests/{id}/status"), None);
+            let status = view["request"]["status"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
+            if code == 200 && TERMINAL.contains(&status.as_str()) {
+                Check::Done(view)
+            } else {
+                Check::NotYet(format!("{code} {status}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(done["request"]["status"], "complete", "{done}");
+
+    // The cache holds exactly this namespace's three managed pods.
+    let text = wait_for(
+        "the cache to hold the 3 pods",
+        Duration::from_secs(30),
+        || async {
+            let text = metrics(&server);
+            match sample(&text, "orb_k8s_cache_pods ") {
+                Some(n) if n == 3.0 => Check::Done(text),
+                other => Check::NotYet(format!("orb_k8s_cache_pods {other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(sample(&text, "orb_k8s_cache_serving "), Some(1.0), "{text}");
+    assert!(
+        sample(&text, "orb_k8s_watch_events_total{event=\"added\"}").unwrap_or(0.0) >= 3.0,
+        "{text}"
+    );
+    assert!(
+        sample(&text, "orb_k8s_status_reads_total{reason=\"cache\"}").unwrap_or(0.0) >= 1.0,
+        "no status read was answered from the cache: {text}"
+    );
+    assert_eq!(
+        sample(&text, "orb_k8s_pod_creations_total{outcome=\"success\"}"),
+        Some(3.0),
+        "{text}"
+    );
+
+    let (code, ready) = server.call("GET", "/readyz", None);
+    assert_eq!(code, 200, "{ready}");
+    let cache = &ready["checks"]["watch_cache"];
+    assert_eq!(cache["status"], "ok", "{ready}");
+    assert!(
+        cache["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("served from the watch cache (3 pods)"),
+        "{ready}"
+    );
+    server.stop();
+}
