@@ -66,7 +66,7 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
         || async {
             let text = metrics(&server);
             match sample(&text, "orb_k8s_cache_pods ") {
-                Some(n) if n == 3.0 => Check::Done(text),
+                Some(3.0) => Check::Done(text),
                 other => Check::NotYet(format!("orb_k8s_cache_pods {other:?}")),
             }
         },
