@@ -100,17 +100,9 @@ impl Bench {
                 "key": "orb-rs.io/bench", "operator": "Equal", "value": self.tag,
                 "effect": "NoSchedule"
             })]),
-            // KWOK completes Job pods about a second after they run; keep them running.
-            annotations: BTreeMap::from([
-                (
-                    "pod-complete.stage.kwok.x-k8s.io/delay".to_string(),
-                    "60m".to_string(),
-                ),
-                (
-                    "pod-complete.stage.kwok.x-k8s.io/jitter-delay".to_string(),
-                    "60m".to_string(),
-                ),
-            ]),
+            // A Job request is fulfilled when the Job completes (KWOK completes Job pods
+            // 1-2 s after they run); every other kind when its pods run and are ready.
+            annotations: BTreeMap::new(),
             ..Template::default()
         }
     }
@@ -211,6 +203,33 @@ impl Bench {
             assert!(
                 start.elapsed() < WAIT_LIMIT,
                 "{count} pods in {namespace} not Running and Ready within {WAIT_LIMIT:?}"
+            );
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    /// The namespace's one Job has condition Complete=True (what orb's Job status waits for).
+    async fn wait_job_complete(&self, namespace: &str) {
+        let api: Api<Job> = Api::namespaced(self.client(), namespace);
+        let start = Instant::now();
+        loop {
+            let complete = api.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items.iter().any(|j| {
+                    j.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter()
+                                .any(|c| c.type_ == "Complete" && c.status == "True")
+                        })
+                })
+            });
+            if complete {
+                return;
+            }
+            assert!(
+                start.elapsed() < WAIT_LIMIT,
+                "the Job in {namespace} not complete within {WAIT_LIMIT:?}"
             );
             tokio::time::sleep(self.poll).await;
         }
@@ -387,7 +406,11 @@ impl Bench {
             }
         }
         let created = start.elapsed();
-        self.wait_ready(namespace, count as usize).await;
+        if api == ProviderApi::Job {
+            self.wait_job_complete(namespace).await;
+        } else {
+            self.wait_ready(namespace, count as usize).await;
+        }
         (created, start.elapsed(), pods_sent)
     }
 }
