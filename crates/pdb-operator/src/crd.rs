@@ -238,9 +238,13 @@ pub struct MaintenanceWindow {
     #[schemars(length(max = 5))]
     #[x_kube(validation = Rule::new("self.matches('^([0-1]?[0-9]|2[0-3]):[0-5][0-9]$')").message("must be in HH:MM format"))]
     pub end: String,
-    /// IANA zone in which the bounds and weekdays are read (checked by the controller).
+    /// IANA zone in which the bounds and weekdays are read. Admission rejects an unknown zone:
+    /// CEL's `getHours(zone)` fails on it, and an evaluation error rejects the object. The
+    /// leading-letter pattern and the `Local` exclusion keep out what CEL would take but the
+    /// controller would not (offsets like `+01:00`, the apiserver's local zone).
     #[serde(default = "default_timezone")]
     #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self == '' || self == 'UTC' || (self.matches('^[A-Za-z][A-Za-z0-9_+/-]*$') && self != 'Local' && timestamp('2026-01-01T00:00:00Z').getHours(self) >= 0)").message("must be an IANA time zone name such as UTC or Europe/Berlin"))]
     pub timezone: String,
     /// Weekdays on which the window opens, 0 = Sunday; empty = every day.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
