@@ -4,6 +4,7 @@ use pdb_operator::crd::crds_yaml;
 
 const CHECKED_IN_CRDS: &str = include_str!("../deploy/crds.yaml");
 const RBAC: &str = include_str!("../deploy/rbac.yaml");
+const ADMISSION_POLICY: &str = include_str!("../deploy/admission-policy.yaml");
 
 #[test]
 fn checked_in_crds_match_the_generated_ones() {
@@ -72,4 +73,42 @@ fn cluster_role_grants_what_the_gang_controller_needs() {
     ] {
         assert!(grants(g, r, v), "ClusterRole lacks {v} on {g}/{r}");
     }
+}
+
+#[test]
+fn admission_policy_guards_namespaced_policies_and_is_bound() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(ADMISSION_POLICY).expect("valid YAML");
+    assert_eq!(docs.len(), 2, "a policy and its binding");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(docs[0].clone()).unwrap();
+    let binding: ValidatingAdmissionPolicyBinding =
+        serde_json::from_value(docs[1].clone()).unwrap();
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+    let rules = spec.match_constraints.unwrap().resource_rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].api_groups.as_deref(),
+        Some(&["availability.pdboperator.io".to_string()][..])
+    );
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["pdbpolicies".to_string()][..]),
+        "only the namespaced kind; a ClusterPDBPolicy may list any namespace"
+    );
+    assert_eq!(
+        rules[0].operations.as_deref(),
+        Some(&["CREATE".to_string(), "UPDATE".to_string()][..])
+    );
+    let message = spec.validations.unwrap()[0]
+        .message_expression
+        .clone()
+        .unwrap();
+    assert!(message.contains("use a ClusterPDBPolicy"), "{message}");
+    let bspec = binding.spec;
+    assert_eq!(Some(bspec.policy_name), policy.metadata.name);
+    assert_eq!(bspec.validation_actions, ["Deny"]);
 }

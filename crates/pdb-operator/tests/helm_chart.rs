@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 const CHART_CRDS: &str = include_str!("../deploy/helm/pdb-operator/crds/crds.yaml");
 const RBAC: &str = include_str!("../deploy/rbac.yaml");
+const ADMISSION_POLICY: &str = include_str!("../deploy/admission-policy.yaml");
 
 fn chart_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/pdb-operator")
@@ -228,6 +229,38 @@ fn default_render_runs_the_operator_like_deploy_does() {
     );
     let pdb = find(&rendered, "PodDisruptionBudget", "pdb-operator").expect("operator's PDB");
     assert_eq!(pdb["spec"]["minAvailable"], 1);
+}
+
+#[test]
+fn default_render_ships_the_admission_policy_of_deploy() {
+    let rendered = render("pdb-operator", "pdb-operator-system", &[]);
+    let shipped: Vec<Value> =
+        serde_saphyr::from_multiple(ADMISSION_POLICY).expect("admission-policy.yaml parses");
+    for want in &shipped {
+        let (kind, name) = (
+            want["kind"].as_str().unwrap(),
+            want["metadata"]["name"].as_str().unwrap(),
+        );
+        let got = find(&rendered, kind, name)
+            .unwrap_or_else(|| panic!("the chart renders no {kind} {name}"));
+        pretty_assertions::assert_eq!(&got["spec"], &want["spec"], "{kind} {name} spec");
+    }
+    let off = render(
+        "pdb-operator",
+        "pdb-operator-system",
+        &["admissionPolicy.enabled=false"],
+    );
+    assert!(
+        kinds_and_names(
+            &off,
+            &[
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"
+            ]
+        )
+        .is_empty(),
+        "admissionPolicy.enabled=false still renders the admission policy"
+    );
 }
 
 #[test]

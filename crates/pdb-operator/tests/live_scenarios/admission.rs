@@ -219,6 +219,20 @@ async fn the_apiserver_defaults_policies_and_rejects_invalid_ones() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+    // An update that adds another namespace is rejected too.
+    let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &policy_resource());
+    let add_staging = json!({"spec": {"workloadSelector": {"namespaces": [n, "staging"]}}});
+    match api
+        .patch(
+            "own-ns",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&add_staging),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("lists staging") => {}
+        other => panic!("adding staging to own-ns: wanted 422, got {other:?}"),
+    }
     // The operator still refuses an unknown zone or another namespace (Validated=False/
     // PolicyInvalid) in a policy stored before these rules existed: `validation::rejected`
     // (`mars`, `other_namespace`) covers that path; it cannot be stored here any more.
