@@ -13,6 +13,8 @@ TARGETS = {
     "acquire_ratio": ("acquire <= 1.2x the bare loop", 1.2),
     "hf_status_direct_ms": ("HostFactory status <= 30 ms direct", 30.0),
     "hf_status_daemon_ms": ("HostFactory status <= 10 ms through the daemon", 10.0),
+    "daemon_p99_ms": ("daemon status p99 <= 5 ms at 10,000 pods", 5.0),
+    "daemon_rss_mib": ("daemon <= 100 MB resident with 10,000 cached pods", 100.0),
     "operator_p99_ms": ("operator p99 <= 1 s over 1,000 workloads", 1000.0),
     "operator_resync_s": ("operator resync <= 10 s", 10.0),
     "operator_rss_mib": ("operator <= 64 MB resident", 64.0),
@@ -88,7 +90,8 @@ def hf_daemon_ratios(path):
 
 
 def operator_results(path):
-    """The `BENCH_JSON {...}` line of the operator_scale bench, or None when it did not run."""
+    """The `BENCH_JSON {...}` line of a cluster bench (operator_scale, daemon_status), or None
+    when it did not run."""
     if not path or not os.path.exists(path):
         return None
     for line in open(path):
@@ -111,6 +114,7 @@ def main():
     ap.add_argument("--startup", required=True)
     ap.add_argument("--acquire", required=True)
     ap.add_argument("--operator", default="")
+    ap.add_argument("--daemon", default="")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
@@ -120,7 +124,16 @@ def main():
     acquire = acquire_results(a.acquire)
     hf_ratios = hf_daemon_ratios(a.startup)
     operator = operator_results(a.operator)
+    daemon = operator_results(a.daemon)
     verdicts = []
+    if daemon:
+        n = daemon["pods"]
+        for key, figure, value in (
+                ("daemon_p99_ms", f"status read p99 ms from the cache, {n} pods", daemon["cache_p99_ms"]),
+                ("daemon_rss_mib", f"VmRSS MiB, {n} cached pods", daemon["rss_mib"])):
+            what, limit = TARGETS[key]
+            verdicts.append({"target": what, "figure": figure, "value": value,
+                             "limit": limit, "met": value <= limit})
     for row in startup:
         if "requests status" in row["label"]:
             key = "hf_status_daemon_ms" if "via orb serve" in row["label"] else "hf_status_direct_ms"
@@ -173,6 +186,16 @@ def main():
                   f"**{r['ratio']:.2f}** | {create} |")
     else:
         print("\n(acquire not run)")
+    if daemon:
+        n = daemon["pods"]
+        print(f"\n| orb serve, {n} pods in {daemon['requests']} in-progress requests | p50 | p99 |")
+        print("|---|---:|---:|")
+        print(f"| status read from the watch cache | {daemon['cache_p50_ms']:.2f} ms | {daemon['cache_p99_ms']:.2f} ms |")
+        print(f"| status read with a LIST (watch_enabled=false) | {daemon['list_p50_ms']:.2f} ms | {daemon['list_p99_ms']:.2f} ms |")
+        print(f"| VmRSS with the cache / a server without it | {daemon['rss_mib']:.1f} MiB | "
+              f"{daemon.get('rss_without_cache_mib', float('nan')):.1f} MiB |")
+    else:
+        print("\n(orb serve at 10,000 pods not run)")
     if operator:
         n = operator["deployments"]
         print(f"\n| pdb-operator, {n} Deployments, {operator['create_concurrency']} creates in flight | value |")
@@ -199,7 +222,7 @@ def main():
         "hostfactory_daemon_over_direct": {str(k): v for k, v in sorted(hf_ratios.items())},
         "acquire": [r for r in acquire if r["bench"] == "acquire"],
         "release": [r for r in acquire if r["bench"] == "release"],
-        "operator": operator, "targets": verdicts,
+        "operator": operator, "daemon": daemon, "targets": verdicts,
     }
     with open(a.json, "w") as f:
         json.dump(result, f, indent=2)

@@ -45,10 +45,11 @@ declare -A exe
 while read -r name path; do exe[$name]=$path; done < <(
   cargo bench -p orb-k8s -p pdb-operator -p orb \
     --bench hot_paths --bench budget_math --bench startup --bench acquire_pods --bench operator_scale \
+    --bench daemon_status \
     --no-run --message-format=json |
     jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
 )
-for name in hot_paths budget_math startup acquire_pods operator_scale; do
+for name in hot_paths budget_math startup acquire_pods operator_scale daemon_status; do
   [[ -x "${exe[$name]:-}" ]] || { echo "bench: error: bench '$name' did not build" >&2; exit 1; }
 done
 export CRITERION_HOME="$raw/criterion"
@@ -77,6 +78,15 @@ else
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
 fi
 
+# orb serve at 10,000 pods: status reads from the watch cache vs a LIST per read, memory.
+if [[ "${BENCH_SKIP_ACQUIRE:-0}" == 1 || "${BENCH_SKIP_DAEMON:-0}" == 1 ]]; then
+  echo "bench: orb serve at 10,000 pods left out" >&2
+  : >"$raw/daemon.txt"
+else
+  echo "bench: orb serve status reads at 10,000 pods ($KUBECONFIG)" >&2
+  "${exe[daemon_status]}" --bench 2>&1 | tee "$raw/daemon.txt" >&2
+fi
+
 # After the others: 1,000 Deployments and 2,000 pods load the apiserver for a few minutes.
 if [[ "${BENCH_SKIP_OPERATOR:-0}" == 1 ]]; then
   echo "bench: BENCH_SKIP_OPERATOR=1, pdb-operator at 1,000 Deployments left out" >&2
@@ -93,5 +103,6 @@ mkdir -p "$out_dir"
 python3 "$repo/bench/collect.py" \
   --criterion-dir "$CRITERION_HOME" --since "$run_start" \
   --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" --operator "$raw/operator.txt" \
+  --daemon "$raw/daemon.txt" \
   --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json"
 echo "bench: wrote bench/results/$stamp.json" >&2
