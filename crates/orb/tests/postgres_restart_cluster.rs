@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use kube_fixture::TestCluster;
 use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
-use kube_fixture::{Check, TestCluster, wait_for};
 use serde_json::{Value, json};
-use support::serve_process::{Server, TERMINAL, http, install, pods_by_request};
+use support::serve_process::{Server, http, install, pods_by_request};
 
 const COUNT: usize = 40;
 /// How long a call may take while the database is down before it counts as hanging.
@@ -284,23 +284,7 @@ async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the
 
     pg.start_server();
     // Back: the interrupted acquire is resumed (idempotent creates) and completes.
-    let view = wait_for(
-        &format!("request {id} to finish after the restart"),
-        Duration::from_secs(180),
-        || async {
-            let (code, view) = server.call("GET", &format!("/api/v1/requests/{id}/status"), None);
-            let status = view["request"]["status"]
-                .as_str()
-                .unwrap_or("?")
-                .to_string();
-            if code == 200 && TERMINAL.contains(&status.as_str()) {
-                Check::Done(view)
-            } else {
-                Check::NotYet(format!("{code} {status}: {view}"))
-            }
-        },
-    )
-    .await;
+    let view = server.wait_finished(&id, Duration::from_secs(180)).await;
     assert_eq!(
         view["request"]["status"],
         "complete",

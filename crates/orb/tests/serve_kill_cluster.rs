@@ -15,27 +15,7 @@ use kube::api::ListParams;
 use kube_fixture::{Check, TestCluster, wait_for};
 use serde_json::{Value, json};
 use support::postgres_url;
-use support::serve_process::{Server, TERMINAL, http, install, pods_by_request};
-
-/// Polls a request's status (asking the provider) until it is finished.
-async fn wait_finished(server: &Server, id: &str, timeout: Duration) -> Value {
-    wait_for(&format!("request {id} to finish"), timeout, || async {
-        let (code, view) = server.call("GET", &format!("/api/v1/requests/{id}/status"), None);
-        let status = view["request"]["status"]
-            .as_str()
-            .unwrap_or("?")
-            .to_string();
-        if code == 200 && TERMINAL.contains(&status.as_str()) {
-            Check::Done(view)
-        } else {
-            Check::NotYet(format!(
-                "{code} {status}: {}",
-                view["request"]["status_message"]
-            ))
-        }
-    })
-    .await
-}
+use support::serve_process::{Server, http, install, pods_by_request};
 
 fn machine_ids(view: &Value) -> Vec<String> {
     view["machines"]
@@ -119,7 +99,7 @@ async fn a_server_killed_mid_acquire_finishes_the_request_after_restart_without_
     // reconciliation (not the 30 s periodic pass) resumes it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let second = Server::start(root.path(), None);
-    let view = wait_finished(&second, &id, Duration::from_secs(240)).await;
+    let view = second.wait_finished(&id, Duration::from_secs(240)).await;
     assert_eq!(
         view["request"]["status"],
         "complete",
@@ -239,7 +219,9 @@ async fn two_replicas_on_postgres_acquire_and_return_concurrently_without_proces
     let mut finished = BTreeMap::new();
     for (i, (_, id)) in acquires.iter().enumerate() {
         let _ = servers[(i + 1) % 2].call("GET", &format!("/api/v1/requests/{id}/status"), None);
-        let view = wait_finished(&servers[i % 2], id, Duration::from_secs(120)).await;
+        let view = servers[i % 2]
+            .wait_finished(id, Duration::from_secs(120))
+            .await;
         assert_eq!(view["request"]["status"], "complete", "{}", view["request"]);
         finished.insert(id.clone(), view);
     }
@@ -285,7 +267,9 @@ async fn two_replicas_on_postgres_acquire_and_return_concurrently_without_proces
     let return_ids: BTreeSet<&String> = returns.iter().map(|(_, r)| r).collect();
     assert_eq!(return_ids.len(), 6, "one return request per acquire");
     for (i, (_, ret)) in returns.iter().enumerate() {
-        let view = wait_finished(&servers[i % 2], ret, Duration::from_secs(120)).await;
+        let view = servers[i % 2]
+            .wait_finished(ret, Duration::from_secs(120))
+            .await;
         assert_eq!(view["request"]["status"], "complete", "{}", view["request"]);
         assert_eq!(machine_ids(&view).len(), 3, "{}", view["request"]);
     }

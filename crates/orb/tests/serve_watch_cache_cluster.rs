@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube_fixture::{Check, TestCluster, wait_for};
 use serde_json::{Value, json};
-use support::serve_process::{Server, TERMINAL, install};
+use support::serve_process::{Server, install};
 
 /// The value of the first sample line of `/metrics` that starts with `series`.
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -40,23 +40,7 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
     );
     assert_eq!(code, 202, "{view}");
     let id = view["request"]["request_id"].as_str().unwrap().to_string();
-    let done = wait_for(
-        &format!("request {id} to finish"),
-        Duration::from_secs(90),
-        || async {
-            let (code, view) = server.call("GET", &format!("/api/v1/requests/{id}/status"), None);
-            let status = view["request"]["status"]
-                .as_str()
-                .unwrap_or("?")
-                .to_string();
-            if code == 200 && TERMINAL.contains(&status.as_str()) {
-                Check::Done(view)
-            } else {
-                Check::NotYet(format!("{code} {status}"))
-            }
-        },
-    )
-    .await;
+    let done = server.wait_finished(&id, Duration::from_secs(90)).await;
     assert_eq!(done["request"]["status"], "complete", "{done}");
 
     // The cache holds exactly this namespace's three managed pods.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
-use kube_fixture::{TestCluster, TestNamespace};
+use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
 
 use super::clear_env;
@@ -148,6 +148,26 @@ impl Server {
 
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         http(&self.addr, method, path, body)
+    }
+
+    /// Polls a request's status (asking the provider) until it is finished; its view.
+    pub async fn wait_finished(&self, id: &str, timeout: Duration) -> Value {
+        wait_for(&format!("request {id} to finish"), timeout, || async {
+            let (code, view) = self.call("GET", &format!("/api/v1/requests/{id}/status"), None);
+            let status = view["request"]["status"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
+            if code == 200 && TERMINAL.contains(&status.as_str()) {
+                Check::Done(view)
+            } else {
+                Check::NotYet(format!(
+                    "{code} {status}: {}",
+                    view["request"]["status_message"]
+                ))
+            }
+        })
+        .await
     }
 }
 
