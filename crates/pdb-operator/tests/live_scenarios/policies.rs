@@ -128,11 +128,15 @@ async fn priority_and_tie_break_pick_the_policy_and_metrics_tell_the_truth() {
         Some(1.0),
         "{text}"
     );
-    assert_eq!(
-        sample(&text, "pdb_operator_policies_active", &[("namespace", n)]),
-        Some(5.0),
-        "{text}"
-    );
+    // The policy gauge is written by the policy reconciler, which may still be behind the
+    // workload ones when the managed count arrives: wait for it the same way.
+    wait_metric(
+        addr,
+        "pdb_operator_policies_active",
+        &[("namespace", n)],
+        |v| v == 5.0,
+    )
+    .await;
     // Deleting the Deployment removes its compliance series and its managed count.
     deployments
         .delete("fe", &DeleteParams::default())
