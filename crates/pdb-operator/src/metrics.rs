@@ -15,7 +15,7 @@ use crate::names::metrics as m;
 pub type Labels = Vec<(&'static str, String)>;
 
 type Counters = Family<Labels, Counter>;
-type Gauges = Family<Labels, Gauge>;
+pub type Gauges = Family<Labels, Gauge>;
 type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn reconcile_histogram() -> Histogram {

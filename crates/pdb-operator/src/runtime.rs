@@ -192,19 +192,21 @@ pub async fn sweep_deleted_workloads(ctx: &Context) {
         ("Workload", names_of(ctx.scope.api::<Workload>(c)).await),
         ("LeaderWorkerSet", names_of(lws).await),
     ];
-    let removed = ctx.outcomes.retain(|k| {
-        alive
-            .iter()
-            .find(|(kind, _)| *kind == k.kind)
-            .and_then(|(_, names)| names.as_ref())
-            .is_none_or(|names| {
-                names
-                    .iter()
-                    .any(|(ns, n)| *ns == k.namespace && *n == k.name)
-            })
-    });
+    let removed = ctx.outcomes.retain(
+        |k| {
+            alive
+                .iter()
+                .find(|(kind, _)| *kind == k.kind)
+                .and_then(|(_, names)| names.as_ref())
+                .is_none_or(|names| {
+                    names
+                        .iter()
+                        .any(|(ns, n)| *ns == k.namespace && *n == k.name)
+                })
+        },
+        &ctx.metrics,
+    );
     if removed {
-        ctx.outcomes.refresh_gauges(&ctx.metrics);
         ctx.status_changed.notify_one();
     }
 }
@@ -275,7 +277,8 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         cl_watch.await;
         Err(RunError::Task("ClusterPDBPolicy watch ended".into()))
     });
-    let (pdb_store, pdb_watch) = watch_pdbs(opts.scope.api(&client));
+    let recent_writes = Arc::new(crate::controller::pdb_cache::RecentWrites::default());
+    let (pdb_store, pdb_watch) = watch_pdbs(opts.scope.api(&client), recent_writes.clone());
     tasks.spawn(async move {
         pdb_watch.await;
         Err(RunError::Task("PodDisruptionBudget watch ended".into()))
@@ -295,6 +298,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     );
     ctx.status_changed = status_changed;
     ctx.pdbs = Some(pdb_store);
+    ctx.recent_writes = recent_writes;
     let ctx = Arc::new(ctx);
     let n = opts.max_concurrent_reconciles;
 

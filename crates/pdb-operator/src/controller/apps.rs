@@ -7,11 +7,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use super::carry_out::{Subject, carry_out};
+use super::triggers::{meaningful_changes, pdb_fingerprint, workload_fingerprint};
 use super::{Context, DEBOUNCE, Error, error_policy, reference_of, strip_legacy_finalizer, timed};
 use crate::desired::{Policies, WorkloadKind, WorkloadView, desired_pdb_for_workload};
 use crate::pdb::pdb_selects;
@@ -124,6 +125,18 @@ fn stateful_set_pod_labels(s: &StatefulSet) -> std::collections::BTreeMap<String
         .unwrap_or_default()
 }
 
+/// PDB changes that can alter a decision: not the disruption controller's status updates, and
+/// not the echo of our own write.
+fn pdb_changes(
+    ctx: &Context,
+) -> impl Stream<Item = Result<PodDisruptionBudget, watcher::Error>> + Send + 'static {
+    let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
+    let events = watcher(pdbs, watcher::Config::default()).default_backoff();
+    let recent = ctx.recent_writes.clone();
+    meaningful_changes(events, pdb_fingerprint)
+        .filter(move |r| std::future::ready(!matches!(r, Ok(p) if recent.is_echo(p))))
+}
+
 pub(crate) fn drain_controller<S, T, E>(
     name: &'static str,
     stream: S,
@@ -146,26 +159,36 @@ pub async fn run_deployments(
     concurrency: u16,
 ) {
     let api: Api<Deployment> = ctx.scope.api(&ctx.client);
-    let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
-    let ctrl = Controller::new(api, watcher::Config::default());
-    let store = ctrl.store();
-    let stream = ctrl
-        .watches(
-            pdbs,
-            watcher::Config::default(),
-            pdb_mapper("Deployment", store, deployment_pod_labels),
-        )
-        .reconcile_all_on(policy_changes)
-        .with_config(
-            ControllerConfig::default()
-                .debounce(DEBOUNCE)
-                .concurrency(concurrency),
-        )
-        .run(
-            reconcile_deployment,
-            error_policy(WorkloadKind::Deployment),
-            ctx,
-        );
+    let (store, writer) = reflector::store();
+    let workloads = watcher(api, watcher::Config::default())
+        .default_backoff()
+        // Keep what decisions and `pdb_mapper` read: metadata less managedFields, the spec
+        // less the pod template's spec (most of the memory of 1,000 workloads).
+        .modify(|w: &mut Deployment| {
+            w.metadata.managed_fields = None;
+            w.status = None;
+            w.spec.template.spec = None;
+        })
+        .reflect(writer);
+    let stream = Controller::for_stream(
+        meaningful_changes(workloads, workload_fingerprint::<Deployment>),
+        store.clone(),
+    )
+    .watches_stream(
+        pdb_changes(&ctx),
+        pdb_mapper("Deployment", store, deployment_pod_labels),
+    )
+    .reconcile_all_on(policy_changes)
+    .with_config(
+        ControllerConfig::default()
+            .debounce(DEBOUNCE)
+            .concurrency(concurrency),
+    )
+    .run(
+        reconcile_deployment,
+        error_policy(WorkloadKind::Deployment),
+        ctx,
+    );
     drain_controller("deployment-pdb", stream).await;
 }
 
@@ -176,25 +199,35 @@ pub async fn run_stateful_sets(
     concurrency: u16,
 ) {
     let api: Api<StatefulSet> = ctx.scope.api(&ctx.client);
-    let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
-    let ctrl = Controller::new(api, watcher::Config::default());
-    let store = ctrl.store();
-    let stream = ctrl
-        .watches(
-            pdbs,
-            watcher::Config::default(),
-            pdb_mapper("StatefulSet", store, stateful_set_pod_labels),
-        )
-        .reconcile_all_on(policy_changes)
-        .with_config(
-            ControllerConfig::default()
-                .debounce(DEBOUNCE)
-                .concurrency(concurrency),
-        )
-        .run(
-            reconcile_stateful_set,
-            error_policy(WorkloadKind::StatefulSet),
-            ctx,
-        );
+    let (store, writer) = reflector::store();
+    let workloads = watcher(api, watcher::Config::default())
+        .default_backoff()
+        // Keep what decisions and `pdb_mapper` read: metadata less managedFields, the spec
+        // less the pod template's spec (most of the memory of 1,000 workloads).
+        .modify(|w: &mut StatefulSet| {
+            w.metadata.managed_fields = None;
+            w.status = None;
+            w.spec.template.spec = None;
+        })
+        .reflect(writer);
+    let stream = Controller::for_stream(
+        meaningful_changes(workloads, workload_fingerprint::<StatefulSet>),
+        store.clone(),
+    )
+    .watches_stream(
+        pdb_changes(&ctx),
+        pdb_mapper("StatefulSet", store, stateful_set_pod_labels),
+    )
+    .reconcile_all_on(policy_changes)
+    .with_config(
+        ControllerConfig::default()
+            .debounce(DEBOUNCE)
+            .concurrency(concurrency),
+    )
+    .run(
+        reconcile_stateful_set,
+        error_policy(WorkloadKind::StatefulSet),
+        ctx,
+    );
     drain_controller("statefulset-pdb", stream).await;
 }

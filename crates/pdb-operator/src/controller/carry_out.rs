@@ -38,8 +38,15 @@ impl Subject {
 pub async fn carry_out(ctx: &Context, s: &Subject, decision: Decision) -> Result<Action, Error> {
     let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &s.namespace);
     let name = pdb_name(&s.name);
-    let existing =
-        namespace_pdbs(ctx.pdbs.as_ref(), &api, &s.namespace, &name, &s.pod_labels).await?;
+    let existing = namespace_pdbs(
+        ctx.pdbs.as_ref(),
+        &ctx.recent_writes,
+        &api,
+        &s.namespace,
+        &name,
+        &s.pod_labels,
+    )
+    .await?;
     let owned = existing
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(name.as_str()) && is_owned_by(p, &s.uid))
@@ -66,7 +73,7 @@ async fn record_and_publish(
     mut outcome: Outcome,
 ) -> bool {
     outcome.events = note_set(notes);
-    let fresh = ctx.outcomes.record(s.key(), outcome);
+    let fresh = ctx.outcomes.record(s.key(), outcome, &ctx.metrics);
     let mut all_posted = true;
     for n in notes {
         let id = (n.reason.to_string(), n.message.clone());
@@ -76,7 +83,6 @@ async fn record_and_publish(
             all_posted = false;
         }
     }
-    ctx.outcomes.refresh_gauges(&ctx.metrics);
     ctx.status_changed.notify_one();
     all_posted
 }
@@ -243,20 +249,35 @@ async fn apply(
             let ann = pdb.metadata.annotations.get_or_insert_default();
             ann.insert(keys::LAST_MODIFIED.into(), rfc3339(now));
         }
-        let params = PatchParams::apply(keys::OPERATOR_NAME).force();
-        if let Err(e) = api.patch(&name, &params, &Patch::Apply(&pdb)).await {
-            let reason = if owned.is_some() {
-                reasons::PDB_UPDATE_FAILED
-            } else {
-                reasons::PDB_CREATION_FAILED
-            };
-            let note = EventNote::warning(
-                reason,
-                format!("Writing PodDisruptionBudget {name} failed: {e}; retrying in 30s"),
-            );
-            ctx.publish(&s.reference, &note).await;
-            return Err(e.into());
-        }
+        // A create is not forced: a PDB of that name someone else made a moment ago (not in
+        // the cache yet) makes it fail with a conflict instead of being taken over. The next
+        // look, once the cache has it, reports the conflict.
+        let params = match owned {
+            Some(_) => PatchParams::apply(keys::OPERATOR_NAME).force(),
+            None => PatchParams::apply(keys::OPERATOR_NAME),
+        };
+        let written = match api.patch(&name, &params, &Patch::Apply(&pdb)).await {
+            Ok(w) => w,
+            Err(kube::Error::Api(st)) if owned.is_none() && st.code == 409 => {
+                tracing::info!(namespace = %s.namespace, pdb = %name,
+                    "PodDisruptionBudget appeared before it was created; looking again in 1s");
+                return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+            }
+            Err(e) => {
+                let reason = if owned.is_some() {
+                    reasons::PDB_UPDATE_FAILED
+                } else {
+                    reasons::PDB_CREATION_FAILED
+                };
+                let note = EventNote::warning(
+                    reason,
+                    format!("Writing PodDisruptionBudget {name} failed: {e}; retrying in 30s"),
+                );
+                ctx.publish(&s.reference, &note).await;
+                return Err(e.into());
+            }
+        };
+        ctx.recent_writes.remember(&written);
         let labels = vec![
             ("namespace", s.namespace.clone()),
             ("availability_class", class.clone()),
@@ -272,8 +293,7 @@ async fn apply(
                     s.name,
                     budget_text(&pdb)
                 );
-                ctx.publish(&s.reference, &EventNote::normal(reasons::PDB_CREATED, msg))
-                    .await;
+                ctx.announce(&s.reference, EventNote::normal(reasons::PDB_CREATED, msg));
             }
             Some(live) => {
                 ctx.metrics.pdbs_updated.get_or_create(&labels).inc();
@@ -282,12 +302,11 @@ async fn apply(
                     budget_text(live),
                     budget_text(&pdb)
                 );
-                ctx.publish(&s.reference, &EventNote::normal(reasons::PDB_UPDATED, msg))
-                    .await;
+                ctx.announce(&s.reference, EventNote::normal(reasons::PDB_UPDATED, msg));
             }
         }
         if let Some(n) = want.window_transition_event(owned.as_ref()) {
-            ctx.publish(&s.reference, &n).await;
+            ctx.announce(&s.reference, n);
         }
         tracing::info!(kind = s.kind.kind(), namespace = %s.namespace, workload = %s.name,
             pdb = %name, budget = %budget_text(&pdb), "PodDisruptionBudget applied");
@@ -324,6 +343,7 @@ async fn remove(
         };
         match api.delete(&name, &dp).await {
             Ok(_) => {
+                ctx.recent_writes.forget(&s.namespace, &name);
                 ctx.metrics
                     .pdbs_deleted
                     .get_or_create(&vec![
@@ -337,8 +357,7 @@ async fn remove(
                     s.name,
                     none.cause
                 );
-                ctx.publish(&s.reference, &EventNote::normal(reasons::PDB_DELETED, msg))
-                    .await;
+                ctx.announce(&s.reference, EventNote::normal(reasons::PDB_DELETED, msg));
             }
             Err(kube::Error::Api(st)) if st.code == 404 => {}
             Err(e) => {

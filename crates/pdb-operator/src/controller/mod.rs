@@ -9,6 +9,7 @@ pub mod gang;
 pub mod outcomes;
 pub mod pdb_cache;
 pub mod policies;
+pub mod triggers;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,7 +95,14 @@ pub struct Context {
     pub status_changed: Arc<tokio::sync::Notify>,
     /// PDBs of the scope from a shared watch (`None`: each reconcile LISTs its namespace).
     pub pdbs: Option<Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
+    /// Our PDB writes the `pdbs` cache may not show yet.
+    pub recent_writes: Arc<pdb_cache::RecentWrites>,
+    /// Bounds the announcements ([`Context::announce`]) being posted at once.
+    announcing: Arc<tokio::sync::Semaphore>,
 }
+
+/// Announcements posted at once at most.
+const ANNOUNCING: usize = 8;
 
 impl Context {
     pub fn new(
@@ -119,6 +127,8 @@ impl Context {
             cluster_policies: stores.1,
             status_changed: Arc::default(),
             pdbs: None,
+            recent_writes: Arc::default(),
+            announcing: Arc::new(tokio::sync::Semaphore::new(ANNOUNCING)),
         }
     }
 
@@ -142,23 +152,45 @@ impl Context {
     /// Posts one event on `regarding` (events.k8s.io/v1, action = reason). A failed post is
     /// logged, never fatal: the decision has been carried out already. Returns whether it posted.
     pub async fn publish(&self, regarding: &ObjectReference, note: &EventNote) -> bool {
-        let ev = Event {
-            type_: match note.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: note.reason.into(),
-            note: Some(truncate(&note.message, 1000)),
-            action: note.reason.into(),
-            secondary: None,
-        };
-        match self.recorder.publish(&ev, regarding).await {
+        match self.recorder.publish(&event_of(note), regarding).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(reason = note.reason, error = %e, "posting event failed");
                 false
             }
         }
+    }
+}
+
+impl Context {
+    /// Posts an event that reports a write already made (PDB created, updated, deleted) without
+    /// holding up the reconcile: a reconciler slot is not kept for the round-trip. A failed post
+    /// is logged; nothing depends on it.
+    pub fn announce(&self, regarding: &ObjectReference, note: EventNote) {
+        let (recorder, permits, regarding) = (
+            self.recorder.clone(),
+            self.announcing.clone(),
+            regarding.clone(),
+        );
+        tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            if let Err(e) = recorder.publish(&event_of(&note), &regarding).await {
+                tracing::warn!(reason = note.reason, error = %e, "posting event failed");
+            }
+        });
+    }
+}
+
+fn event_of(note: &EventNote) -> Event {
+    Event {
+        type_: match note.type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        },
+        reason: note.reason.into(),
+        note: Some(truncate(&note.message, 1000)),
+        action: note.reason.into(),
+        secondary: None,
     }
 }
 

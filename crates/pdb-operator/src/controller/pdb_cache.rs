@@ -3,15 +3,19 @@
 //! about a megabyte, so 1,000 reconciles cost O(n²) (bench `operator_scale`: a full resync
 //! took 55 s, the p99 from Deployment to PDB 140 s).
 //!
-//! The cache may lag a write by a watch round-trip. The workload's own `<name>-pdb` is
-//! therefore read directly when the cache does not hold it, so a PDB written a moment ago is
-//! never taken for missing (which would count and announce it as created twice). Only the PDBs
-//! a decision can depend on are copied out of the cache: the one named `<name>-pdb` and those
-//! selecting the workload's pods (the bench's profile was dominated by copying all 1,000).
+//! The cache may lag a write by a watch round-trip, so a PDB this operator wrote a moment ago
+//! could be taken for missing (and counted and announced as created twice). [`RecentWrites`]
+//! closes that gap: it keeps what our own writes returned until the watch has delivered them.
+//! A PDB someone else created in that same moment is caught by the create itself, which is a
+//! server-side apply without `force`: it fails with a conflict instead of taking the PDB over.
+//! (This replaced a GET of `<name>-pdb` on every cache miss: one API call of three for each
+//! new workload.) Only the PDBs a decision can depend on are copied out of the cache: the one
+//! named `<name>-pdb` and those selecting the workload's pods.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -23,9 +27,101 @@ use kube::{Resource, ResourceExt};
 use super::Error;
 use crate::pdb::pdb_selects;
 
+/// How long a write is remembered at most when the watch never shows it (it was deleted
+/// before the watch delivered it, and a relist skipped both events).
+const REMEMBER_FOR: Duration = Duration::from_secs(60);
+
+/// PDBs this operator wrote that the cache may not show yet, by namespace and name.
+#[derive(Default)]
+pub struct RecentWrites {
+    inner: Mutex<HashMap<(String, String), (PodDisruptionBudget, Instant)>>,
+    /// `resourceVersion`s our writes produced in the last minute, for [`Self::is_echo`].
+    echoes: Mutex<HashMap<(String, String), (String, Instant)>>,
+}
+
+impl RecentWrites {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (PodDisruptionBudget, Instant)>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn key(p: &PodDisruptionBudget) -> (String, String) {
+        (p.namespace().unwrap_or_default(), p.name_any())
+    }
+
+    /// Keeps `written` (what the apiserver returned for our write) until the watch shows it.
+    pub fn remember(&self, written: &PodDisruptionBudget) {
+        self.remember_at(written, Instant::now());
+    }
+
+    fn remember_at(&self, written: &PodDisruptionBudget, now: Instant) {
+        if let Some(rv) = &written.metadata.resource_version {
+            let mut echoes = self.echoes.lock().unwrap_or_else(|e| e.into_inner());
+            echoes.retain(|_, (_, at)| now.saturating_duration_since(*at) < REMEMBER_FOR);
+            echoes.insert(Self::key(written), (rv.clone(), now));
+        }
+        let mut map = self.lock();
+        map.retain(|_, (_, at)| now.saturating_duration_since(*at) < REMEMBER_FOR);
+        let mut kept = written.clone();
+        kept.metadata.managed_fields = None;
+        map.insert(Self::key(written), (kept, now));
+    }
+
+    /// Our own delete of `namespace/name` went through.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        self.lock().remove(&key);
+        self.echoes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+    }
+
+    /// Whether a watch event of `p` is the echo of our own last write (same resourceVersion):
+    /// it carries exactly what the decision wrote, so it needs no second look at the owner.
+    /// Half the reconciles of a burst of new workloads were these echoes.
+    pub fn is_echo(&self, p: &PodDisruptionBudget) -> bool {
+        let Some(rv) = &p.metadata.resource_version else {
+            return false;
+        };
+        let echoes = self.echoes.lock().unwrap_or_else(|e| e.into_inner());
+        echoes
+            .get(&Self::key(p))
+            .is_some_and(|(written, _)| written == rv)
+    }
+
+    /// The watch delivered `seen` (and the store holds it): the write of the same object
+    /// (same UID) needs no remembering any more.
+    pub fn seen(&self, seen: &PodDisruptionBudget) {
+        let mut map = self.lock();
+        let key = Self::key(seen);
+        if map
+            .get(&key)
+            .is_some_and(|(w, _)| w.metadata.uid == seen.metadata.uid)
+        {
+            map.remove(&key);
+        }
+    }
+
+    /// Our write of `namespace/name`, if the watch has not shown it yet.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<PodDisruptionBudget> {
+        self.get_at(namespace, name, Instant::now())
+    }
+
+    fn get_at(&self, namespace: &str, name: &str, now: Instant) -> Option<PodDisruptionBudget> {
+        let map = self.lock();
+        map.get(&(namespace.to_string(), name.to_string()))
+            .filter(|(_, at)| now.saturating_duration_since(*at) < REMEMBER_FOR)
+            .map(|(p, _)| p.clone())
+    }
+}
+
 /// Reflects `api` (the operator's scope) into a store; managedFields are dropped to save memory.
+/// Every object the store takes in is struck off `recent` (after the store holds it).
 pub fn watch_pdbs(
     api: Api<PodDisruptionBudget>,
+    recent: Arc<RecentWrites>,
 ) -> (Store<PodDisruptionBudget>, impl Future<Output = ()> + Send) {
     let (reader, writer) = reflector::store();
     let fut = async move {
@@ -37,8 +133,10 @@ pub fn watch_pdbs(
             .reflect(writer);
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                tracing::warn!(error = %e, "PodDisruptionBudget watch error; retrying");
+            match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => recent.seen(&p),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "PodDisruptionBudget watch error; retrying"),
             }
         }
     };
@@ -67,9 +165,11 @@ pub fn pdbs_in_namespace(
 }
 
 /// The PDBs of the namespace `api` points at that matter for the workload: from `cache` when
-/// there is one (plus a direct read of `name` when the cache lacks it), else one LIST of all.
+/// there is one (plus our own write of `name` when the cache does not show it yet), else one
+/// LIST of all.
 pub async fn namespace_pdbs(
     cache: Option<&Store<PodDisruptionBudget>>,
+    recent: &RecentWrites,
     api: &Api<PodDisruptionBudget>,
     namespace: &str,
     name: &str,
@@ -79,7 +179,7 @@ pub async fn namespace_pdbs(
         return Ok(api.list(&ListParams::default()).await?.items);
     };
     let (mut list, has_name) = pdbs_in_namespace(&store.state(), namespace, name, pod_labels);
-    if !has_name && let Some(p) = api.get_opt(name).await? {
+    if !has_name && let Some(p) = recent.get(namespace, name) {
         list.push(p);
     }
     Ok(list)
@@ -131,5 +231,58 @@ mod tests {
         let (list, has) = pdbs_in_namespace(&cached, "a", "x-pdb", &pods("x"));
         assert!(list.is_empty());
         assert!(!has, "x-pdb exists only in another namespace");
+    }
+
+    fn written(ns: &str, name: &str, uid: &str) -> PodDisruptionBudget {
+        let mut p = (*pdb(ns, name, "x")).clone();
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    #[test]
+    fn a_write_is_remembered_until_the_watch_shows_the_same_object() {
+        let recent = RecentWrites::default();
+        recent.remember(&written("a", "x-pdb", "u1"));
+        assert!(recent.get("a", "x-pdb").is_some());
+        assert!(recent.get("b", "x-pdb").is_none(), "another namespace");
+        recent.seen(&written("a", "x-pdb", "u0"));
+        assert!(
+            recent.get("a", "x-pdb").is_some(),
+            "an older object of the same name is not our write"
+        );
+        recent.seen(&written("a", "x-pdb", "u1"));
+        assert!(recent.get("a", "x-pdb").is_none());
+    }
+
+    #[test]
+    fn a_delete_or_old_age_forgets_a_write() {
+        let recent = RecentWrites::default();
+        recent.remember(&written("a", "x-pdb", "u1"));
+        recent.forget("a", "x-pdb");
+        assert!(recent.get("a", "x-pdb").is_none());
+        let then = Instant::now();
+        recent.remember_at(&written("a", "y-pdb", "u2"), then);
+        assert!(
+            recent
+                .get_at("a", "y-pdb", then + REMEMBER_FOR / 2)
+                .is_some()
+        );
+        assert!(recent.get_at("a", "y-pdb", then + REMEMBER_FOR).is_none());
+    }
+
+    #[test]
+    fn only_the_version_our_write_produced_is_an_echo() {
+        let recent = RecentWrites::default();
+        let mut ours = written("a", "x-pdb", "u1");
+        ours.metadata.resource_version = Some("10".into());
+        recent.remember(&ours);
+        assert!(recent.is_echo(&ours));
+        let mut later = ours.clone();
+        later.metadata.resource_version = Some("11".into());
+        assert!(!recent.is_echo(&later), "someone changed it after us");
+        recent.seen(&ours);
+        assert!(recent.is_echo(&ours), "the other watch may see it later");
+        recent.forget("a", "x-pdb");
+        assert!(!recent.is_echo(&ours));
     }
 }
