@@ -90,19 +90,25 @@ fi
 # After the others: 1,000 Deployments and 2,000 pods load the apiserver for a few minutes.
 if [[ "${BENCH_SKIP_OPERATOR:-0}" == 1 ]]; then
   echo "bench: BENCH_SKIP_OPERATOR=1, pdb-operator at 1,000 Deployments left out" >&2
-  : >"$raw/operator.txt"
+  : >"$raw/operator.txt"; : >"$raw/operator-steady.txt"
 elif ! "${exe[operator_scale]}" --probe; then
   echo "bench: no control plane answers with $KUBECONFIG; pdb-operator bench left out" >&2
-  : >"$raw/operator.txt"
+  : >"$raw/operator.txt"; : >"$raw/operator-steady.txt"
 else
-  echo "bench: pdb-operator at 1,000 Deployments ($KUBECONFIG)" >&2
+  # Twice: 1,000 Deployments in one burst (the apiserver's throughput decides), then 1,000
+  # arriving at a steady ${BENCH_OPERATOR_RATE:-20} a second (the operator's latency decides).
+  echo "bench: pdb-operator at 1,000 Deployments in one burst ($KUBECONFIG)" >&2
   "${exe[operator_scale]}" --bench 2>&1 | tee "$raw/operator.txt" >&2
+  echo "bench: pdb-operator at 1,000 Deployments, ${BENCH_OPERATOR_RATE:-20} a second" >&2
+  BENCH_CREATE_RATE="${BENCH_OPERATOR_RATE:-20}" "${exe[operator_scale]}" --bench 2>&1 |
+    tee "$raw/operator-steady.txt" >&2
 fi
 
 mkdir -p "$out_dir"
 python3 "$repo/bench/collect.py" \
   --criterion-dir "$CRITERION_HOME" --since "$run_start" \
   --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" --operator "$raw/operator.txt" \
+  --operator-steady "$raw/operator-steady.txt" \
   --daemon "$raw/daemon.txt" \
   --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json"
 echo "bench: wrote bench/results/$stamp.json" >&2

@@ -18,7 +18,8 @@
 //!
 //! Environment: KUBECONFIG (default: the repo's .state/control-plane/admin.kubeconfig; the bench
 //! never starts or stops a control plane), BENCH_DEPLOYMENTS (1000), BENCH_CREATE_CONCURRENCY
-//! (32), BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default). `--probe` only checks
+//! (32), BENCH_CREATE_RATE (Deployments per second; 0, the default, creates them in one burst),
+//! BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default). `--probe` only checks
 //! that the apiserver answers (exit 0) or not (exit 1).
 
 use std::collections::HashMap;
@@ -340,6 +341,8 @@ fn main() {
 async fn run(client: Client, namespace: &str) {
     let deployments = env_num("BENCH_DEPLOYMENTS", 1000);
     let in_flight = env_num("BENCH_CREATE_CONCURRENCY", 32).max(1);
+    // Creates per second; 0 = a burst, as fast as `in_flight` creates at a time go.
+    let rate = env_num("BENCH_CREATE_RATE", 0) as f64;
     let log = std::env::temp_dir().join(format!("{namespace}.log"));
     let _ = std::fs::remove_file(&log);
 
@@ -368,19 +371,24 @@ async fn run(client: Client, namespace: &str) {
     let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let names: Vec<String> = (0..deployments).map(|i| format!("bench-{i:04}")).collect();
     let t_create = Instant::now();
-    let created: Vec<(String, Instant)> = futures::stream::iter(names.clone())
-        .map(|name| {
-            let api = api.clone();
-            async move {
-                api.create(&PostParams::default(), &deployment(&name))
-                    .await
-                    .map(|_| (name, Instant::now()))
-            }
-        })
-        .buffer_unordered(in_flight)
-        .try_collect()
-        .await
-        .expect("creating a Deployment");
+    let created: Vec<(String, Instant)> =
+        futures::stream::iter(names.clone().into_iter().enumerate())
+            .map(|(i, name)| {
+                let api = api.clone();
+                async move {
+                    if rate > 0.0 {
+                        let start = t_create + Duration::from_secs_f64(i as f64 / rate);
+                        tokio::time::sleep_until(start.into()).await;
+                    }
+                    api.create(&PostParams::default(), &deployment(&name))
+                        .await
+                        .map(|_| (name, Instant::now()))
+                }
+            })
+            .buffer_unordered(in_flight)
+            .try_collect()
+            .await
+            .expect("creating a Deployment");
     let create_seconds = t_create.elapsed().as_secs_f64();
 
     let t_wait = Instant::now();
@@ -472,8 +480,13 @@ async fn run(client: Client, namespace: &str) {
     let met = |ok: bool| if ok { "yes" } else { "NO" };
     let reconcilers = std::env::var("BENCH_MAX_CONCURRENT_RECONCILES")
         .map_or("the default".to_string(), |n| n.to_string());
+    let arrival = if rate > 0.0 {
+        format!("created at {rate:.0} a second")
+    } else {
+        format!("created in one burst, {in_flight} creates in flight")
+    };
     println!(
-        "pdb-operator at {deployments} Deployments (2 replicas each), {in_flight} creates in flight, \
+        "pdb-operator at {deployments} Deployments (2 replicas each), {arrival}, \
          namespace-scoped operator (--watch-namespace), --max-concurrent-reconciles {reconcilers}"
     );
     println!("| figure | value | target | met |");
@@ -512,6 +525,7 @@ async fn run(client: Client, namespace: &str) {
         json!({
             "deployments": deployments,
             "create_concurrency": in_flight,
+            "create_rate": rate,
             "create_seconds": create_seconds,
             "all_pdbs_seconds": all_pdbs_seconds,
             "latency_p50_ms": p50,
