@@ -494,7 +494,7 @@ fn machine_refs(request_id: &RequestId, outcome: &AcquireOutcome) -> Vec<Machine
             resource_id: m.resource_id.clone(),
             uid: m.uid.clone(),
             status: MachineStatus::Running,
-            request_provider_data: outcome.provider_data.clone(),
+            request_provider_data: std::sync::Arc::new(outcome.provider_data.clone()),
         })
         .collect()
 }

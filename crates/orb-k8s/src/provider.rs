@@ -327,15 +327,21 @@ impl K8sProvider {
         &self,
         client: &Client,
         record: &RequestRecord,
-    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, K8sError> {
+    ) -> Result<Vec<Arc<k8s_openapi::api::core::v1::Pod>>, K8sError> {
         use crate::daemon::metrics::ReasonLabels;
         if let Some(cache) = self.pod_cache.get()
             && record.label_prefix == self.resolved.config.label_prefix
             && let Ok(pods) = cache.pods_of(&record.namespace, &record.request_id)
-            && record.pod_names.iter().all(|name| {
-                pods.iter()
-                    .any(|p| p.metadata.name.as_deref() == Some(name))
-            })
+            && {
+                let cached: std::collections::HashSet<&str> = pods
+                    .iter()
+                    .filter_map(|p| p.metadata.name.as_deref())
+                    .collect();
+                record
+                    .pod_names
+                    .iter()
+                    .all(|name| cached.contains(name.as_str()))
+            }
         {
             self.metrics
                 .status_reads
@@ -350,8 +356,10 @@ impl K8sProvider {
                 .inc();
         }
         let kind = record.kind().unwrap_or(ResourceKind::Pod);
-        self.guarded(kind, crate::handlers::request_pods(client, record))
-            .await
+        let listed = self
+            .guarded(kind, crate::handlers::request_pods(client, record))
+            .await?;
+        Ok(listed.into_iter().map(Arc::new).collect())
     }
 
     pub(crate) async fn client(&self) -> Result<&Client, K8sError> {
@@ -460,7 +468,7 @@ impl K8sProvider {
         for m in &input.machines {
             let entry = groups.entry(m.request_id.to_string()).or_insert_with(|| {
                 (
-                    m.request_provider_data.clone(),
+                    Value::clone(&m.request_provider_data),
                     m.provider_api.clone(),
                     Victims::default(),
                 )

@@ -96,7 +96,7 @@ impl K8sProvider {
         let now = Timestamp::now();
         let mut machines = Vec::with_capacity(pods.len());
         let mut timed_out = Vec::new();
-        for pod in &pods {
+        for pod in pods.iter().map(AsRef::as_ref) {
             let name = pod.name_any();
             let mut observation = observe_pod(pod, kind, resource_id.as_deref().unwrap_or(&name));
             self.annotate_with_node(&mut observation, pod);
@@ -193,10 +193,15 @@ impl K8sProvider {
                 Ok(pods) => pods,
                 Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
             };
+            let by_name: std::collections::HashMap<&str, &k8s_openapi::api::core::v1::Pod> = pods
+                .iter()
+                .filter_map(|p| Some((p.metadata.name.as_deref()?, p.as_ref())))
+                .collect();
             for m in refs {
-                let current = pods.iter().find(|p| {
-                    p.name_any() == m.machine_id && (m.uid.is_none() || p.metadata.uid == m.uid)
-                });
+                let current = by_name
+                    .get(m.machine_id.as_str())
+                    .copied()
+                    .filter(|p| m.uid.is_none() || p.metadata.uid == m.uid);
                 machines.push(match current {
                     Some(pod) => {
                         let resource = record.controller_name().unwrap_or(&m.machine_id);

@@ -165,7 +165,7 @@ pub fn machine_ref(
         resource_id: None,
         uid: None,
         status: MachineStatus::Running,
-        request_provider_data: outcome.provider_data.clone(),
+        request_provider_data: std::sync::Arc::new(outcome.provider_data.clone()),
     }
 }
 

@@ -15,7 +15,7 @@ mod test_provider;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use jiff::Timestamp;
@@ -78,7 +78,13 @@ pub struct Broker {
     pub settings: BrokerSettings,
     pub catalog: Catalog,
     pub clock: Clock,
+    /// When each unfinished request was last refreshed from the provider (shared by the
+    /// brokers of one process, so the daemon's refresh pass skips what clients just read).
+    pub refreshed: RefreshLog,
 }
+
+/// See [`Broker::refreshed`].
+pub type RefreshLog = Arc<std::sync::Mutex<HashMap<RequestId, std::time::Instant>>>;
 
 /// Time source; tests move it by hand.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -138,7 +144,23 @@ impl Broker {
 
     /// Machine references for provider calls, with each machine's acquire bookkeeping.
     async fn machine_refs(&self, machines: &[Machine]) -> Result<Vec<MachineRef>, BrokerError> {
-        let mut acquires: BTreeMap<RequestId, serde_json::Value> = BTreeMap::new();
+        self.machine_refs_knowing(machines, None).await
+    }
+
+    /// [`Self::machine_refs`], with `known` (an acquire request already read) not read again.
+    async fn machine_refs_knowing(
+        &self,
+        machines: &[Machine],
+        known: Option<&orb_core::request::Request>,
+    ) -> Result<Vec<MachineRef>, BrokerError> {
+        let mut acquires: BTreeMap<RequestId, std::sync::Arc<serde_json::Value>> = BTreeMap::new();
+        if let Some(r) = known.filter(|r| r.request_type == orb_core::request::RequestType::Acquire)
+        {
+            acquires.insert(
+                r.request_id.clone(),
+                std::sync::Arc::new(r.provider_data.clone()),
+            );
+        }
         let mut refs = Vec::with_capacity(machines.len());
         for m in machines {
             if !acquires.contains_key(&m.request_id) {
@@ -148,6 +170,7 @@ impl Broker {
                     .await?
                     .map(|r| r.provider_data)
                     .unwrap_or(serde_json::Value::Null);
+                let data = std::sync::Arc::new(data);
                 acquires.insert(m.request_id.clone(), data);
             }
             refs.push(MachineRef {

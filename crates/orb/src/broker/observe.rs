@@ -38,7 +38,6 @@ pub(super) fn machine_from_observation(
             version: 0,
         },
     };
-    let before = machine.clone();
     // A StatefulSet reuses pod names: a different UID is a new incarnation of the host, and
     // nothing learned about the old one (address, start time) may leak into it.
     let reincarnated =
@@ -65,7 +64,8 @@ pub(super) fn machine_from_observation(
     if !observation.provider_data.is_null() {
         machine.provider_data = observation.provider_data.clone();
     }
-    if machine != before {
+    // A new machine was made at `now` already; a known one is stamped only when it changed.
+    if existing.is_some_and(|known| machine != *known) {
         machine.updated_at = now;
     }
     machine

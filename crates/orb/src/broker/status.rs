@@ -1,10 +1,12 @@
 //! Status: read a request, ask the provider how its machines are doing, let the lifecycle
 //! decide, and store the result if anything changed.
 
+use std::collections::{HashMap, HashSet};
+
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::machine::Machine;
-use orb_core::provider::StatusInput;
+use orb_core::provider::{MachineObservation, StatusInput};
 use orb_core::request::{Request, RequestType};
 use orb_store::{MachineFilter, StoreError};
 
@@ -44,9 +46,38 @@ impl Broker {
                 {
                     continue;
                 }
-                other => return other,
+                other => {
+                    if let Ok(Some(view)) = &other {
+                        self.note_refreshed(view);
+                    }
+                    return other;
+                }
             }
         }
+    }
+
+    /// Records when an unfinished request was last asked about (the provider answered), and
+    /// forgets finished ones.
+    fn note_refreshed(&self, view: &RequestView) {
+        let mut log = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        let id = &view.request.request_id;
+        if view.request.status.is_terminal() || view.note.is_some() {
+            log.remove(id);
+        } else {
+            log.insert(id.clone(), std::time::Instant::now());
+        }
+    }
+
+    /// Whether `request_id` was refreshed from the provider less than `within` ago.
+    pub fn refreshed_within(&self, request_id: &RequestId, within: std::time::Duration) -> bool {
+        let log = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        log.get(request_id).is_some_and(|at| at.elapsed() < within)
+    }
+
+    /// Forgets the refresh times of requests not in `unfinished`.
+    pub fn retain_refreshed(&self, unfinished: &std::collections::HashSet<&RequestId>) {
+        let mut log = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        log.retain(|id, _| unfinished.contains(id));
     }
 
     async fn refresh_once(
@@ -65,7 +96,8 @@ impl Broker {
             }));
         }
         let mut request = stored.clone();
-        let mut machines = stored_machines.clone();
+        // Filled from the provider's report; a copy of the stored machines otherwise.
+        let mut refreshed: Option<Vec<Machine>> = None;
         let mut note = None;
         match self.provider.get() {
             Err(err) => note = Some(format!("status not refreshed from the provider: {err}")),
@@ -82,7 +114,9 @@ impl Broker {
                     provider_api: request.provider_api.clone(),
                     provider_data: request.provider_data.clone(),
                     template,
-                    machines: self.machine_refs(&machines).await?,
+                    machines: self
+                        .machine_refs_knowing(&stored_machines, Some(&stored))
+                        .await?,
                 };
                 match provider.status(input).await {
                     Err(err) => {
@@ -90,31 +124,40 @@ impl Broker {
                     }
                     Ok(report) => {
                         let now = self.now();
-                        for observation in &report.machines {
-                            let index = machines
+                        // One pass by id (a linear search per observation was quadratic at
+                        // 500 machines), and one copy per machine.
+                        let observed: HashMap<&str, &MachineObservation> = report
+                            .machines
+                            .iter()
+                            .map(|o| (o.machine_id.as_str(), o))
+                            .collect();
+                        let mut machines: Vec<Machine> = stored_machines
+                            .iter()
+                            .map(|m| match observed.get(m.machine_id.as_str()) {
+                                Some(o) => machine_from_observation(o, &request, Some(m), now),
+                                None => m.clone(),
+                            })
+                            .collect();
+                        // A return only tracks the machines it was given.
+                        if request.request_type == RequestType::Acquire {
+                            let known: HashSet<&str> = stored_machines
                                 .iter()
-                                .position(|m| m.machine_id == observation.machine_id);
-                            match (index, request.request_type) {
-                                (Some(i), _) => {
-                                    machines[i] = machine_from_observation(
-                                        observation,
-                                        &request,
-                                        Some(&machines[i]),
-                                        now,
-                                    );
-                                }
-                                (None, RequestType::Acquire) => {
+                                .map(|m| m.machine_id.as_str())
+                                .collect();
+                            let mut added = HashSet::new();
+                            for o in &report.machines {
+                                let id = o.machine_id.as_str();
+                                if !known.contains(id) && added.insert(id) {
                                     machines.push(machine_from_observation(
-                                        observation,
+                                        observed[id],
                                         &request,
                                         None,
                                         now,
                                     ));
                                 }
-                                // A return only tracks the machines it was given.
-                                (None, RequestType::Return) => {}
                             }
                         }
+                        refreshed = Some(machines);
                         lifecycle::apply(
                             &mut request,
                             LifecycleEvent::ProviderVerdict {
@@ -132,21 +175,28 @@ impl Broker {
         if note.is_some() {
             lifecycle::apply(&mut request, LifecycleEvent::DeadlineSweep, self.now())?;
         }
+        let mut machines = refreshed.unwrap_or_else(|| stored_machines.clone());
+        let before: HashMap<&str, &Machine> = stored_machines
+            .iter()
+            .map(|m| (m.machine_id.as_str(), m))
+            .collect();
         let mut changed: Vec<Machine> = machines
             .iter()
-            .filter(|m| !stored_machines.contains(m))
+            .filter(|m| before.get(m.machine_id.as_str()) != Some(m))
             .cloned()
             .collect();
         if request != stored || !changed.is_empty() {
             self.store
                 .update_request(&mut request, &mut changed)
                 .await?;
+            let mut slots: HashMap<String, usize> = machines
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.machine_id.clone(), i))
+                .collect();
             for updated in changed {
-                if let Some(slot) = machines
-                    .iter_mut()
-                    .find(|m| m.machine_id == updated.machine_id)
-                {
-                    *slot = updated;
+                if let Some(i) = slots.remove(updated.machine_id.as_str()) {
+                    machines[i] = updated;
                 }
             }
         }
