@@ -134,6 +134,7 @@ async fn serve_watchers_put_node_facts_on_stored_machines_and_disruptions_in_rec
         },
         catalog: catalog.clone(),
         clock: Arc::new(Timestamp::now),
+        refreshed: Default::default(),
     };
     let state = AppState::with_kubernetes(broker(), ServeOptions::default(), provider.clone());
     let daemon = Daemon::start(provider.clone(), state, DaemonOptions::default())

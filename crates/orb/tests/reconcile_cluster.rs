@@ -99,6 +99,7 @@ async fn setup(
         },
         catalog,
         clock: Arc::new(Timestamp::now),
+        refreshed: Default::default(),
     };
     Setup {
         _root: root,
@@ -416,6 +417,7 @@ async fn daemon(s: &Setup) -> Daemon {
             settings: s.broker.settings.clone(),
             catalog: s.broker.catalog.clone(),
             clock: Arc::new(Timestamp::now),
+            refreshed: Default::default(),
         },
         ServeOptions::default(),
         s.provider.clone(),

@@ -80,6 +80,7 @@ async fn fixture_with(provider: ProviderHandle, scripted: Arc<ScriptedProvider>)
             clock: Arc::new(move || {
                 Timestamp::from_second(clock_now.load(Ordering::SeqCst)).unwrap()
             }),
+            refreshed: Default::default(),
         },
         provider: scripted,
         now,
@@ -192,6 +193,39 @@ async fn verdicts_drive_the_request_to_complete() {
         .unwrap()
         .unwrap();
     assert_eq!(f.provider.calls().len(), calls);
+}
+
+#[tokio::test]
+async fn a_refresh_is_logged_while_the_request_is_unfinished_and_forgotten_after() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let id = view.request.request_id.clone();
+    let minute = std::time::Duration::from_secs(60);
+    assert!(!f.broker.refreshed_within(&id, minute), "not read yet");
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    f.provider.statuses.lock().unwrap().extend([
+        Ok(report(
+            Verdict::Partial { is_final: false },
+            &[(a, MachineStatus::Running), (b, MachineStatus::Pending)],
+        )),
+        Ok(report(
+            Verdict::Fulfilled,
+            &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
+        )),
+    ]);
+    f.broker.refresh(&id).await.unwrap().unwrap();
+    assert!(f.broker.refreshed_within(&id, minute));
+    assert!(
+        !f.broker
+            .refreshed_within(&id, std::time::Duration::from_nanos(1)),
+        "older than a nanosecond by now"
+    );
+    let done = f.broker.refresh(&id).await.unwrap().unwrap();
+    assert_eq!(done.request.status, RequestStatus::Complete);
+    assert!(
+        !f.broker.refreshed_within(&id, minute),
+        "a finished request is forgotten"
+    );
 }
 
 #[tokio::test]
@@ -462,6 +496,7 @@ async fn without_a_provider_the_deadline_still_settles_requests() {
         settings: f.broker.settings.clone(),
         catalog: catalog(),
         clock: f.broker.clock.clone(),
+        refreshed: Default::default(),
     };
     let early = broker
         .refresh(&view.request.request_id)

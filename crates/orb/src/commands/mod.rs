@@ -142,6 +142,7 @@ impl Session {
             settings,
             catalog,
             clock: Arc::new(jiff::Timestamp::now),
+            refreshed: Default::default(),
         };
         Ok(HfEnv {
             broker,

@@ -100,6 +100,7 @@ fn call_env(state: &AppState) -> CliResult<HfEnv> {
         settings: base.settings.clone(),
         catalog,
         clock: base.clock.clone(),
+        refreshed: base.refreshed.clone(),
     };
     Ok(HfEnv {
         broker,

@@ -100,6 +100,7 @@ impl Env {
             },
             catalog,
             clock: Arc::new(Timestamp::now),
+            refreshed: Default::default(),
         };
         let options = ServeOptions {
             default_wait_secs: 1,
