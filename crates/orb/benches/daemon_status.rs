@@ -1,8 +1,8 @@
 //! `orb serve` status reads at 10,000 pods, on the local control plane.
 //!
 //! Starts the real `orb serve` (SQLite, the watch cache on), acquires 200 requests of 50
-//! pods through its REST API with a template whose pods can never be scheduled (so every
-//! request stays in progress and every status read asks the provider), waits until the
+//! pods through its REST API with a template whose pods stay Pending (so every request stays
+//! in progress and every status read asks the provider), waits until the
 //! cache holds all 10,000 pods, then times `GET /api/v1/requests/{id}/status` over random
 //! requests on one keep-alive connection and reads the server's resident memory. The same
 //! reads against a second server with `watch_enabled=false` (a LIST per read) give the
@@ -10,8 +10,14 @@
 //!
 //!   cargo bench -p orb --bench daemon_status
 //!
+//! How the pods stay Pending, BENCH_PENDING:
+//! - `gated` (the default): a scheduling gate (`pod_spec_override.schedulingGates`), which
+//!   kube-scheduler never tries, so the figures are the daemon's own;
+//! - `unschedulable`: a nodeSelector no node matches, as in the first runs. kube-scheduler
+//!   then retries 10,000 pods on the same two cores while the reads are timed.
+//!
 //! Environment: KUBECONFIG (default: the repo's local control plane), BENCH_PODS (10000),
-//! BENCH_PODS_PER_REQUEST (50), BENCH_READS (2000), BENCH_LIST_READS (300).
+//! BENCH_PODS_PER_REQUEST (50), BENCH_READS (2000), BENCH_LIST_READS (300), BENCH_PENDING.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -105,6 +111,15 @@ impl Drop for Server {
     }
 }
 
+/// `gated` or `unschedulable` (see the module docs).
+fn pending_mode() -> &'static str {
+    match std::env::var("BENCH_PENDING").as_deref() {
+        Ok("unschedulable") => "unschedulable",
+        Ok("gated") | Err(_) => "gated",
+        Ok(other) => panic!("BENCH_PENDING={other}: use gated or unschedulable"),
+    }
+}
+
 fn start_server(namespace: &str, watch: bool) -> Server {
     let root = tempfile::tempdir().expect("tempdir");
     let config = root.path().join("config");
@@ -125,15 +140,23 @@ fn start_server(namespace: &str, watch: bool) -> Server {
         .to_string(),
     )
     .unwrap();
+    let mut template = json!({
+        "templateId": "nowhere",
+        "maxNumber": -1,
+        "imageId": "busybox:1.36",
+    });
+    match pending_mode() {
+        "unschedulable" => {
+            template["nodeSelector"] = json!({"orb-rs.io/bench": "no-such-node"});
+        }
+        _ => {
+            template["pod_spec_override"] =
+                json!({"schedulingGates": [{"name": "orb-rs.io/bench"}]});
+        }
+    }
     std::fs::write(
         config.join("kube_templates.json"),
-        json!({"templates": [{
-            "templateId": "nowhere",
-            "maxNumber": -1,
-            "imageId": "busybox:1.36",
-            "nodeSelector": {"orb-rs.io/bench": "no-such-node"},
-        }]})
-        .to_string(),
+        json!({ "templates": [template] }).to_string(),
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_orb"))
@@ -343,7 +366,10 @@ fn run(namespace: &str, requests: usize, per_request: usize, reads: usize, list_
         percentile(&cache_times, 0.99),
     );
     let (l50, l99) = (percentile(&list_times, 0.5), percentile(&list_times, 0.99));
-    println!("daemon status reads, {pods} pods in {requests} requests of {per_request}");
+    println!(
+        "daemon status reads, {pods} pods in {requests} requests of {per_request}, Pending by {}",
+        pending_mode()
+    );
     println!("| source | reads | p50 | p99 |");
     println!("|---|---:|---:|---:|");
     println!(
@@ -374,6 +400,7 @@ fn run(namespace: &str, requests: usize, per_request: usize, reads: usize, list_
             "list_p99_ms": ms(l99),
             "rss_mib": rss,
             "rss_without_cache_mib": list_rss,
+            "pending": pending_mode(),
             "status_reads_from_cache": served_from_cache,
             "acquire_seconds": acquired.as_secs_f64(),
             "targets": {

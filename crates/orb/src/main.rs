@@ -8,6 +8,10 @@ use clap::Parser;
 use orb_cli::cli::Cli;
 use orb_cli::commands;
 
+/// See the note on the allocator in Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let output = commands::run(cli);
