@@ -152,31 +152,46 @@ where
     })
 }
 
-/// Runs the Deployment controller until `policy_changes` ends or the task is aborted.
-pub async fn run_deployments(
+/// One apps/v1 kind: how its reflected copies are slimmed, where its pod labels are, and its
+/// reconcile.
+struct AppsKind<K> {
+    kind: WorkloadKind,
+    /// Keeps what decisions and `pdb_mapper` read: metadata less managedFields, the spec less
+    /// the pod template's spec (most of the memory of 1,000 workloads).
+    slim: fn(&mut K),
+    pod_labels: fn(&K) -> std::collections::BTreeMap<String, String>,
+}
+
+async fn run_apps<K, R, Fut>(
     ctx: Arc<Context>,
     policy_changes: impl Stream<Item = ()> + Send + 'static,
     concurrency: u16,
-) {
-    let api: Api<Deployment> = ctx.scope.api(&ctx.client);
+    app: AppsKind<K>,
+    reconcile: R,
+) where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    R: FnMut(Arc<K>, Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let api: Api<K> = ctx.scope.api(&ctx.client);
     let (store, writer) = reflector::store();
     let workloads = watcher(api, watcher::Config::default())
         .default_backoff()
-        // Keep what decisions and `pdb_mapper` read: metadata less managedFields, the spec
-        // less the pod template's spec (most of the memory of 1,000 workloads).
-        .modify(|w: &mut Deployment| {
-            w.metadata.managed_fields = None;
-            w.status = None;
-            w.spec.template.spec = None;
-        })
+        .modify(app.slim)
         .reflect(writer);
     let stream = Controller::for_stream(
-        meaningful_changes(workloads, workload_fingerprint::<Deployment>),
+        meaningful_changes(workloads, workload_fingerprint::<K>),
         store.clone(),
     )
     .watches_stream(
         pdb_changes(&ctx),
-        pdb_mapper("Deployment", store, deployment_pod_labels),
+        pdb_mapper(app.kind.kind(), store, app.pod_labels),
     )
     .reconcile_all_on(policy_changes)
     .with_config(
@@ -184,12 +199,26 @@ pub async fn run_deployments(
             .debounce(DEBOUNCE)
             .concurrency(concurrency),
     )
-    .run(
-        reconcile_deployment,
-        error_policy(WorkloadKind::Deployment),
-        ctx,
-    );
-    drain_controller("deployment-pdb", stream).await;
+    .run(reconcile, error_policy(app.kind), ctx);
+    drain_controller(app.kind.controller_name(), stream).await;
+}
+
+/// Runs the Deployment controller until `policy_changes` ends or the task is aborted.
+pub async fn run_deployments(
+    ctx: Arc<Context>,
+    policy_changes: impl Stream<Item = ()> + Send + 'static,
+    concurrency: u16,
+) {
+    let app = AppsKind {
+        kind: WorkloadKind::Deployment,
+        slim: |w: &mut Deployment| {
+            w.metadata.managed_fields = None;
+            w.status = None;
+            w.spec.template.spec = None;
+        },
+        pod_labels: deployment_pod_labels,
+    };
+    run_apps(ctx, policy_changes, concurrency, app, reconcile_deployment).await;
 }
 
 /// Runs the StatefulSet controller until `policy_changes` ends or the task is aborted.
@@ -198,36 +227,21 @@ pub async fn run_stateful_sets(
     policy_changes: impl Stream<Item = ()> + Send + 'static,
     concurrency: u16,
 ) {
-    let api: Api<StatefulSet> = ctx.scope.api(&ctx.client);
-    let (store, writer) = reflector::store();
-    let workloads = watcher(api, watcher::Config::default())
-        .default_backoff()
-        // Keep what decisions and `pdb_mapper` read: metadata less managedFields, the spec
-        // less the pod template's spec (most of the memory of 1,000 workloads).
-        .modify(|w: &mut StatefulSet| {
+    let app = AppsKind {
+        kind: WorkloadKind::StatefulSet,
+        slim: |w: &mut StatefulSet| {
             w.metadata.managed_fields = None;
             w.status = None;
             w.spec.template.spec = None;
-        })
-        .reflect(writer);
-    let stream = Controller::for_stream(
-        meaningful_changes(workloads, workload_fingerprint::<StatefulSet>),
-        store.clone(),
-    )
-    .watches_stream(
-        pdb_changes(&ctx),
-        pdb_mapper("StatefulSet", store, stateful_set_pod_labels),
-    )
-    .reconcile_all_on(policy_changes)
-    .with_config(
-        ControllerConfig::default()
-            .debounce(DEBOUNCE)
-            .concurrency(concurrency),
-    )
-    .run(
-        reconcile_stateful_set,
-        error_policy(WorkloadKind::StatefulSet),
+        },
+        pod_labels: stateful_set_pod_labels,
+    };
+    run_apps(
         ctx,
-    );
-    drain_controller("statefulset-pdb", stream).await;
+        policy_changes,
+        concurrency,
+        app,
+        reconcile_stateful_set,
+    )
+    .await;
 }
