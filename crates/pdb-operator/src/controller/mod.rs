@@ -160,9 +160,7 @@ impl Context {
             }
         }
     }
-}
 
-impl Context {
     /// Posts an event that reports a write already made (PDB created, updated, deleted) without
     /// holding up the reconcile: a reconciler slot is not kept for the round-trip. A failed post
     /// is logged; nothing depends on it.

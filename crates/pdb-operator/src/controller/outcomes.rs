@@ -122,60 +122,26 @@ impl Outcomes {
         out
     }
 
-    /// Rebuilds the state gauges (managed counts, compliance, open windows) from the whole
-    /// table. [`Outcomes::record`] and [`Outcomes::retain`] keep them current one workload at a
-    /// time; this is the reference they are tested against.
+    /// Sets the state gauges (managed counts, compliance, open windows) of a fresh `metrics`
+    /// from the whole table, with the same series as [`move_gauges`] writes.
+    /// [`Outcomes::record`] and [`Outcomes::retain`] keep them current one workload at a time;
+    /// this is the reference they are tested against.
     #[cfg(test)]
     fn rebuild_gauges(&self, metrics: &Metrics) {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        for g in [
-            &metrics.deployments_managed,
-            &metrics.statefulsets_managed,
-            &metrics.leaderworkersets_managed,
-            &metrics.workloads_managed,
-            &metrics.compliance_status,
-            &metrics.maintenance_window_active,
-        ] {
-            g.clear();
-        }
         for (w, o) in map.iter() {
             if let Some(class) = &o.managed_class {
-                let family = match w.kind {
-                    "Deployment" => &metrics.deployments_managed,
-                    "StatefulSet" => &metrics.statefulsets_managed,
-                    "LeaderWorkerSet" => &metrics.leaderworkersets_managed,
-                    _ => &metrics.workloads_managed,
-                };
-                family
-                    .get_or_create(&vec![
-                        ("namespace", w.namespace.clone()),
-                        ("availability_class", class.clone()),
-                    ])
+                managed_family(metrics, w.kind)
+                    .get_or_create(&managed_labels(w, class.clone()))
                     .inc();
             }
-            if o.configured {
-                let (value, reason) = match &o.not_compliant {
-                    None => (1, "compliant".to_string()),
-                    Some(r) => (0, r.clone()),
-                };
-                metrics
-                    .compliance_status
-                    .get_or_create(&vec![
-                        ("namespace", w.namespace.clone()),
-                        ("deployment", w.name.clone()),
-                        ("kind", w.kind.to_string()),
-                        ("reason", reason),
-                    ])
-                    .set(value);
+            if let Some((labels, value)) = compliance_labels(w, o) {
+                metrics.compliance_status.get_or_create(&labels).set(value);
             }
-            if o.window_open {
+            if let Some(labels) = window_labels(w, o) {
                 metrics
                     .maintenance_window_active
-                    .get_or_create(&vec![
-                        ("namespace", w.namespace.clone()),
-                        ("deployment", w.name.clone()),
-                        ("kind", w.kind.to_string()),
-                    ])
+                    .get_or_create(&labels)
                     .set(1);
             }
         }
@@ -189,6 +155,13 @@ fn managed_family<'a>(metrics: &'a Metrics, kind: &str) -> &'a Gauges {
         "LeaderWorkerSet" => &metrics.leaderworkersets_managed,
         _ => &metrics.workloads_managed,
     }
+}
+
+fn managed_labels(w: &WorkloadKey, class: String) -> Labels {
+    vec![
+        ("namespace", w.namespace.clone()),
+        ("availability_class", class),
+    ]
 }
 
 fn compliance_labels(w: &WorkloadKey, o: &Outcome) -> Option<(Labels, i64)> {
@@ -227,20 +200,13 @@ fn move_gauges(metrics: &Metrics, w: &WorkloadKey, old: Option<&Outcome>, new: O
     let (was, is) = (class_of(old), class_of(new));
     if was != is {
         if let Some(class) = was {
-            let labels = vec![
-                ("namespace", w.namespace.clone()),
-                ("availability_class", class),
-            ];
+            let labels = managed_labels(w, class);
             if family.get_or_create(&labels).dec() <= 1 {
                 family.remove(&labels);
             }
         }
         if let Some(class) = is {
-            let labels = vec![
-                ("namespace", w.namespace.clone()),
-                ("availability_class", class),
-            ];
-            family.get_or_create(&labels).inc();
+            family.get_or_create(&managed_labels(w, class)).inc();
         }
     }
     let was = old.and_then(|o| compliance_labels(w, o));
