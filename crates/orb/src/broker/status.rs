@@ -96,6 +96,12 @@ impl Broker {
             }));
         }
         let mut request = stored.clone();
+        // The stored machines by id: observations are matched against it, and what differs
+        // from it is written (a linear search per machine was quadratic at 500 machines).
+        let stored_by_id: HashMap<&str, &Machine> = stored_machines
+            .iter()
+            .map(|m| (m.machine_id.as_str(), m))
+            .collect();
         // Filled from the provider's report; a copy of the stored machines otherwise.
         let mut refreshed: Option<Vec<Machine>> = None;
         let mut note = None;
@@ -124,8 +130,7 @@ impl Broker {
                     }
                     Ok(report) => {
                         let now = self.now();
-                        // One pass by id (a linear search per observation was quadratic at
-                        // 500 machines), and one copy per machine.
+                        // One copy per machine.
                         let observed: HashMap<&str, &MachineObservation> = report
                             .machines
                             .iter()
@@ -140,14 +145,10 @@ impl Broker {
                             .collect();
                         // A return only tracks the machines it was given.
                         if request.request_type == RequestType::Acquire {
-                            let known: HashSet<&str> = stored_machines
-                                .iter()
-                                .map(|m| m.machine_id.as_str())
-                                .collect();
                             let mut added = HashSet::new();
                             for o in &report.machines {
                                 let id = o.machine_id.as_str();
-                                if !known.contains(id) && added.insert(id) {
+                                if !stored_by_id.contains_key(id) && added.insert(id) {
                                     machines.push(machine_from_observation(
                                         observed[id],
                                         &request,
@@ -176,28 +177,17 @@ impl Broker {
             lifecycle::apply(&mut request, LifecycleEvent::DeadlineSweep, self.now())?;
         }
         let mut machines = refreshed.unwrap_or_else(|| stored_machines.clone());
-        let before: HashMap<&str, &Machine> = stored_machines
-            .iter()
-            .map(|m| (m.machine_id.as_str(), m))
+        let changed_at: Vec<usize> = (0..machines.len())
+            .filter(|&i| stored_by_id.get(machines[i].machine_id.as_str()) != Some(&&machines[i]))
             .collect();
-        let mut changed: Vec<Machine> = machines
-            .iter()
-            .filter(|m| before.get(m.machine_id.as_str()) != Some(m))
-            .cloned()
-            .collect();
+        let mut changed: Vec<Machine> = changed_at.iter().map(|&i| machines[i].clone()).collect();
         if request != stored || !changed.is_empty() {
             self.store
                 .update_request(&mut request, &mut changed)
                 .await?;
-            let mut slots: HashMap<String, usize> = machines
-                .iter()
-                .enumerate()
-                .map(|(i, m)| (m.machine_id.clone(), i))
-                .collect();
-            for updated in changed {
-                if let Some(i) = slots.remove(updated.machine_id.as_str()) {
-                    machines[i] = updated;
-                }
+            // The store bumped their versions in place; put them back where they came from.
+            for (i, updated) in changed_at.into_iter().zip(changed) {
+                machines[i] = updated;
             }
         }
         Ok(Some(RequestView {
