@@ -31,18 +31,23 @@ use crate::pdb::pdb_selects;
 /// before the watch delivered it, and a relist skipped both events).
 const REMEMBER_FOR: Duration = Duration::from_secs(60);
 
-/// PDBs this operator wrote that the cache may not show yet, by namespace and name.
+/// PDBs this operator wrote in the last minute, by namespace and name.
 #[derive(Default)]
 pub struct RecentWrites {
-    inner: Mutex<HashMap<(String, String), (PodDisruptionBudget, Instant)>>,
-    /// `resourceVersion`s our writes produced in the last minute, for [`Self::is_echo`].
-    echoes: Mutex<HashMap<(String, String), (String, Instant)>>,
+    inner: Mutex<HashMap<(String, String), Written>>,
+}
+
+/// One write of ours.
+struct Written {
+    /// What the apiserver returned, until the shared watch has shown it.
+    pdb: Option<PodDisruptionBudget>,
+    /// The `resourceVersion` it produced, for [`RecentWrites::is_echo`].
+    resource_version: Option<String>,
+    at: Instant,
 }
 
 impl RecentWrites {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (PodDisruptionBudget, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Written>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -56,26 +61,24 @@ impl RecentWrites {
     }
 
     fn remember_at(&self, written: &PodDisruptionBudget, now: Instant) {
-        if let Some(rv) = &written.metadata.resource_version {
-            let mut echoes = self.echoes.lock().unwrap_or_else(|e| e.into_inner());
-            echoes.retain(|_, (_, at)| now.saturating_duration_since(*at) < REMEMBER_FOR);
-            echoes.insert(Self::key(written), (rv.clone(), now));
-        }
-        let mut map = self.lock();
-        map.retain(|_, (_, at)| now.saturating_duration_since(*at) < REMEMBER_FOR);
         let mut kept = written.clone();
         kept.metadata.managed_fields = None;
-        map.insert(Self::key(written), (kept, now));
+        let mut map = self.lock();
+        map.retain(|_, w| now.saturating_duration_since(w.at) < REMEMBER_FOR);
+        map.insert(
+            Self::key(written),
+            Written {
+                resource_version: kept.metadata.resource_version.clone(),
+                pdb: Some(kept),
+                at: now,
+            },
+        );
     }
 
     /// Our own delete of `namespace/name` went through.
     pub fn forget(&self, namespace: &str, name: &str) {
-        let key = (namespace.to_string(), name.to_string());
-        self.lock().remove(&key);
-        self.echoes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+        self.lock()
+            .remove(&(namespace.to_string(), name.to_string()));
     }
 
     /// Whether a watch event of `p` is the echo of our own last write (same resourceVersion):
@@ -85,22 +88,21 @@ impl RecentWrites {
         let Some(rv) = &p.metadata.resource_version else {
             return false;
         };
-        let echoes = self.echoes.lock().unwrap_or_else(|e| e.into_inner());
-        echoes
+        self.lock()
             .get(&Self::key(p))
-            .is_some_and(|(written, _)| written == rv)
+            .is_some_and(|w| w.resource_version.as_ref() == Some(rv))
     }
 
     /// The watch delivered `seen` (and the store holds it): the write of the same object
-    /// (same UID) needs no remembering any more.
+    /// (same UID) needs no remembering any more (its version still counts for echoes).
     pub fn seen(&self, seen: &PodDisruptionBudget) {
         let mut map = self.lock();
-        let key = Self::key(seen);
-        if map
-            .get(&key)
-            .is_some_and(|(w, _)| w.metadata.uid == seen.metadata.uid)
+        if let Some(w) = map.get_mut(&Self::key(seen))
+            && w.pdb
+                .as_ref()
+                .is_some_and(|p| p.metadata.uid == seen.metadata.uid)
         {
-            map.remove(&key);
+            w.pdb = None;
         }
     }
 
@@ -110,10 +112,10 @@ impl RecentWrites {
     }
 
     fn get_at(&self, namespace: &str, name: &str, now: Instant) -> Option<PodDisruptionBudget> {
-        let map = self.lock();
-        map.get(&(namespace.to_string(), name.to_string()))
-            .filter(|(_, at)| now.saturating_duration_since(*at) < REMEMBER_FOR)
-            .map(|(p, _)| p.clone())
+        self.lock()
+            .get(&(namespace.to_string(), name.to_string()))
+            .filter(|w| now.saturating_duration_since(w.at) < REMEMBER_FOR)
+            .and_then(|w| w.pdb.clone())
     }
 }
 
