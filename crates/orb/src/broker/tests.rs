@@ -149,10 +149,8 @@ async fn a_request_changed_while_the_provider_acquires_still_records_its_machine
     assert_eq!(machines.len(), 2);
 }
 
-#[tokio::test]
-async fn verdicts_drive_the_request_to_complete() {
-    let f = fixture().await;
-    let view = f.broker.request_machines("worker", 2).await.unwrap();
+/// The next two status reports for a 2-machine acquire: one of two running, then both.
+fn script_partial_then_fulfilled(f: &Fixture, view: &RequestView) {
     let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
     f.provider.statuses.lock().unwrap().extend([
         Ok(report(
@@ -164,6 +162,13 @@ async fn verdicts_drive_the_request_to_complete() {
             &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
         )),
     ]);
+}
+
+#[tokio::test]
+async fn verdicts_drive_the_request_to_complete() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    script_partial_then_fulfilled(&f, &view);
     let first = f
         .broker
         .refresh(&view.request.request_id)
@@ -202,17 +207,7 @@ async fn a_refresh_is_logged_while_the_request_is_unfinished_and_forgotten_after
     let id = view.request.request_id.clone();
     let minute = std::time::Duration::from_secs(60);
     assert!(!f.broker.refreshed_within(&id, minute), "not read yet");
-    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
-    f.provider.statuses.lock().unwrap().extend([
-        Ok(report(
-            Verdict::Partial { is_final: false },
-            &[(a, MachineStatus::Running), (b, MachineStatus::Pending)],
-        )),
-        Ok(report(
-            Verdict::Fulfilled,
-            &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
-        )),
-    ]);
+    script_partial_then_fulfilled(&f, &view);
     f.broker.refresh(&id).await.unwrap().unwrap();
     assert!(f.broker.refreshed_within(&id, minute));
     assert!(
