@@ -441,6 +441,13 @@ async fn run(client: Client, namespace: &str) {
         "pdb_operator_reconciliation_duration_seconds_count",
         "controller=\"deployment-pdb\"",
     );
+    let reconcile_ms = 1000.0
+        * metric_sum(
+            &first_metrics,
+            "pdb_operator_reconciliation_duration_seconds_sum",
+            "controller=\"deployment-pdb\"",
+        )
+        / reconciles.max(1.0);
     let errors = metric_sum(
         &first_metrics,
         "pdb_operator_reconciliation_errors_total",
@@ -508,7 +515,7 @@ async fn run(client: Client, namespace: &str) {
     println!("| resident memory after the resync | {resync_rss:.1} MiB | | |");
     println!(
         "creates took {create_seconds:.1} s, last PDB after {all_pdbs_seconds:.1} s; \
-         {reconciles} reconciles and {errors} errors for the first pass, operator CPU {cpu:.1} s; \
+         {reconciles} reconciles of {reconcile_ms:.1} ms on average and {errors} errors for the first pass, operator CPU {cpu:.1} s; \
          peak RSS {hwm:.1} MiB; resync: ready after {ready_seconds:.2} s, {resync_reconciles} reconciles \
          of {resync_reconcile_ms:.1} ms on average, {resync_writes} PDB writes, operator CPU {resync_cpu:.1} s; \
          load average {}; operator log {}",
@@ -528,6 +535,7 @@ async fn run(client: Client, namespace: &str) {
             "create_rate": rate,
             "create_seconds": create_seconds,
             "all_pdbs_seconds": all_pdbs_seconds,
+            "reconcile_avg_ms": reconcile_ms,
             "latency_p50_ms": p50,
             "latency_p99_ms": p99,
             "latency_max_ms": max,
