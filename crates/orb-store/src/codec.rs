@@ -59,6 +59,12 @@ impl<'r> RowReader<'r> {
             .map_err(|e| self.corrupt(column, e))
     }
 
+    pub fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        self.row
+            .try_get::<Option<i64>, _>(column)
+            .map_err(|e| self.corrupt(column, e))
+    }
+
     pub fn count(&self, column: &str) -> Result<u32, StoreError> {
         let value = self.int(column)?;
         u32::try_from(value).map_err(|_| self.corrupt(column, format!("{value} is out of range")))
@@ -70,11 +76,7 @@ impl<'r> RowReader<'r> {
     }
 
     pub fn opt_time(&self, column: &str) -> Result<Option<Timestamp>, StoreError> {
-        let value = self
-            .row
-            .try_get::<Option<i64>, _>(column)
-            .map_err(|e| self.corrupt(column, e))?;
-        value
+        self.opt_int(column)?
             .map(|v| Timestamp::from_microsecond(v).map_err(|e| self.corrupt(column, e)))
             .transpose()
     }

@@ -331,8 +331,70 @@ async fn lookups_and_filters(store: &Store) {
     assert_eq!(in_return.len(), 1);
 }
 
+/// Machine lists are read as one JSON value: text that needs escaping, absent optional
+/// columns and nested provider data come back exactly, and an empty match is an empty list.
+async fn awkward_values_survive_a_list_read(store: &Store) {
+    let mut request = acquire("awkward", 50);
+    let mut odd = machine(&request, &unique("odd"), MachineStatus::Failed);
+    odd.status_reason =
+        Some("quote \" backslash \\ newline \n tab \t nul-free ünïcødé ✓ 🚀".into());
+    odd.tags = BTreeMap::from([
+        ("key with \"quotes\"".into(), "line\nbreak".into()),
+        ("empty".into(), String::new()),
+    ]);
+    odd.provider_data = json!({"nested": {"list": [1, 2.5, null, true, "x"]}, "big": i64::MAX});
+    odd.launch_time = None;
+    odd.private_ip = None;
+    odd.price_type = None;
+    odd.provider_api = None;
+    let mut plain = machine(&request, &unique("plain"), MachineStatus::Running);
+    plain.created_at = at(0);
+    let mut machines = vec![odd.clone(), plain.clone()];
+    store
+        .insert_request(&mut request, &mut machines)
+        .await
+        .unwrap();
+    let listed = store
+        .list_machines(&MachineFilter {
+            request_id: Some(request.request_id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed.iter().map(|m| m.machine_id.as_str()).collect();
+    assert_eq!(
+        names,
+        [plain.machine_id.as_str(), odd.machine_id.as_str()],
+        "listed in creation order"
+    );
+    let back = &listed[1];
+    assert_eq!(back.status_reason, odd.status_reason);
+    assert_eq!(back.tags, odd.tags);
+    assert_eq!(back.provider_data, odd.provider_data);
+    assert_eq!(back.launch_time, None);
+    assert_eq!(back.private_ip, None);
+    assert_eq!(back.provider_api, None);
+    assert_eq!(back.status, MachineStatus::Failed);
+    assert_eq!(back.version, 1);
+    let found = store
+        .find_machines(std::slice::from_ref(&odd.name))
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].status_reason, odd.status_reason);
+    let none = store
+        .list_machines(&MachineFilter {
+            template_id: Some(unique("no-such-template")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "no match is an empty list, not an error");
+}
+
 async fn whole_suite(store: &Store) {
     round_trip(store).await;
+    awkward_values_survive_a_list_read(store).await;
     stale_writes_conflict_and_change_nothing(store).await;
     a_state_change_is_one_transaction(store).await;
     duplicates_are_refused_whole(store).await;
@@ -354,9 +416,62 @@ async fn storage_suite_on_sqlite() {
         .unwrap();
     assert_eq!(
         all.len(),
-        7,
+        8,
         "every request written by the suite survived a reopen"
     );
+}
+
+/// A machine row edited by hand into something orb cannot read is reported by machine id and
+/// column, whether the bad value breaks the whole-list read (a wrong type) or only the check
+/// after it (an unknown status).
+#[tokio::test]
+async fn hand_edited_machine_rows_are_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orb.db");
+    let store = Store::open_sqlite_file(&path).await.unwrap();
+    let mut request = acquire("edited", 0);
+    let mut machines = vec![
+        machine(&request, "edited-1", MachineStatus::Running),
+        machine(&request, "edited-2", MachineStatus::Running),
+    ];
+    store
+        .insert_request(&mut request, &mut machines)
+        .await
+        .unwrap();
+    let filter = MachineFilter {
+        request_id: Some(request.request_id.clone()),
+        ..Default::default()
+    };
+    let url = format!("sqlite://{}", path.display());
+    let mut raw = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    for (edit, column) in [
+        (
+            "UPDATE machines SET status = 'exploded' WHERE machine_id = 'edited-2'",
+            "status",
+        ),
+        (
+            "UPDATE machines SET status = 'running', updated_at = 'last tuesday' \
+             WHERE machine_id = 'edited-2'",
+            "updated_at",
+        ),
+    ] {
+        sqlx::query(edit).execute(&mut raw).await.unwrap();
+        let err = store.list_machines(&filter).await.unwrap_err();
+        match &err {
+            StoreError::Corrupt {
+                entity,
+                id,
+                message,
+            } => {
+                assert_eq!((*entity, id.as_str()), ("machine", "edited-2"), "{err}");
+                assert!(message.contains(&format!("column {column}")), "{err}");
+            }
+            other => panic!("expected a corrupt-row error for {column}, got {other:?}"),
+        }
+        assert!(err.to_string().contains("edited by hand"), "{err}");
+    }
 }
 
 #[tokio::test]
