@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the orb-rs benchmarks side by side on this machine and reports them together:
-#   - criterion benches of the pure hot paths (orb-k8s hot_paths, pdb-operator budget_math);
+#   - criterion benches of the pure hot paths (orb-k8s hot_paths, pdb-operator budget_math) and
+#     of the machine-list read from SQLite (orb-store store_reads);
 #   - CLI cold start and HostFactory status of 50/500-machine requests, direct and through a
 #     running `orb serve` (orb startup; BENCH_STARTUP_RUNS, default 60);
 #   - acquire of 100/500/1,000 machines per handler vs a bare kube-rs loop, and release of 500
@@ -43,21 +44,22 @@ trap cleanup EXIT
 echo "bench: building the benches (release)" >&2
 declare -A exe
 while read -r name path; do exe[$name]=$path; done < <(
-  cargo bench -p orb-k8s -p pdb-operator -p orb \
-    --bench hot_paths --bench budget_math --bench startup --bench acquire_pods --bench operator_scale \
+  cargo bench -p orb-k8s -p pdb-operator -p orb -p orb-store \
+    --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench operator_scale \
     --bench daemon_status \
     --no-run --message-format=json |
     jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
 )
-for name in hot_paths budget_math startup acquire_pods operator_scale daemon_status; do
+for name in hot_paths budget_math store_reads startup acquire_pods operator_scale daemon_status; do
   [[ -x "${exe[$name]:-}" ]] || { echo "bench: error: bench '$name' did not build" >&2; exit 1; }
 done
 export CRITERION_HOME="$raw/criterion"
 run_start="$(date +%s)"
 
-echo "bench: criterion hot paths (orb-k8s, pdb-operator)" >&2
+echo "bench: criterion hot paths (orb-k8s, pdb-operator, orb-store)" >&2
 "${exe[hot_paths]}" --bench 2>&1 | tee "$raw/hot_paths.txt" >&2
 "${exe[budget_math]}" --bench 2>&1 | tee "$raw/budget_math.txt" >&2
+"${exe[store_reads]}" --bench 2>&1 | tee "$raw/store_reads.txt" >&2
 
 echo "bench: CLI start-up and HostFactory status" >&2
 "${exe[startup]}" --bench 2>&1 | tee "$raw/startup.txt" >&2
