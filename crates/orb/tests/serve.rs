@@ -393,3 +393,51 @@ async fn an_unknown_route_is_a_problem_too() {
     let got = env.get("/api/v1/nothing-here").await;
     assert_problem(&got, 404, "no-such-route", "GET /api/v1/nothing-here");
 }
+
+/// `POST /api/v1/hostfactory/{operation}` answers in JSON unless the caller asks for the
+/// compact form (what the forwarding scripts do); both carry the same stdout, stderr and exit
+/// code.
+#[tokio::test]
+async fn a_hostfactory_call_answers_in_json_or_in_the_compact_form_when_asked() {
+    use http_body_util::BodyExt;
+    use orb_cli::hostfactory::{SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply};
+
+    let env = Env::new().await;
+    env.seed().await;
+    let input = json!({"requests": [{"requestId": DONE}, {"requestId": "req-unknown"}]});
+    let ask = |accept: Option<&'static str>| {
+        let mut request = HttpRequest::post("/api/v1/hostfactory/getRequestStatus")
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(accept) = accept {
+            request = request.header(header::ACCEPT, accept);
+        }
+        request.body(Body::from(input.to_string())).unwrap()
+    };
+    let read = |response: axum::http::Response<Body>| async move {
+        assert_eq!(response.status(), StatusCode::OK);
+        let kind = response.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (kind, bytes)
+    };
+
+    let (kind, bytes) = read(env.call(ask(None)).await).await;
+    assert_eq!(kind, "application/json");
+    let as_json: ScriptReply = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(as_json.exit_code, 0);
+    let stdout: serde_json::Value = serde_json::from_str(&as_json.stdout).unwrap();
+    assert_eq!(stdout["requests"][0]["requestId"], DONE, "{stdout}");
+    assert_eq!(stdout["requests"][1]["status"], "complete_with_error");
+
+    let accept = "application/vnd.orb.script-output, application/json;q=0.5";
+    let (kind, bytes) = read(env.call(ask(Some(accept))).await).await;
+    assert_eq!(kind, SCRIPT_OUTPUT_MEDIA_TYPE);
+    let compact = ScriptReply::from_script_output(&bytes).unwrap();
+    assert_eq!(compact, as_json, "the same reply either way");
+    assert!(
+        bytes.ends_with(as_json.stdout.as_bytes()),
+        "stdout is sent as is"
+    );
+}

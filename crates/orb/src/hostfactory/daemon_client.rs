@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::daemon_target::DaemonTarget;
-use super::operations::{Operation, ScriptReply};
+use super::operations::{Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply};
 
 /// Why a forward did not produce a reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +100,10 @@ where
     let request = Request::post(route(op))
         .header(header::HOST, host)
         .header(header::CONTENT_TYPE, "application/json")
+        .header(
+            header::ACCEPT,
+            format!("{SCRIPT_OUTPUT_MEDIA_TYPE}, application/json;q=0.5"),
+        )
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| ForwardError::NotSent(format!("cannot build the request: {e}")))?;
     let reply = tokio::time::timeout(reply_timeout, async {
@@ -108,29 +112,42 @@ where
             .await
             .map_err(|e| ForwardError::Unanswered(format!("the connection broke: {e}")))?;
         let status = response.status();
+        let compact = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(SCRIPT_OUTPUT_MEDIA_TYPE));
         let bytes = response
             .into_body()
             .collect()
             .await
             .map_err(|e| ForwardError::Unanswered(format!("the reply broke off: {e}")))?
             .to_bytes();
-        Ok::<_, ForwardError>((status, bytes))
+        Ok::<_, ForwardError>((status, compact, bytes))
     })
     .await;
     driver.abort();
-    let (status, bytes) = reply.map_err(|_| {
+    let (status, compact, bytes) = reply.map_err(|_| {
         ForwardError::Unanswered(format!("no reply within {} s", reply_timeout.as_secs()))
     })??;
-    let text = String::from_utf8_lossy(&bytes);
+    let text = || String::from_utf8_lossy(&bytes);
     match status {
-        StatusCode::OK => serde_json::from_slice(&bytes).map_err(|e| {
-            ForwardError::Unanswered(format!("the reply is not a script reply ({e}): {text}"))
+        // A daemon that predates the compact form answers with the JSON one.
+        StatusCode::OK if compact => ScriptReply::from_script_output(&bytes).map_err(|e| {
+            ForwardError::Unanswered(format!("the reply is not a script reply ({e})"))
         }),
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND => Err(
-            ForwardError::NotSent(format!("the daemon refused the call ({status}): {text}")),
-        ),
+        StatusCode::OK => serde_json::from_slice(&bytes).map_err(|e| {
+            ForwardError::Unanswered(format!("the reply is not a script reply ({e}): {}", text()))
+        }),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND => {
+            Err(ForwardError::NotSent(format!(
+                "the daemon refused the call ({status}): {}",
+                text()
+            )))
+        }
         other => Err(ForwardError::Unanswered(format!(
-            "the daemon answered {other}: {text}"
+            "the daemon answered {other}: {}",
+            text()
         ))),
     }
 }

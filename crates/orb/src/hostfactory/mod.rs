@@ -8,9 +8,9 @@ pub mod daemon_target;
 mod operations;
 
 pub use operations::{
-    HfEnv, Operation, ScriptReply, get_available_templates, get_request_status,
-    get_return_requests, request_machines, request_return_machines, run_operation, submitted,
-    submitted_output,
+    HfEnv, Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, get_available_templates,
+    get_request_status, get_return_requests, request_machines, request_return_machines,
+    run_operation, submitted, submitted_output,
 };
 
 use serde_json::Value;

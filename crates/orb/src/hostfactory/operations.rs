@@ -75,6 +75,52 @@ pub struct ScriptReply {
     pub exit_code: i32,
 }
 
+/// The media type of a script reply's compact form, which the forwarding scripts ask for with
+/// `Accept`: one line of JSON with `stderr` and `exit_code`, then stdout byte for byte. The
+/// JSON form escapes stdout (itself a JSON document, 240 KB for a 500-machine status) into a
+/// string and the script unescapes it again; the compact form copies it. A client that does
+/// not ask gets the JSON form.
+pub const SCRIPT_OUTPUT_MEDIA_TYPE: &str = "application/vnd.orb.script-output";
+
+/// The first line of the compact form.
+#[derive(Serialize, Deserialize)]
+struct ScriptOutputHead {
+    stderr: Vec<String>,
+    exit_code: i32,
+}
+
+impl ScriptReply {
+    /// The compact form (see [`SCRIPT_OUTPUT_MEDIA_TYPE`]).
+    pub fn to_script_output(&self) -> Vec<u8> {
+        let head = ScriptOutputHead {
+            stderr: self.stderr.clone(),
+            exit_code: self.exit_code,
+        };
+        // Compact JSON never holds a raw newline, so the first one ends the head.
+        let mut bytes = serde_json::to_vec(&head).unwrap_or_else(|_| b"{}".to_vec());
+        bytes.push(b'\n');
+        bytes.extend_from_slice(self.stdout.as_bytes());
+        bytes
+    }
+
+    /// Reads the compact form; the error says what is wrong with it.
+    pub fn from_script_output(bytes: &[u8]) -> Result<Self, String> {
+        let split = bytes
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or("no line with stderr and exit_code")?;
+        let head: ScriptOutputHead = serde_json::from_slice(&bytes[..split])
+            .map_err(|e| format!("the first line is not stderr and exit_code: {e}"))?;
+        let stdout = std::str::from_utf8(&bytes[split + 1..])
+            .map_err(|e| format!("stdout is not UTF-8: {e}"))?;
+        Ok(Self {
+            stdout: stdout.to_string(),
+            stderr: head.stderr,
+            exit_code: head.exit_code,
+        })
+    }
+}
+
 impl From<Output> for ScriptReply {
     fn from(output: Output) -> Self {
         Self {
@@ -311,6 +357,49 @@ pub async fn get_return_requests(env: &HfEnv, machines: &[MachineSelector]) -> C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compact_reply_form_carries_stdout_byte_for_byte() {
+        let reply = ScriptReply {
+            stdout: "{\n  \"requests\": [\"é ✓\", \"a\\\"b\"]\n}\n".into(),
+            stderr: vec!["warning: one\nline two".into(), String::new()],
+            exit_code: 3,
+        };
+        let bytes = reply.to_script_output();
+        let first_line = bytes.split(|b| *b == b'\n').next().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(first_line).unwrap(),
+            serde_json::json!({"stderr": ["warning: one\nline two", ""], "exit_code": 3})
+        );
+        assert!(
+            bytes.ends_with(reply.stdout.as_bytes()),
+            "stdout is copied, not escaped"
+        );
+        assert_eq!(ScriptReply::from_script_output(&bytes).unwrap(), reply);
+
+        let empty = ScriptReply {
+            stdout: String::new(),
+            stderr: vec![],
+            exit_code: 0,
+        };
+        assert_eq!(
+            ScriptReply::from_script_output(&empty.to_script_output()).unwrap(),
+            empty
+        );
+    }
+
+    #[test]
+    fn a_broken_compact_reply_says_what_is_wrong() {
+        for (bytes, says) in [
+            (&b"{\"stderr\":[],\"exit_code\":0}"[..], "no line"),
+            (&b"{\"exit_code\":0}\n{}"[..], "first line"),
+            (&b"not json\n{}"[..], "first line"),
+            (&b"{\"stderr\":[],\"exit_code\":0}\n\xff\xfe"[..], "UTF-8"),
+        ] {
+            let err = ScriptReply::from_script_output(bytes).unwrap_err();
+            assert!(err.contains(says), "{err}");
+        }
+    }
 
     #[test]
     fn operation_names_are_the_script_names_and_round_trip() {

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use orb_core::config::ProviderEntry;
 use serde_json::Value;
 
@@ -17,7 +19,7 @@ use super::problem::Problem;
 use crate::broker::{Broker, ProviderHandle};
 use crate::context::{self, Catalog};
 use crate::failure::CliResult;
-use crate::hostfactory::{HfEnv, Operation, ScriptReply, run_operation};
+use crate::hostfactory::{HfEnv, Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, run_operation};
 
 /// Where the template file of the served provider is looked up on each call.
 #[derive(Debug, Clone)]
@@ -36,7 +38,7 @@ pub struct TemplateSource {
     params(("operation" = String, Path, description = "getAvailableTemplates, requestMachines, requestReturnMachines, getRequestStatus or getReturnRequests")),
     request_body(content = Object, content_type = "application/json", description = "The HostFactory JSON input exactly as the script got it; an empty body for none"),
     responses(
-        (status = 200, description = "What the script prints on stdout and stderr, and its exit code", body = ScriptReply),
+        (status = 200, description = "What the script prints on stdout and stderr, and its exit code. With `Accept: application/vnd.orb.script-output` (what the forwarding scripts send) the reply is instead one line of JSON with `stderr` and `exit_code`, then stdout byte for byte", body = ScriptReply),
         (status = 400, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not one of the five operations", body = Problem, content_type = "application/problem+json"),
     )
@@ -44,8 +46,9 @@ pub struct TemplateSource {
 pub async fn hostfactory_call(
     State(state): State<AppState>,
     Path(operation): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<ScriptReply>, Problem> {
+) -> Result<Response, Problem> {
     let op = Operation::from_name(&operation).ok_or_else(|| {
         Problem::not_found(
             "no-such-operation",
@@ -67,7 +70,21 @@ pub async fn hostfactory_call(
         })?)
     };
     let output = run_operation(op, input.as_ref(), async || call_env(&state)).await;
-    Ok(Json(output.into()))
+    let reply = ScriptReply::from(output);
+    let compact = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains(SCRIPT_OUTPUT_MEDIA_TYPE));
+    Ok(if compact {
+        (
+            [(header::CONTENT_TYPE, SCRIPT_OUTPUT_MEDIA_TYPE)],
+            reply.to_script_output(),
+        )
+            .into_response()
+    } else {
+        Json(reply).into_response()
+    })
 }
 
 /// The daemon's broker with a freshly read template file (or the one it started with when
