@@ -58,6 +58,9 @@ pub struct ControllerState {
     pub ready: u32,
     /// Job only: condition `Complete=True`.
     pub complete: bool,
+    /// A Job: all its pods ready is a step on the way, not the end; only `Complete` or a
+    /// failure settles it.
+    pub runs_to_completion: bool,
     /// A condition that says the controller gave up (Job `Failed`, Deployment
     /// `ProgressDeadlineExceeded`, `ReplicaFailure`), with its reason and message.
     pub failure: Option<String>,
@@ -68,7 +71,7 @@ impl ControllerState {
     pub fn is_settled(&self, requested: u32) -> bool {
         self.complete
             || self.failure.is_some()
-            || (self.desired == requested && self.ready >= requested)
+            || (!self.runs_to_completion && self.desired == requested && self.ready >= requested)
     }
 }
 
@@ -99,6 +102,7 @@ pub fn deployment_state(d: &Deployment) -> ControllerState {
         desired: count(d.spec.replicas),
         ready: count(status.ready_replicas),
         complete: false,
+        runs_to_completion: false,
         failure: failing_condition(
             conditions.iter().map(|c| {
                 (
@@ -119,6 +123,7 @@ pub fn statefulset_state(s: &StatefulSet) -> ControllerState {
         desired: count(s.spec.replicas),
         ready: count(status.ready_replicas),
         complete: false,
+        runs_to_completion: false,
         failure: None,
     }
 }
@@ -133,6 +138,7 @@ pub fn job_state(j: &Job) -> ControllerState {
         desired: count(j.spec.as_ref().and_then(|s| s.completions)),
         ready: count(status.ready),
         complete,
+        runs_to_completion: true,
         failure: failing_condition(
             conditions.iter().map(|c| {
                 (

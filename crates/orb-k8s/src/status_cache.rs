@@ -105,6 +105,8 @@ mod tests {
     #[case::expired(Some(5), 3, ready(3), 6, 3, false)]
     #[case::requested_count_changed(Some(5), 3, ready(3), 1, 2, false)]
     #[case::not_settled(Some(5), 3, ControllerState { desired: 3, ready: 1, ..ControllerState::default() }, 1, 3, false)]
+    #[case::job_all_ready_but_running(Some(5), 3, ControllerState { runs_to_completion: true, ..ready(3) }, 1, 3, false)]
+    #[case::job_complete(Some(5), 3, ControllerState { runs_to_completion: true, complete: true, ..ready(0) }, 1, 3, true)]
     #[case::disabled(None, 3, ready(3), 0, 3, false)]
     fn serves_only_fresh_settled_entries_for_the_same_count(
         #[case] ttl_secs: Option<u64>,
