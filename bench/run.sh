@@ -80,11 +80,28 @@ else
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
 fi
 
+# Waits until the namespaces the cluster benches made (bench-*) are deleted: a bench that starts
+# while the apiserver is still deleting 10,000 pods of the previous one measures that deletion.
+settle() {
+  command -v kubectl >/dev/null || { echo "bench: no kubectl; not waiting for cleanup" >&2; return 0; }
+  local deadline=$((SECONDS + 600)) left
+  while :; do
+    left="$(kubectl get namespaces -o name 2>/dev/null | grep -c '^namespace/bench-' || true)"
+    (( left == 0 )) && return 0
+    if (( SECONDS > deadline )); then
+      echo "bench: warning: $left bench namespaces still deleting; going on" >&2
+      return 0
+    fi
+    sleep 2
+  done
+}
+
 # orb serve at 10,000 pods: status reads from the watch cache vs a LIST per read, memory.
 if [[ "${BENCH_SKIP_ACQUIRE:-0}" == 1 || "${BENCH_SKIP_DAEMON:-0}" == 1 ]]; then
   echo "bench: orb serve at 10,000 pods left out" >&2
   : >"$raw/daemon.txt"
 else
+  settle
   echo "bench: orb serve status reads at 10,000 pods ($KUBECONFIG)" >&2
   "${exe[daemon_status]}" --bench 2>&1 | tee "$raw/daemon.txt" >&2
 fi
@@ -99,8 +116,10 @@ elif ! "${exe[operator_scale]}" --probe; then
 else
   # Twice: 1,000 Deployments in one burst (the apiserver's throughput decides), then 1,000
   # arriving at a steady ${BENCH_OPERATOR_RATE:-20} a second (the operator's latency decides).
+  settle
   echo "bench: pdb-operator at 1,000 Deployments in one burst ($KUBECONFIG)" >&2
   "${exe[operator_scale]}" --bench 2>&1 | tee "$raw/operator.txt" >&2
+  settle
   echo "bench: pdb-operator at 1,000 Deployments, ${BENCH_OPERATOR_RATE:-20} a second" >&2
   BENCH_CREATE_RATE="${BENCH_OPERATOR_RATE:-20}" "${exe[operator_scale]}" --bench 2>&1 |
     tee "$raw/operator-steady.txt" >&2
