@@ -165,6 +165,22 @@ fn metric_sum(text: &str, family: &str, filter: &str) -> f64 {
         .fold(0.0, |a, b| a + b)
 }
 
+/// The Deployment controller's reconciles so far and their mean duration in milliseconds.
+fn deployment_reconciles(text: &str) -> (f64, f64) {
+    let filter = "controller=\"deployment-pdb\"";
+    let count = metric_sum(
+        text,
+        "pdb_operator_reconciliation_duration_seconds_count",
+        filter,
+    );
+    let seconds = metric_sum(
+        text,
+        "pdb_operator_reconciliation_duration_seconds_sum",
+        filter,
+    );
+    (count, 1000.0 * seconds / count.max(1.0))
+}
+
 async fn metrics_text(op: &Operator) -> String {
     http_get(op.addr, "/metrics")
         .await
@@ -436,18 +452,7 @@ async fn run(client: Client, namespace: &str) {
     let rss = rss_mib(pid, "VmRSS:");
     let hwm = rss_mib(pid, "VmHWM:");
     let first_metrics = metrics_text(&op).await;
-    let reconciles = metric_sum(
-        &first_metrics,
-        "pdb_operator_reconciliation_duration_seconds_count",
-        "controller=\"deployment-pdb\"",
-    );
-    let reconcile_ms = 1000.0
-        * metric_sum(
-            &first_metrics,
-            "pdb_operator_reconciliation_duration_seconds_sum",
-            "controller=\"deployment-pdb\"",
-        )
-        / reconciles.max(1.0);
+    let (reconciles, reconcile_ms) = deployment_reconciles(&first_metrics);
     let errors = metric_sum(
         &first_metrics,
         "pdb_operator_reconciliation_errors_total",
@@ -469,18 +474,7 @@ async fn run(client: Client, namespace: &str) {
     let filter = format!("namespace=\"{namespace}\"");
     let resync_writes = metric_sum(&text, "pdb_operator_pdbs_created_total", &filter)
         + metric_sum(&text, "pdb_operator_pdbs_updated_total", &filter);
-    let resync_reconciles = metric_sum(
-        &text,
-        "pdb_operator_reconciliation_duration_seconds_count",
-        "controller=\"deployment-pdb\"",
-    );
-    let resync_reconcile_ms = 1000.0
-        * metric_sum(
-            &text,
-            "pdb_operator_reconciliation_duration_seconds_sum",
-            "controller=\"deployment-pdb\"",
-        )
-        / resync_reconciles.max(1.0);
+    let (resync_reconciles, resync_reconcile_ms) = deployment_reconciles(&text);
     drop(op);
 
     let rss_max = rss.max(resync_rss);
