@@ -4,6 +4,9 @@
 //! back the transition that happened, if any. Only the edges in [`can_transition`] exist;
 //! terminal states are final. The deadline is `started_at + grace` and is evaluated lazily,
 //! whenever an event is applied, so a request read after its deadline is settled at once.
+//! The deadline is for machines that never start: once the provider says every unit is
+//! [`Verdict::Underway`] (a Job whose pods all run), the request has no deadline any more
+//! and ends when the work does.
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -19,6 +22,9 @@ pub const DEFAULT_GRACE_SECS: u64 = 300;
 pub enum Verdict {
     /// Nothing conclusive yet; keep waiting.
     InProgress,
+    /// Every unit started and now runs to its end (a Job): not delivered yet, but nothing is
+    /// waiting for capacity either, so the deadline no longer applies.
+    Underway,
     /// Every requested machine is delivered (acquire) or released (return).
     Fulfilled,
     /// Some but not all; `is_final` means waiting longer cannot help.
@@ -148,6 +154,9 @@ pub fn apply(
         } => {
             request.fulfilled_count = fulfilled;
             request.failed_count = failed;
+            if verdict == Verdict::Underway {
+                request.deadline_at = None;
+            }
             let next = status_for_verdict(request, &verdict, now);
             let message = match verdict {
                 Verdict::Failed { reason } => Some(message.unwrap_or(reason)),
@@ -175,7 +184,7 @@ fn status_for_verdict(request: &Request, verdict: &Verdict, now: Timestamp) -> R
     match verdict {
         Verdict::Fulfilled => RequestStatus::Complete,
         Verdict::Failed { .. } => RequestStatus::Failed,
-        Verdict::InProgress => match current {
+        Verdict::InProgress | Verdict::Underway => match current {
             RequestStatus::Pending => RequestStatus::InProgress,
             other => other,
         },
@@ -320,6 +329,36 @@ mod tests {
     }
 
     #[test]
+    fn an_underway_request_has_no_deadline_and_never_times_out() {
+        let mut r = request(RequestType::Acquire, InProgress, 3);
+        apply(&mut r, verdict(Verdict::Underway, 3), t(20)).unwrap();
+        assert_eq!(r.status, InProgress);
+        assert_eq!(
+            r.deadline_at, None,
+            "every unit started: no deadline any more"
+        );
+        apply(&mut r, LifecycleEvent::DeadlineSweep, t(10_000)).unwrap();
+        assert_eq!(
+            r.status, InProgress,
+            "a sweep long after the old deadline changes nothing"
+        );
+        apply(&mut r, verdict(Verdict::InProgress, 3), t(10_001)).unwrap();
+        assert_eq!(r.status, InProgress);
+        apply(&mut r, verdict(Verdict::Fulfilled, 3), t(10_002)).unwrap();
+        assert_eq!(r.status, Complete);
+    }
+
+    #[test]
+    fn underway_past_the_deadline_is_not_settled_by_it() {
+        let mut r = request(RequestType::Acquire, InProgress, 3);
+        apply(&mut r, verdict(Verdict::Underway, 3), t(400)).unwrap();
+        assert_eq!(
+            r.status, InProgress,
+            "a Job running past its deadline keeps running"
+        );
+    }
+
+    #[test]
     fn a_partial_return_is_partial_at_once() {
         let mut r = request(RequestType::Return, InProgress, 3);
         apply(
@@ -409,6 +448,7 @@ mod tests {
                 LifecycleEvent::Start { grace_secs: 300 },
                 verdict(Verdict::Fulfilled, 2),
                 verdict(Verdict::InProgress, 0),
+                verdict(Verdict::Underway, 2),
                 verdict(Verdict::Partial { is_final: false }, 1),
                 verdict(Verdict::Partial { is_final: true }, 1),
                 verdict(Verdict::Failed { reason: "x".into() }, 0),

@@ -55,9 +55,12 @@ impl MachineStatus {
         }
     }
 
-    /// A machine that may still hold capacity (counts against `maxNumber`).
+    /// A machine whose object may still exist in the cluster: it counts against `maxNumber`
+    /// and a return or cancel still has something to remove. A `failed` machine is live in
+    /// this sense (a pod in ImagePullBackOff or a Failed pod is still there, holding its
+    /// place) until orb sees its object gone, when it becomes `terminated`.
     pub fn is_live(self) -> bool {
-        !matches!(self, Self::Terminated | Self::Returned | Self::Failed)
+        !matches!(self, Self::Terminated | Self::Returned)
     }
 }
 
@@ -136,7 +139,7 @@ mod tests {
     #[case(MachineStatus::Unknown, true)]
     #[case(MachineStatus::Terminated, false)]
     #[case(MachineStatus::Returned, false)]
-    #[case(MachineStatus::Failed, false)]
+    #[case::failed_pod_still_there(MachineStatus::Failed, true)]
     fn liveness(#[case] status: MachineStatus, #[case] live: bool) {
         assert_eq!(status.is_live(), live);
     }

@@ -133,6 +133,10 @@ pub struct ReleaseInput {
     pub machines: Vec<MachineRef>,
     /// Templates of the machines' acquires, by template id, when still defined.
     pub templates: BTreeMap<String, Template>,
+    /// For each acquire request (by id) of `machines`: the ids of its other stored machines
+    /// that may still exist and are in no return. Empty means the return takes everything orb
+    /// knows of that request (a controller is then deleted, not scaled).
+    pub others: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -141,6 +145,26 @@ pub struct ReleaseOutcome {
     pub failed: Vec<MachineFailure>,
     pub provider_data: Value,
     pub message: Option<String>,
+    /// Machines of [`ReleaseInput::others`] this release removes as well, though nobody named
+    /// them: the other hosts of a Job (it is deleted whole), failed ordinals above a
+    /// StatefulSet's tail. The broker adds them to the return.
+    pub also_released: Vec<String>,
+    /// Acquire requests this release ended (a returned Job cannot deliver any more).
+    pub ended: Vec<EndedAcquire>,
+}
+
+/// An acquire request a release ended, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedAcquire {
+    pub request_id: String,
+    pub reason: String,
+}
+
+/// A return gave up on these machines (it failed or timed out): undo whatever would still
+/// remove them later, so a new return starts from a clean slate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbandonInput {
+    pub machines: Vec<MachineRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,6 +237,9 @@ pub trait Provider: Send + Sync {
 
     /// Start releasing machines; completion is observed through [`Provider::status`].
     fn release(&self, input: ReleaseInput) -> ProviderFuture<'_, ReleaseOutcome>;
+
+    /// Undo a release that will not finish (clear marks left on objects).
+    fn abandon_release(&self, input: AbandonInput) -> ProviderFuture<'_, ()>;
 
     /// Observe a request's machines now. Transient cluster errors should come back as
     /// `Verdict::InProgress` with a message, not as `Err`, so polls keep going.

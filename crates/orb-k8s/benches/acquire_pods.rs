@@ -336,7 +336,7 @@ impl Bench {
             let report = provider.status(input.clone()).await.expect("orb status");
             match report.verdict {
                 Verdict::Fulfilled => break,
-                Verdict::InProgress => {}
+                Verdict::InProgress | Verdict::Underway => {}
                 other => panic!("orb {api:?} x{count}: {other:?} {:?}", report.message),
             }
             assert!(
@@ -598,6 +598,7 @@ async fn main() {
                             return_request_id: RequestId::new_return(),
                             machines,
                             templates: BTreeMap::new(),
+                            others: BTreeMap::new(),
                         })
                         .await
                         .expect("orb release");

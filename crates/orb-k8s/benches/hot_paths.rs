@@ -18,7 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use orb_k8s::config::{ConfigLayers, FileLayer, TemplateOverrides};
 use orb_k8s::machine_state::observe_pod;
 use orb_k8s::naming::ResourceKind;
-use orb_k8s::release_plan::{plan_deployment_release, plan_pod_release, plan_statefulset_release};
+use orb_k8s::release_plan::{
+    PodPhase, PodRank, plan_deployment_release, plan_pod_release, plan_statefulset_release,
+};
 use serde_json::{Value, json};
 
 const PODS: usize = 10_000;
@@ -38,24 +40,49 @@ fn release_planning(c: &mut Criterion) {
         b.iter(|| plan_pod_release(black_box(&victims)))
     });
 
-    // Deployment with 10,000 live pods: return 1,000 of them, then all of them.
-    let live = pod_names("orb-dep-7d9f8b6c5-x", PODS);
-    let some: Vec<String> = live.iter().step_by(10).cloned().collect();
+    // Deployment with 10,000 live Ready pods: return 1,000 of them (the ranking check runs
+    // over all 10,000), then all of them.
+    let names = pod_names("orb-dep-7d9f8b6c5-x", PODS);
+    let live: Vec<PodRank> = names
+        .iter()
+        .map(|name| PodRank {
+            name: name.clone(),
+            scheduled: true,
+            phase: PodPhase::Running,
+            ready: true,
+            deletion_cost: 0,
+        })
+        .collect();
+    let some: Vec<String> = names.iter().step_by(10).cloned().collect();
+    let kept: Vec<String> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 10 != 0)
+        .map(|(_, n)| n.clone())
+        .collect();
     group.bench_function("deployment/10k_live_1k_victims", |b| {
-        b.iter(|| plan_deployment_release("orb-dep", black_box(&live), black_box(&some)))
+        b.iter(|| {
+            plan_deployment_release(
+                "orb-dep",
+                black_box(&live),
+                Some(black_box(&kept)),
+                black_box(&some),
+            )
+        })
     });
     group.bench_function("deployment/10k_live_all_victims", |b| {
-        b.iter(|| plan_deployment_release("orb-dep", black_box(&live), black_box(&live)))
+        b.iter(|| plan_deployment_release("orb-dep", black_box(&live), None, black_box(&names)))
     });
 
     // StatefulSet with 10,000 replicas: the top 1,000 ordinals, then all of them.
     let all: Vec<String> = (0..PODS).map(|i| format!("orb-sts-{i}")).collect();
     let tail: Vec<String> = all[PODS - 1_000..].to_vec();
+    let none_failed = std::collections::BTreeSet::new();
     group.bench_function("statefulset/10k_replicas_tail_1k", |b| {
-        b.iter(|| plan_statefulset_release("orb-sts", PODS as u32, black_box(&tail)))
+        b.iter(|| plan_statefulset_release("orb-sts", PODS as u32, black_box(&tail), &none_failed))
     });
     group.bench_function("statefulset/10k_replicas_all", |b| {
-        b.iter(|| plan_statefulset_release("orb-sts", PODS as u32, black_box(&all)))
+        b.iter(|| plan_statefulset_release("orb-sts", PODS as u32, black_box(&all), &none_failed))
     });
     group.finish();
 }

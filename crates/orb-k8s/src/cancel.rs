@@ -10,6 +10,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, Resource, ResourceExt};
+use orb_core::machine::MachineStatus;
 use orb_core::provider::{CancelInput, CancelOutcome, MachineFailure, ReclaimNotice, ReclaimQuery};
 use serde::de::DeserializeOwned;
 
@@ -95,7 +96,10 @@ impl K8sProvider {
             let Some(record) = RequestRecord::from_value(&refs[0].request_provider_data) else {
                 continue;
             };
-            let pods = self.live_pods(client, &record).await?;
+            let expected: std::collections::HashSet<&str> =
+                refs.iter().map(|m| m.machine_id.as_str()).collect();
+            let pods = self.live_pods(client, &record, &expected).await?;
+            let kind = record.kind().unwrap_or(crate::naming::ResourceKind::Pod);
             for m in refs {
                 let pod = pods.iter().find(|p| {
                     p.name_any() == m.machine_id && (m.uid.is_none() || p.metadata.uid == m.uid)
@@ -119,6 +123,16 @@ impl K8sProvider {
                     let deadline = deleting.0 + jiff::SignedDuration::from_secs(grace as i64);
                     let left = deadline.duration_since(now).as_secs().max(0) as u64;
                     notices.push(notice(left, "the pod is being deleted".into()));
+                    continue;
+                }
+                // A host that failed or exited is as good as taken: HostFactory should give it
+                // back (a return then removes its pod, which still holds its place).
+                let (status, why) = crate::machine_state::pod_machine_status(pod, kind);
+                if matches!(status, MachineStatus::Failed | MachineStatus::Terminated) {
+                    notices.push(notice(
+                        0,
+                        format!("the machine is {status}: {}", why.unwrap_or_default()),
+                    ));
                     continue;
                 }
                 let disruption = pod

@@ -1,9 +1,10 @@
 //! Pure decisions of a status read: the pod timeout, a controller's state in brief, and the
 //! verdict of an acquire or a return from what was observed.
 //!
-//! Capacity means live hosts: only `running` machines count as delivered. Exited pods and
-//! pods that timed out are `terminated` and never make a request complete (a Job is the one
-//! exception: its request is fulfilled when the Job completes, which is its whole purpose).
+//! Capacity means live hosts: only `running` machines count as delivered. Exited pods are
+//! `terminated` and pods that timed out are `failed`; neither makes a request complete. A Job
+//! is the exception: its request is complete when the Job is (every unit exited 0), and while
+//! every unit runs it is [`Verdict::Underway`], which no deadline cuts short.
 
 use std::time::Duration;
 
@@ -25,8 +26,9 @@ pub struct PodTimeoutPolicy {
 }
 
 impl PodTimeoutPolicy {
-    /// Turns a still-pending machine whose pod is older than the timeout into `terminated`
-    /// with the reason it never ran. Returns whether it timed out.
+    /// Turns a still-pending machine whose pod is older than the timeout into `failed` with the
+    /// reason it never ran (its pod is still there until someone removes it; once it is gone
+    /// the machine reads `terminated`). Returns whether it timed out.
     pub fn apply(&self, pod: &Pod, observation: &mut MachineObservation, now: Timestamp) -> bool {
         if observation.status != MachineStatus::Pending {
             return false;
@@ -38,7 +40,7 @@ impl PodTimeoutPolicy {
             return false;
         }
         let why = pending_reason(pod).unwrap_or_else(|| "still pending".into());
-        observation.status = MachineStatus::Terminated;
+        observation.status = MachineStatus::Failed;
         observation.status_reason = Some(format!(
             "timed out: pending for more than {}s (pod_timeout_seconds): {why}",
             self.timeout.as_secs()
@@ -56,6 +58,8 @@ pub struct ControllerState {
     /// `spec.replicas` (Deployment/StatefulSet) or `spec.completions` (Job).
     pub desired: u32,
     pub ready: u32,
+    /// Job only: pods that exited 0 (`status.succeeded`).
+    pub succeeded: u32,
     /// Job only: condition `Complete=True`.
     pub complete: bool,
     /// A Job: all its pods ready is a step on the way, not the end; only `Complete` or a
@@ -101,6 +105,7 @@ pub fn deployment_state(d: &Deployment) -> ControllerState {
     ControllerState {
         desired: count(d.spec.replicas),
         ready: count(status.ready_replicas),
+        succeeded: 0,
         complete: false,
         runs_to_completion: false,
         failure: failing_condition(
@@ -122,6 +127,7 @@ pub fn statefulset_state(s: &StatefulSet) -> ControllerState {
     ControllerState {
         desired: count(s.spec.replicas),
         ready: count(status.ready_replicas),
+        succeeded: 0,
         complete: false,
         runs_to_completion: false,
         failure: None,
@@ -137,6 +143,7 @@ pub fn job_state(j: &Job) -> ControllerState {
     ControllerState {
         desired: count(j.spec.as_ref().and_then(|s| s.completions)),
         ready: count(status.ready),
+        succeeded: count(status.succeeded),
         complete,
         runs_to_completion: true,
         failure: failing_condition(
@@ -166,10 +173,20 @@ pub struct StatusDecision {
 struct Tally {
     running: u32,
     pending: u32,
+    /// Failed machines, timed-out ones included.
     failed: u32,
     first_failure: Option<String>,
+    /// Machines that failed for another reason than `pod_timeout_seconds`.
+    first_hard_failure: Option<String>,
+    timed_out: u32,
+    first_timeout: Option<String>,
     /// Why the first exited or timed-out machine stopped (explains a request with none left).
     first_ended: Option<String>,
+}
+
+/// Whether [`PodTimeoutPolicy`] timed this machine out.
+pub fn is_timed_out(m: &MachineObservation) -> bool {
+    m.provider_data.get("timed_out") == Some(&serde_json::Value::Bool(true))
 }
 
 fn tally(machines: &[MachineObservation]) -> Tally {
@@ -182,13 +199,18 @@ fn tally(machines: &[MachineObservation]) -> Tally {
             }
             MachineStatus::Failed => {
                 t.failed += 1;
-                if t.first_failure.is_none() {
-                    t.first_failure = Some(format!(
-                        "{}: {}",
-                        m.machine_id,
-                        m.status_reason.as_deref().unwrap_or("failed")
-                    ));
+                let line = format!(
+                    "{}: {}",
+                    m.machine_id,
+                    m.status_reason.as_deref().unwrap_or("failed")
+                );
+                if is_timed_out(m) {
+                    t.timed_out += 1;
+                    t.first_timeout.get_or_insert_with(|| line.clone());
+                } else {
+                    t.first_hard_failure.get_or_insert_with(|| line.clone());
                 }
+                t.first_failure.get_or_insert(line);
             }
             MachineStatus::Terminated if t.first_ended.is_none() => {
                 t.first_ended = Some(format!(
@@ -255,7 +277,14 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                     return decision(failed_verdict(reason.clone()), reason);
                 }
             }
-            if let Some(first) = first_failure.or_else(|| {
+            // A unit that waited past pod_timeout_seconds is not a failure of the Job (its
+            // pod may still start; deleting it would fail the Job and kill the running ones).
+            let hard_failure = t.first_hard_failure.clone().or_else(|| {
+                facts
+                    .create_failure_reason
+                    .map(|r| format!("create failed: {r}"))
+            });
+            if let Some(first) = hard_failure.or_else(|| {
                 facts
                     .controller
                     .is_none()
@@ -264,7 +293,48 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                 let reason = format!("Job failed: {first}");
                 return decision(failed_verdict(reason.clone()), reason);
             }
-            decision(Verdict::InProgress, progress)
+            // A unit has started once its pod runs or has exited 0. Started units count as
+            // fulfilled for the deadline (units that never started time out, the request is
+            // then partial), but only the Job's `Complete` condition completes the request.
+            let done = facts.controller.map_or(0, |s| s.succeeded);
+            let started = (t.running + done).min(facts.requested);
+            let decision = |verdict, message: String| StatusDecision {
+                verdict,
+                fulfilled: started,
+                failed,
+                message: Some(message),
+            };
+            if let Some(timeout) = &t.first_timeout {
+                if started == 0 {
+                    let reason = format!("Job failed: no pod started; {timeout}");
+                    return decision(failed_verdict(reason.clone()), reason);
+                }
+                return decision(
+                    Verdict::Partial { is_final: true },
+                    format!(
+                        "{started} of {} Job pods started, {} timed out (first: {timeout}); the \
+                         Job keeps running the started pods: return the request to remove it",
+                        facts.requested, t.timed_out
+                    ),
+                );
+            }
+            if started >= facts.requested && t.pending == 0 {
+                return decision(
+                    Verdict::Underway,
+                    format!(
+                        "Job running: {} of {} pods running, {done} exited 0; the request \
+                         completes when every pod has exited 0",
+                        t.running, facts.requested
+                    ),
+                );
+            }
+            decision(
+                Verdict::InProgress,
+                format!(
+                    "{started} of {} Job pods started ({done} exited 0), {} pending",
+                    facts.requested, t.pending
+                ),
+            )
         }
         ResourceKind::Pod => {
             if t.running >= facts.requested && failed == 0 {

@@ -40,7 +40,11 @@ fn timeout_is_measured_from_creation_even_without_a_start_time(
     };
     assert_eq!(policy.apply(&pod, &mut observation, at(now)), timed_out);
     if timed_out {
-        assert_eq!(observation.status, MachineStatus::Terminated);
+        assert_eq!(
+            observation.status,
+            MachineStatus::Failed,
+            "the pod is still there: failed, not gone"
+        );
         let reason = observation.status_reason.unwrap();
         assert!(reason.contains("Unschedulable: 0/3 nodes"), "{reason}");
         assert_eq!(observation.provider_data["timed_out"], true);
@@ -95,7 +99,9 @@ use MachineStatus::{Failed as F, Pending as P, Running as R, Terminated as T};
 #[case::deployment_some_failed(ResourceKind::Deployment, 2, &[R, F], Some(state(2, 1)), 0, "partial_waiting")]
 #[case::deployment_gone(ResourceKind::Deployment, 2, &[], None, 0, "failed")]
 #[case::statefulset_ready(ResourceKind::StatefulSet, 2, &[R, R], Some(state(2, 2)), 0, "fulfilled")]
-#[case::job_running(ResourceKind::Job, 2, &[R, R], Some(state(2, 2)), 0, "in_progress")]
+#[case::job_all_running_is_underway(ResourceKind::Job, 2, &[R, R], Some(state(2, 2)), 0, "underway")]
+#[case::job_one_pending(ResourceKind::Job, 2, &[R, P], Some(state(2, 1)), 0, "in_progress")]
+#[case::job_one_done_one_running(ResourceKind::Job, 2, &[T, R], Some(ControllerState { succeeded: 1, ..state(2, 1) }), 0, "underway")]
 #[case::job_complete(ResourceKind::Job, 2, &[T, T], Some(ControllerState { complete: true, ..state(2, 0) }), 0, "fulfilled")]
 #[case::job_pod_failed(ResourceKind::Job, 2, &[T, F], Some(state(2, 0)), 0, "failed")]
 #[case::job_condition_failed(ResourceKind::Job, 2, &[], Some(ControllerState { failure: Some("BackoffLimitExceeded".into()), ..state(2, 0) }), 0, "failed")]
@@ -120,6 +126,7 @@ fn acquire_verdicts(
     let got = match decision.verdict {
         Verdict::Fulfilled => "fulfilled",
         Verdict::InProgress => "in_progress",
+        Verdict::Underway => "underway",
         Verdict::Failed { .. } => "failed",
         Verdict::Partial { is_final: true } => "partial_final",
         Verdict::Partial { is_final: false } => "partial_waiting",
@@ -145,6 +152,95 @@ fn a_failed_verdict_carries_the_first_reason() {
         }
     );
     assert_eq!((decision.fulfilled, decision.failed), (0, 2));
+}
+
+fn timed_out(mut m: MachineObservation) -> MachineObservation {
+    m.status = MachineStatus::Failed;
+    m.status_reason = Some("timed out: pending for more than 300s".into());
+    m.provider_data = json!({"timed_out": true});
+    m
+}
+
+/// A Job unit that waited past pod_timeout_seconds never fails the Job: its running pods keep
+/// running (deleting the waiting pod would fail the Job and kill them), and the request ends
+/// partial, or failed when no unit started at all.
+#[rstest]
+#[case::some_started(&[R, R], "partial_final", 2)]
+#[case::none_started(&[], "failed", 0)]
+fn a_timed_out_job_unit_ends_the_request_without_failing_the_job(
+    #[case] others: &[MachineStatus],
+    #[case] want: &str,
+    #[case] fulfilled: u32,
+) {
+    let mut ms = machines(others);
+    ms.push(timed_out(MachineObservation::new("m-late", P)));
+    let n = ms.len() as u32;
+    let decision = decide_acquire(&AcquireFacts {
+        kind: ResourceKind::Job,
+        requested: n,
+        machines: &ms,
+        controller: Some(&state(n, n - 1)),
+        create_failures: 0,
+        create_failure_reason: None,
+    });
+    let got = match &decision.verdict {
+        Verdict::Partial { is_final: true } => "partial_final",
+        Verdict::Failed { .. } => "failed",
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(got, want);
+    assert_eq!(decision.fulfilled, fulfilled);
+    let message = decision.message.unwrap();
+    assert!(message.contains("m-late: timed out"), "{message}");
+}
+
+/// The deadline counts started units: with every unit of a Job started the verdict is
+/// `Underway`, so a Job still running at its deadline is never called complete (only its
+/// `Complete` condition does that).
+#[test]
+fn a_running_job_is_never_fulfilled_before_its_complete_condition() {
+    let ms = machines(&[R, R, R]);
+    let decision = decide_acquire(&AcquireFacts {
+        kind: ResourceKind::Job,
+        requested: 3,
+        machines: &ms,
+        controller: Some(&state(3, 3)),
+        create_failures: 0,
+        create_failure_reason: None,
+    });
+    assert_eq!(decision.verdict, Verdict::Underway);
+    let mut request = orb_core::request::Request::new(
+        orb_core::ids::RequestId::new_acquire(),
+        orb_core::request::RequestType::Acquire,
+        Some("job".into()),
+        "k",
+        "k8s",
+        3,
+        at("2026-07-14T10:00:00Z"),
+    );
+    let start = at("2026-07-14T10:00:00Z");
+    orb_core::lifecycle::apply(
+        &mut request,
+        orb_core::lifecycle::LifecycleEvent::Start { grace_secs: 20 },
+        start,
+    )
+    .unwrap();
+    orb_core::lifecycle::apply(
+        &mut request,
+        orb_core::lifecycle::LifecycleEvent::ProviderVerdict {
+            verdict: decision.verdict,
+            fulfilled: decision.fulfilled,
+            failed: decision.failed,
+            message: decision.message,
+        },
+        at("2026-07-14T10:00:30Z"),
+    )
+    .unwrap();
+    assert_eq!(
+        request.status,
+        orb_core::request::RequestStatus::InProgress,
+        "past the 20 s deadline, the running Job is still in progress"
+    );
 }
 
 #[rstest]

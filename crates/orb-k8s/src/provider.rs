@@ -12,9 +12,9 @@ use std::sync::{Arc, OnceLock};
 
 use kube::Client;
 use orb_core::provider::{
-    AcquireInput, AcquireOutcome, CancelInput, CancelOutcome, MachineFailure, Provider,
-    ProviderError, ProviderFuture, ReclaimNotice, ReclaimQuery, ReleaseInput, ReleaseOutcome,
-    StatusInput, StatusReport,
+    AbandonInput, AcquireInput, AcquireOutcome, CancelInput, CancelOutcome, MachineFailure,
+    Provider, ProviderError, ProviderFuture, ReclaimNotice, ReclaimQuery, ReleaseInput,
+    ReleaseOutcome, StatusInput, StatusReport,
 };
 use orb_core::template::Template;
 use serde_json::{Value, json};
@@ -321,12 +321,15 @@ impl K8sProvider {
     }
 
     /// Live pods of a request for a status read: from the watch cache when it may answer,
-    /// else a LIST. A Pod-handler request whose recorded pods are not all in the cache is
-    /// LISTed too (the cache may not have seen a pod created a moment ago).
+    /// else a LIST. When a pod orb `expects` (a stored machine not known gone) is missing from
+    /// the cache, the read LISTs to confirm: the cache may not have seen a pod created a
+    /// moment ago by another process, and a machine is only called gone on the apiserver's
+    /// word.
     pub(crate) async fn live_pods(
         &self,
         client: &Client,
         record: &RequestRecord,
+        expected: &std::collections::HashSet<&str>,
     ) -> Result<Vec<Arc<k8s_openapi::api::core::v1::Pod>>, K8sError> {
         use crate::daemon::metrics::ReasonLabels;
         if let Some(cache) = self.pod_cache.get()
@@ -337,10 +340,7 @@ impl K8sProvider {
                     .iter()
                     .filter_map(|p| p.metadata.name.as_deref())
                     .collect();
-                record
-                    .pod_names
-                    .iter()
-                    .all(|name| cached.contains(name.as_str()))
+                expected.iter().all(|name| cached.contains(name))
             }
         {
             self.metrics
@@ -478,6 +478,9 @@ impl K8sProvider {
             }
             entry.2.names.push(m.machine_id.clone());
         }
+        for (request_id, (_, _, victims)) in groups.iter_mut() {
+            victims.kept = input.others.get(request_id).cloned();
+        }
         let client = self.client().await?;
         let cx = self.cx(client);
         let mut outcome = ReleaseOutcome::default();
@@ -509,6 +512,13 @@ impl K8sProvider {
                 Ok(result) => {
                     outcome.released.extend(result.released);
                     outcome.failed.extend(result.failed);
+                    outcome.also_released.extend(result.also_released);
+                    if let Some(reason) = result.ends_request {
+                        outcome.ended.push(orb_core::provider::EndedAcquire {
+                            request_id: request_id.clone(),
+                            reason,
+                        });
+                    }
                     messages.extend(result.message);
                 }
                 // A refused plan changes nothing; with one request the whole return fails
@@ -525,6 +535,44 @@ impl K8sProvider {
         outcome.message = (!messages.is_empty()).then(|| messages.join("; "));
         outcome.provider_data = json!({"released": outcome.released});
         Ok(outcome)
+    }
+}
+
+impl K8sProvider {
+    /// Clears the victim marks a Deployment return left on the pods of `input` (the other
+    /// kinds leave nothing behind that a later release could trip over).
+    async fn abandon_inner(&self, input: AbandonInput) -> Result<(), K8sError> {
+        let mut by_request: BTreeMap<String, (Value, Vec<String>)> = BTreeMap::new();
+        for m in &input.machines {
+            by_request
+                .entry(m.request_id.to_string())
+                .or_insert_with(|| (Value::clone(&m.request_provider_data), Vec::new()))
+                .1
+                .push(m.machine_id.clone());
+        }
+        let client = self.client().await?;
+        let mut failures = Vec::new();
+        for (data, names) in by_request.into_values() {
+            let Some(record) = RequestRecord::from_value(&data) else {
+                continue;
+            };
+            if record.kind() != Some(ResourceKind::Deployment) {
+                continue;
+            }
+            let api = kube::Api::namespaced(client.clone(), &record.namespace);
+            failures.extend(crate::handlers::unmark_victims(&api, &names).await);
+        }
+        match failures.first() {
+            None => Ok(()),
+            Some(first) => Err(K8sError::Refused(format!(
+                "the deletion marks of {} pods could not be cleared (first: {}: {}); remove the \
+                 annotation {} from them by hand",
+                failures.len(),
+                first.machine_id,
+                first.reason,
+                crate::release_plan::POD_DELETION_COST
+            ))),
+        }
     }
 }
 
@@ -547,6 +595,10 @@ impl Provider for K8sProvider {
 
     fn release(&self, input: ReleaseInput) -> ProviderFuture<'_, ReleaseOutcome> {
         Box::pin(async move { self.release_inner(input).await.map_err(ProviderError::from) })
+    }
+
+    fn abandon_release(&self, input: AbandonInput) -> ProviderFuture<'_, ()> {
+        Box::pin(async move { self.abandon_inner(input).await.map_err(ProviderError::from) })
     }
 
     fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport> {

@@ -61,6 +61,36 @@ fn still_to_release(kind: ResourceKind, pods: &[&Pod]) -> Victims {
     victims
 }
 
+/// Why a stored machine whose pod is no longer listed reads `terminated`.
+pub const GONE_REASON: &str =
+    "the pod no longer exists (deleted outside orb, evicted, or removed by its controller)";
+
+/// The pods a status read expects to find: stored machines not known gone, and any pod the
+/// acquire created that orb has not stored as a machine yet (bare pods).
+pub(crate) fn expected_pods<'a>(
+    input: &'a StatusInput,
+    record: &'a RequestRecord,
+) -> std::collections::HashSet<&'a str> {
+    let stored: std::collections::HashSet<&str> = input
+        .machines
+        .iter()
+        .map(|m| m.machine_id.as_str())
+        .collect();
+    input
+        .machines
+        .iter()
+        .filter(|m| m.status.is_live())
+        .map(|m| m.machine_id.as_str())
+        .chain(
+            record
+                .pod_names
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !stored.contains(name)),
+        )
+        .collect()
+}
+
 impl K8sProvider {
     pub(crate) async fn status_inner(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
         match input.request_type {
@@ -85,8 +115,16 @@ impl K8sProvider {
         let config = self.effective_config(input.template.as_ref())?;
         let client = self.client().await?;
         let cx = self.cx(client);
-        let pods = match self.live_pods(client, &record).await {
+        let expected = expected_pods(&input, &record);
+        let pods = match self.live_pods(client, &record, &expected).await {
             Ok(pods) => pods,
+            Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
+        };
+        let controller = match self
+            .guarded(kind, handler_for(kind).controller_state(&cx, &record))
+            .await
+        {
+            Ok(state) => state,
             Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
         };
         let resource_id = record.controller_name().map(str::to_string);
@@ -107,49 +145,65 @@ impl K8sProvider {
         }
         let mut notes = Vec::new();
         if config.delete_timed_out_pods && !timed_out.is_empty() {
-            let victims = still_to_release(kind, &timed_out);
-            if !victims.names.is_empty() {
-                match self
-                    .guarded(
-                        kind,
-                        handler_for(kind).release(&cx, &record, victims.clone()),
-                    )
-                    .await
-                {
-                    Ok(_) => {
-                        self.metrics()
-                            .timed_out
-                            .get_or_create(&crate::daemon::metrics::KindLabels {
-                                kind: crate::daemon::reconcile::kind_label(kind),
-                            })
-                            .inc_by(victims.names.len() as u64);
-                        notes.push(format!(
-                            "released timed-out pods: {}",
-                            victims.names.join(", ")
-                        ))
+            let started = machines.iter().any(|m| m.status == MachineStatus::Running)
+                || controller.as_ref().is_some_and(|c| c.succeeded > 0);
+            if kind == ResourceKind::Job && started {
+                // Deleting a Job pod fails the Job (backoffLimit 0), and the Job controller then
+                // stops every running pod: a pod that waited must not take them down.
+                notes.push(format!(
+                    "timed-out Job pods left in place ({}): removing them would fail the Job and \
+                     stop its running pods; return the request to remove the Job",
+                    timed_out
+                        .iter()
+                        .map(|p| p.name_any())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            } else {
+                let mut victims = still_to_release(kind, &timed_out);
+                if !victims.names.is_empty() {
+                    let releasing: std::collections::HashSet<&str> =
+                        victims.names.iter().map(String::as_str).collect();
+                    victims.kept = Some(
+                        machines
+                            .iter()
+                            .map(|m| m.machine_id.clone())
+                            .filter(|id| !releasing.contains(id.as_str()))
+                            .collect(),
+                    );
+                    match self
+                        .guarded(
+                            kind,
+                            handler_for(kind).release(&cx, &record, victims.clone()),
+                        )
+                        .await
+                    {
+                        Ok(_) => {
+                            self.metrics()
+                                .timed_out
+                                .get_or_create(&crate::daemon::metrics::KindLabels {
+                                    kind: crate::daemon::reconcile::kind_label(kind),
+                                })
+                                .inc_by(victims.names.len() as u64);
+                            notes.push(format!(
+                                "released timed-out pods: {}",
+                                victims.names.join(", ")
+                            ))
+                        }
+                        Err(e) => notes.push(format!("timed-out pods not released: {e}")),
                     }
-                    Err(e) => notes.push(format!("timed-out pods not released: {e}")),
                 }
             }
         }
-        if kind == ResourceKind::Pod {
-            for name in &record.pod_names {
-                if !machines.iter().any(|m| &m.machine_id == name) {
-                    let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
-                    gone.status_reason = Some("the pod no longer exists".into());
-                    gone.resource_id = Some(name.clone());
-                    machines.push(gone);
-                }
-            }
+        let seen: std::collections::HashSet<String> =
+            machines.iter().map(|m| m.machine_id.clone()).collect();
+        for name in expected.iter().filter(|name| !seen.contains(**name)) {
+            let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
+            gone.status_reason = Some(GONE_REASON.into());
+            gone.resource_id = Some(resource_id.clone().unwrap_or_else(|| name.to_string()));
+            machines.push(gone);
         }
         machines.sort_by(|a, b| a.machine_id.cmp(&b.machine_id));
-        let controller = match self
-            .guarded(kind, handler_for(kind).controller_state(&cx, &record))
-            .await
-        {
-            Ok(state) => state,
-            Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
-        };
         let mut decision = decide_acquire(&AcquireFacts {
             kind,
             requested: input.requested_count,
@@ -189,7 +243,12 @@ impl K8sProvider {
                 continue;
             };
             let kind = record.kind().unwrap_or(ResourceKind::Pod);
-            let pods = match self.live_pods(client, &record).await {
+            let expected: std::collections::HashSet<&str> = refs
+                .iter()
+                .filter(|m| m.status.is_live())
+                .map(|m| m.machine_id.as_str())
+                .collect();
+            let pods = match self.live_pods(client, &record, &expected).await {
                 Ok(pods) => pods,
                 Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
             };

@@ -12,8 +12,8 @@ const MACHINE_COLUMNS: &str = "machine_id, name, request_id, return_request_id, 
     provider_name, provider_api, resource_id, uid, status, status_reason, private_ip, public_ip, \
     launch_time, instance_type, price_type, tags, provider_data, created_at, updated_at, version";
 
-/// Statuses that no longer hold capacity.
-const GONE: &str = "('terminated', 'returned', 'failed')";
+/// Statuses of machines whose objects are gone (see `MachineStatus::is_live`).
+const GONE: &str = "('terminated', 'returned')";
 
 /// The order machine lists come back in.
 const ORDER: &str = "created_at, machine_id";
@@ -21,7 +21,7 @@ const ORDER: &str = "created_at, machine_id";
 /// Which machines to list; `None`/`false` fields match everything. Oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct MachineFilter {
-    /// Only machines that may still hold capacity (not terminated, returned or failed).
+    /// Only machines whose objects may still exist (not terminated or returned).
     pub live_only: bool,
     /// Only machines not already part of a return request.
     pub not_returning: bool,
@@ -279,6 +279,25 @@ impl Store {
         }
         self.select_machines(&condition, &binds, "list machines")
             .await
+    }
+
+    /// The requests (by id) that own at least one machine whose object may still exist:
+    /// finished acquires among them are the ones `orb serve` keeps following.
+    pub async fn requests_with_live_machines(&self) -> Result<Vec<RequestId>> {
+        let sql = format!("SELECT DISTINCT request_id FROM machines WHERE status NOT IN {GONE}");
+        let ids: Vec<String> = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("list requests with live machines"))?;
+        ids.iter()
+            .map(|id| {
+                RequestId::parse(id).map_err(|e| StoreError::Corrupt {
+                    entity: "machine",
+                    id: id.clone(),
+                    message: format!("request_id is not a request id: {e}"),
+                })
+            })
+            .collect()
     }
 
     /// Machines whose `machine_id` or `name` is one of `keys` (HostFactory may name a host

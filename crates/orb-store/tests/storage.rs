@@ -229,9 +229,12 @@ async fn lookups_and_filters(store: &Store) {
     let mut newer = acquire(&template, 20);
     let live = unique("live");
     let gone = unique("gone");
+    let failed = unique("failed");
     let mut machines = vec![
         machine(&older, &live, MachineStatus::Running),
         machine(&older, &gone, MachineStatus::Terminated),
+        // A failed pod is still in the cluster: it counts as live until it is seen gone.
+        machine(&older, &failed, MachineStatus::Failed),
     ];
     machines[0].name = format!("{live}.host");
     store
@@ -310,7 +313,17 @@ async fn lookups_and_filters(store: &Store) {
         })
         .await
         .unwrap();
-    assert_eq!(live_of_template.len(), 1);
+    let mut live_ids: Vec<_> = live_of_template
+        .iter()
+        .map(|m| m.machine_id.clone())
+        .collect();
+    live_ids.sort();
+    let mut want = vec![live.clone(), failed.clone()];
+    want.sort();
+    assert_eq!(
+        live_ids, want,
+        "running and failed machines are live, terminated ones not"
+    );
     let not_returning = store
         .list_machines(&MachineFilter {
             live_only: true,
@@ -320,7 +333,18 @@ async fn lookups_and_filters(store: &Store) {
         })
         .await
         .unwrap();
-    assert!(not_returning.is_empty());
+    let followed = store.requests_with_live_machines().await.unwrap();
+    assert!(followed.contains(&older.request_id), "{followed:?}");
+    assert!(
+        !followed.contains(&newer.request_id),
+        "no machines: nothing to follow"
+    );
+    let not_returning: Vec<_> = not_returning.iter().map(|m| m.machine_id.clone()).collect();
+    assert_eq!(
+        not_returning,
+        vec![failed.clone()],
+        "the live machine is in a return"
+    );
     let in_return = store
         .list_machines(&MachineFilter {
             return_request_id: Some(ret.request_id.clone()),

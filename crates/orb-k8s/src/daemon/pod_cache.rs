@@ -86,6 +86,10 @@ pub struct PodCache {
     resync_every: Option<Duration>,
     state: RwLock<State>,
     metrics: K8sMetrics,
+    /// Requests whose pods changed since [`PodCache::take_changed`] last ran, so `orb serve`
+    /// can record what happened to them without anyone polling.
+    changed: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    changed_notify: tokio::sync::Notify,
 }
 
 impl PodCache {
@@ -103,6 +107,34 @@ impl PodCache {
             resync_every,
             state: RwLock::default(),
             metrics,
+            changed: Default::default(),
+            changed_notify: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The requests whose pods changed since the last call (and forgets them).
+    pub fn take_changed(&self) -> Vec<String> {
+        let mut changed = self
+            .changed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::mem::take(&mut *changed).into_iter().collect()
+    }
+
+    /// Waits until some request's pods change.
+    pub async fn wait_changed(&self) {
+        self.changed_notify.notified().await;
+    }
+
+    fn note_changed(&self, requests: impl IntoIterator<Item = String>) {
+        let mut changed = self
+            .changed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = changed.len();
+        changed.extend(requests);
+        if changed.len() > before {
+            self.changed_notify.notify_one();
         }
     }
 
@@ -280,6 +312,14 @@ impl PodCache {
             }
         }
         let mut state = self.write();
+        // A relist may have missed events: every request it touched may have changed.
+        let touched: Vec<String> = state
+            .index
+            .keys()
+            .chain(fresh.keys())
+            .filter(|(ns, _)| scope == CLUSTER || ns == scope)
+            .map(|(_, request)| request.clone())
+            .collect();
         if scope == CLUSTER {
             state.index = fresh;
         } else {
@@ -291,6 +331,8 @@ impl PodCache {
         health.failing_since = None;
         health.resource_version = resource_version;
         self.recount(&mut state);
+        drop(state);
+        self.note_changed(touched);
     }
 
     /// Applies one ADDED/MODIFIED (or, with `deleted`, DELETED) event. A pod being deleted
@@ -299,6 +341,7 @@ impl PodCache {
         let rv = pod.resource_version();
         let gone = deleted || pod.metadata.deletion_timestamp.is_some();
         let mut state = self.write();
+        let request = self.request_key(&pod).map(|(_, request)| request);
         if let Some(key) = self.request_key(&pod) {
             let name = pod.name_any();
             if gone {
@@ -322,6 +365,8 @@ impl PodCache {
             health.resource_version = rv;
         }
         self.recount(&mut state);
+        drop(state);
+        self.note_changed(request);
     }
 
     fn set_failing(&self, scope: &str) {
@@ -713,5 +758,26 @@ mod tests {
         assert!(spec.volumes.is_none());
         assert!(spec.containers.is_empty(), "no reader uses them");
         assert_eq!(kept.status, status);
+    }
+
+    #[test]
+    fn the_requests_whose_pods_changed_are_handed_out_once() {
+        let c = cache(NamespaceScope::Multi(vec!["a".into(), "b".into()]));
+        c.replace("a", vec![pod("a", "p1", Some("r1"))], None);
+        c.replace("b", vec![pod("b", "q1", Some("r2"))], None);
+        assert_eq!(
+            c.take_changed(),
+            ["r1", "r2"],
+            "a relist touches what it lists"
+        );
+        assert!(c.take_changed().is_empty(), "handed out once");
+        c.apply("a", pod("a", "p1", Some("r1")), true);
+        c.apply("b", pod("b", "q2", Some("r3")), false);
+        assert_eq!(c.take_changed(), ["r1", "r3"]);
+        // A relist of one namespace also names requests whose pods it no longer lists.
+        c.apply("a", pod("a", "p9", Some("r4")), false);
+        c.take_changed();
+        c.replace("a", vec![], None);
+        assert_eq!(c.take_changed(), ["r4"]);
     }
 }

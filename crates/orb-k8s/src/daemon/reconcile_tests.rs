@@ -127,7 +127,9 @@ fn objects_of_an_unfinished_request_are_adopted(#[case] status: RequestStatus) {
 #[case::failed_with_live_machine(RequestStatus::Failed, MachineStatus::Pending, false, false)]
 #[case::failed_machine_gone(RequestStatus::Failed, MachineStatus::Terminated, false, true)]
 #[case::cancelled(RequestStatus::Cancelled, MachineStatus::Terminated, false, true)]
-#[case::timeout(RequestStatus::Timeout, MachineStatus::Failed, false, true)]
+// A failed machine still owns its pod: orb reports it, and a return or cancel removes it.
+#[case::timeout_failed_machine(RequestStatus::Timeout, MachineStatus::Failed, false, false)]
+#[case::timeout_machine_gone(RequestStatus::Timeout, MachineStatus::Terminated, false, true)]
 fn a_bare_pod_of_a_finished_request_is_an_orphan_once_its_machine_is_done(
     #[case] status: RequestStatus,
     #[case] machine: MachineStatus,

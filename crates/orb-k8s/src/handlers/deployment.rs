@@ -1,6 +1,8 @@
 //! One Deployment per request. Selective release marks the victims with a low
-//! pod-deletion-cost and lowers replicas, so the ReplicaSet removes exactly them; its pods are
-//! never deleted directly.
+//! pod-deletion-cost and lowers replicas, so the ReplicaSet removes exactly them. When the
+//! ReplicaSet would remove other pods first (Pending or not Ready ones, which it ranks before
+//! any cost), the victims are evicted instead, right after replicas are lowered: the Eviction
+//! API honours PodDisruptionBudgets like the controller does, and no pod is ever deleted.
 
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
@@ -12,17 +14,17 @@ use orb_core::provider::{AcquireOutcome, MachineFailure};
 use serde_json::json;
 
 use super::{
-    HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims, WorkloadHandler,
-    cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone, live_pod_names,
-    patch_replicas, request_pods, wrong_body,
+    EvictionOutcome, HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims,
+    WorkloadHandler, cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone,
+    evict_pod, patch_replicas, request_pods, wrong_body,
 };
-use crate::error::{K8sError, is_conflict};
+use crate::error::{K8sError, is_conflict, is_not_found};
 use crate::fulfilment::{ControllerState, deployment_state};
 use crate::labels::LabelKeys;
 use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
 use crate::release_plan::{
-    DeploymentReleasePlan, POD_DELETION_COST, ScaleDecision, VICTIM_DELETION_COST,
+    DeploymentReleasePlan, POD_DELETION_COST, PodRank, ScaleDecision, VICTIM_DELETION_COST,
     decide_scale_after_marking, plan_deployment_release,
 };
 use crate::spec::BuiltWorkload;
@@ -38,27 +40,20 @@ fn name_of(record: &RequestRecord) -> Result<&str, K8sError> {
     })
 }
 
-/// Marks each victim; returns the marked names and the failures.
-async fn mark_victims(api: &Api<Pod>, victims: &[String]) -> (Vec<String>, Vec<MachineFailure>) {
+/// Marks each victim; returns the marked names, the ones already gone (404) and the failures.
+async fn mark_victims(
+    api: &Api<Pod>,
+    victims: &[String],
+) -> (Vec<String>, Vec<String>, Vec<MachineFailure>) {
     let patch = json!({"metadata": {"annotations": {POD_DELETION_COST: VICTIM_DELETION_COST}}});
-    let outcomes: Vec<(String, Result<Pod, kube::Error>)> = stream::iter(victims.iter().cloned())
-        .map(|name| {
-            let (api, patch) = (api, &patch);
-            async move {
-                let result = api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await;
-                (name, result)
-            }
-        })
-        .buffer_unordered(MAX_IN_FLIGHT)
-        .collect()
-        .await;
+    let outcomes = patch_each(api, victims, &patch).await;
     let mut marked = Vec::new();
+    let mut gone = Vec::new();
     let mut failed = Vec::new();
     for (name, outcome) in outcomes {
         match outcome {
             Ok(_) => marked.push(name),
+            Err(e) if is_not_found(&e) => gone.push(name),
             Err(e) => failed.push(MachineFailure {
                 reason: K8sError::api(format!("marking pod {name} with {POD_DELETION_COST}"), e)
                     .to_string(),
@@ -67,19 +62,55 @@ async fn mark_victims(api: &Api<Pod>, victims: &[String]) -> (Vec<String>, Vec<M
         }
     }
     marked.sort();
-    (marked, failed)
+    gone.sort();
+    (marked, gone, failed)
 }
 
-/// Lowers `spec.replicas` by `by`, re-reading and retrying when another writer got there first.
-async fn lower_replicas(api: &Api<Deployment>, name: &str, by: u32) -> Result<u32, K8sError> {
+/// Takes the victim mark off `names` (a release that will not happen must not leave a pod
+/// first in line for the next scale-down). Best effort: a pod that is gone needs nothing.
+pub(crate) async fn unmark(api: &Api<Pod>, names: &[String]) -> Vec<MachineFailure> {
+    let patch = json!({"metadata": {"annotations": {POD_DELETION_COST: null}}});
+    patch_each(api, names, &patch)
+        .await
+        .into_iter()
+        .filter_map(|(name, outcome)| match outcome {
+            Err(e) if !is_not_found(&e) => Some(MachineFailure {
+                reason: K8sError::api(format!("clearing the mark on pod {name}"), e).to_string(),
+                machine_id: name,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn patch_each(
+    api: &Api<Pod>,
+    names: &[String],
+    patch: &serde_json::Value,
+) -> Vec<(String, Result<Pod, kube::Error>)> {
+    stream::iter(names.iter().cloned())
+        .map(|name| async move {
+            let result = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await;
+            (name, result)
+        })
+        .buffer_unordered(MAX_IN_FLIGHT)
+        .collect()
+        .await
+}
+
+/// Moves `spec.replicas` by `delta`, re-reading and retrying when another writer got there
+/// first. Returns the new value.
+async fn change_replicas(api: &Api<Deployment>, name: &str, delta: i64) -> Result<u32, K8sError> {
     let mut last_error = None;
     for _ in 0..SCALE_CONFLICT_ATTEMPTS {
         let current = api
             .get(name)
             .await
             .map_err(|e| K8sError::api(format!("reading Deployment {name}"), e))?;
-        let replicas = current.spec.replicas.unwrap_or(1).max(0) as u32;
-        let target = replicas.saturating_sub(by);
+        let replicas = i64::from(current.spec.replicas.unwrap_or(1));
+        let target = (replicas + delta).max(0) as u32;
         let version = current.resource_version().unwrap_or_default();
         match patch_replicas(api, name, &version, target).await {
             Ok(()) => return Ok(target),
@@ -91,6 +122,82 @@ async fn lower_replicas(api: &Api<Deployment>, name: &str, by: u32) -> Result<u3
         "scaling Deployment {name} kept conflicting with other writers ({SCALE_CONFLICT_ATTEMPTS} attempts, last: {}); retry the return",
         last_error.map(|e| e.to_string()).unwrap_or_default()
     )))
+}
+
+/// The victims outranked by other pods: check every eviction with a dry run (a PDB that
+/// says no refuses the return before anything changes), lower replicas, then evict. The
+/// evictions go out right after the scale so they land before the ReplicaSet acts on it.
+async fn evict_and_scale(
+    cx: &HandlerCx<'_>,
+    record: &RequestRecord,
+    name: &str,
+    victims: &Victims,
+    present: Vec<String>,
+    instead: &[String],
+) -> Result<(Vec<String>, Vec<String>, Vec<MachineFailure>), K8sError> {
+    let namespace = &record.namespace;
+    let uid = |v: &str| victims.uids.get(v).map(String::as_str);
+    let mut blocked = Vec::new();
+    let mut gone = Vec::new();
+    let mut going = Vec::new();
+    for victim in &present {
+        match evict_pod(cx.client, namespace, victim, uid(victim), true).await? {
+            EvictionOutcome::Evicted => going.push(victim.clone()),
+            EvictionOutcome::Gone => gone.push(victim.clone()),
+            EvictionOutcome::Blocked(why) => blocked.push(format!("{victim}: {why}")),
+        }
+    }
+    if !blocked.is_empty() {
+        return Err(K8sError::Refused(format!(
+            "Deployment {name} cannot give back these pods now: a PodDisruptionBudget allows no \
+             disruption ({}). Nothing was changed; retry when the budget allows it.",
+            blocked.join("; ")
+        )));
+    }
+    if going.is_empty() {
+        return Ok((Vec::new(), gone, Vec::new()));
+    }
+    let api: Api<Deployment> = Api::namespaced(cx.client.clone(), namespace);
+    change_replicas(&api, name, -(going.len() as i64)).await?;
+    let outcomes: Vec<(String, Result<EvictionOutcome, K8sError>)> = stream::iter(going)
+        .map(|victim| async move {
+            let outcome = evict_pod(cx.client, namespace, &victim, uid(&victim), false).await;
+            (victim, outcome)
+        })
+        .buffer_unordered(MAX_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut evicted = Vec::new();
+    let mut failed = Vec::new();
+    for (victim, outcome) in outcomes {
+        match outcome {
+            Ok(EvictionOutcome::Evicted) => evicted.push(victim),
+            Ok(EvictionOutcome::Gone) => gone.push(victim),
+            Ok(EvictionOutcome::Blocked(why)) => failed.push(MachineFailure {
+                machine_id: victim,
+                reason: format!("a PodDisruptionBudget refused the eviction: {why}"),
+            }),
+            Err(e) => failed.push(MachineFailure {
+                machine_id: victim,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    if !failed.is_empty() {
+        // The replicas given up for a victim that stays would take one of `instead`.
+        change_replicas(&api, name, failed.len() as i64).await?;
+    }
+    tracing::info!(
+        deployment = name,
+        namespace = %namespace,
+        evicted = ?evicted,
+        outranked_by = ?instead,
+        "evicted the returned pods: the ReplicaSet ranks Pending or not-Ready pods before any \
+         deletion cost, so scaling down alone would have removed those instead"
+    );
+    evicted.sort();
+    gone.sort();
+    Ok((evicted, gone, failed))
 }
 
 impl WorkloadHandler for DeploymentHandler {
@@ -141,14 +248,16 @@ impl WorkloadHandler for DeploymentHandler {
             }
             // Only this Deployment's live pods, and only the incarnations orb was asked about.
             let pods = request_pods(cx.client, record).await?;
-            let current: Vec<_> = pods
-                .into_iter()
+            let ranks: Vec<PodRank> = pods
+                .iter()
                 .filter(|p| victims.is_same_incarnation(p))
+                .filter_map(PodRank::of)
                 .collect();
-            let live = live_pod_names(&current);
             cx.status_cache
                 .invalidate("Deployment", &record.namespace, name);
-            match plan_deployment_release(name, &live, &victims.names) {
+            let plan =
+                plan_deployment_release(name, &ranks, victims.kept.as_deref(), &victims.names);
+            match plan {
                 DeploymentReleasePlan::NothingToDo { already_gone } => Ok(ReleaseResult {
                     released: already_gone,
                     ..ReleaseResult::default()
@@ -156,9 +265,39 @@ impl WorkloadHandler for DeploymentHandler {
                 DeploymentReleasePlan::DeleteDeployment => {
                     deleted_or_gone(api.delete(name, &DeleteParams::background()).await)
                         .map_err(|e| K8sError::api(format!("deleting Deployment {name}"), e))?;
+                    let named: std::collections::HashSet<&str> =
+                        victims.names.iter().map(String::as_str).collect();
                     Ok(ReleaseResult {
+                        also_released: victims
+                            .kept
+                            .clone()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter(|k| !named.contains(k.as_str()))
+                            .collect(),
                         released: victims.names,
                         message: Some(format!("deleted Deployment {name}")),
+                        ..ReleaseResult::default()
+                    })
+                }
+                DeploymentReleasePlan::EvictAndScale {
+                    victims: present,
+                    already_gone,
+                    instead,
+                } => {
+                    let (evicted, gone, failed) =
+                        evict_and_scale(cx, record, name, &victims, present, &instead).await?;
+                    let mut released = evicted;
+                    released.extend(gone);
+                    released.extend(already_gone);
+                    Ok(ReleaseResult {
+                        released,
+                        failed,
+                        message: Some(format!(
+                            "Deployment {name} scaled down and the returned pods evicted (the \
+                             ReplicaSet would have removed {} first)",
+                            instead.join(", ")
+                        )),
                         ..ReleaseResult::default()
                     })
                 }
@@ -166,19 +305,40 @@ impl WorkloadHandler for DeploymentHandler {
                     victims: present,
                     already_gone,
                 } => {
-                    let (marked, failed) = mark_victims(&pods_api, &present).await;
+                    let (marked, gone, failed) = mark_victims(&pods_api, &present).await;
                     match decide_scale_after_marking(marked.len(), failed.len()) {
                         ScaleDecision::Abort {
                             failed: n,
                             attempted,
-                        } => Err(K8sError::Refused(format!(
-                            "Deployment {name} was not scaled: {n} of {attempted} victims could not be marked \
-                             for deletion (first: {}); scaling now would remove pods nobody named. Retry the return",
-                            failed.first().map(|f| f.reason.as_str()).unwrap_or("?")
-                        ))),
+                        } if attempted > 0 => {
+                            let left = unmark(&pods_api, &marked).await;
+                            Err(K8sError::Refused(format!(
+                                "Deployment {name} was not scaled: {n} of {attempted} victims could not be marked \
+                                 for deletion (first: {}); scaling now would remove pods nobody named. {}Retry the return",
+                                failed.first().map(|f| f.reason.as_str()).unwrap_or("?"),
+                                if left.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(
+                                        "The marks on {} could not be cleared either. ",
+                                        left.len()
+                                    )
+                                }
+                            )))
+                        }
+                        ScaleDecision::Abort { .. } => {
+                            // Every victim vanished while being marked: nothing to scale.
+                            let mut released = gone;
+                            released.extend(already_gone);
+                            Ok(ReleaseResult {
+                                released,
+                                ..ReleaseResult::default()
+                            })
+                        }
                         ScaleDecision::LowerBy(by) => {
-                            let replicas = lower_replicas(&api, name, by).await?;
+                            let replicas = change_replicas(&api, name, -i64::from(by)).await?;
                             let mut released = marked;
+                            released.extend(gone);
                             released.extend(already_gone);
                             Ok(ReleaseResult {
                                 released,
@@ -186,6 +346,7 @@ impl WorkloadHandler for DeploymentHandler {
                                 message: Some(format!(
                                     "Deployment {name} scaled to {replicas}; the marked pods go first"
                                 )),
+                                ..ReleaseResult::default()
                             })
                         }
                     }

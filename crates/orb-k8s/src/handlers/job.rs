@@ -1,6 +1,7 @@
 //! One Job per request. A Job is run-to-completion: it cannot give back single hosts, so a
 //! release deletes the Job (and, through background propagation, its pods) whatever ids are
-//! named; the ids are logged for audit.
+//! named; the ids are logged for audit. Every other host of the Job goes with it, and the
+//! acquire ends: a returned Job delivers nothing more.
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
@@ -10,7 +11,7 @@ use orb_core::provider::AcquireOutcome;
 
 use super::{
     HandlerCx, ReleaseResult, Victims, WorkloadHandler, cached_controller_state,
-    controller_outcome, create_or_adopt, deleted_or_gone, wrong_body,
+    controller_outcome, create_or_adopt, deleted_or_gone, live_pod_names, request_pods, wrong_body,
 };
 use crate::error::K8sError;
 use crate::fulfilment::{ControllerState, job_state};
@@ -56,6 +57,7 @@ impl WorkloadHandler for JobHandler {
         record: &'a RequestRecord,
         victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
+        let kept = victims.kept.clone();
         let victims = victims.names;
         Box::pin(async move {
             let name = record.job_name.as_deref().ok_or_else(|| {
@@ -70,13 +72,24 @@ impl WorkloadHandler for JobHandler {
                 requested_ids = ?victims,
                 "releasing a Job deletes the whole Job, whatever machine ids were named"
             );
+            let others = match kept {
+                Some(kept) => kept,
+                None => live_pod_names(&request_pods(cx.client, record).await?),
+            };
             let api: Api<Job> = Api::namespaced(cx.client.clone(), &record.namespace);
             cx.status_cache.invalidate("Job", &record.namespace, name);
             deleted_or_gone(api.delete(name, &DeleteParams::background()).await)
                 .map_err(|e| K8sError::api(format!("deleting Job {name}"), e))?;
             Ok(ReleaseResult {
+                also_released: others
+                    .into_iter()
+                    .filter(|o| !victims.contains(o))
+                    .collect(),
                 released: victims,
                 message: Some(format!("deleted Job {name} with all its pods")),
+                ends_request: Some(format!(
+                    "the Job {name} was returned: deleting it removed every host of the request"
+                )),
                 ..ReleaseResult::default()
             })
         })

@@ -28,6 +28,7 @@ use crate::spec::BuiltWorkload;
 use crate::status_cache::ControllerStatusCache;
 
 pub use deployment::DeploymentHandler;
+pub(crate) use deployment::unmark as unmark_victims;
 pub use job::JobHandler;
 pub use pod::PodHandler;
 pub use statefulset::StatefulSetHandler;
@@ -75,13 +76,16 @@ pub(crate) fn creation_outcome(result: &Result<Pod, K8sError>) -> &'static str {
 pub struct Victims {
     pub names: Vec<String>,
     pub uids: std::collections::BTreeMap<String, String>,
+    /// The request's other machines orb keeps (stored, not gone, in no return); `None` when
+    /// the caller does not know. A release that leaves none of them deletes the controller.
+    pub kept: Option<Vec<String>>,
 }
 
 impl Victims {
     pub fn named(names: Vec<String>) -> Self {
         Self {
             names,
-            uids: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -100,6 +104,11 @@ pub struct ReleaseResult {
     pub released: Vec<String>,
     pub failed: Vec<MachineFailure>,
     pub message: Option<String>,
+    /// Machines that go too though nobody named them (a Job's other hosts, failed ordinals
+    /// above a StatefulSet's tail).
+    pub also_released: Vec<String>,
+    /// Set when the release ended the acquire (the request can deliver nothing any more).
+    pub ends_request: Option<String>,
 }
 
 /// One Kubernetes primitive's way of creating and releasing machines.
@@ -226,6 +235,57 @@ where
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
+}
+
+/// What happened to one eviction.
+#[derive(Debug)]
+pub(crate) enum EvictionOutcome {
+    /// Evicted (or, in a dry run, would be).
+    Evicted,
+    /// Not there, or another incarnation of that name: the one orb meant is gone.
+    Gone,
+    /// A PodDisruptionBudget allows no disruption now (HTTP 429).
+    Blocked(String),
+}
+
+/// Evicts pod `name` through the Eviction API, which honours PodDisruptionBudgets; `uid`
+/// makes sure only that incarnation goes. kube's `Api::evict` sends its delete options under
+/// a key the apiserver does not read, so the preconditions would be lost: the body is built
+/// here.
+pub(crate) async fn evict_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    dry_run: bool,
+) -> Result<EvictionOutcome, K8sError> {
+    let mut body = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    });
+    if let Some(uid) = uid {
+        body["deleteOptions"] = json!({"preconditions": {"uid": uid}});
+    }
+    let mut url = format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction");
+    if dry_run {
+        url.push_str("?dryRun=All");
+    }
+    let request = http::Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(&body).unwrap_or_default())
+        .map_err(|e| K8sError::Client(format!("building the eviction of pod {name}: {e}")))?;
+    match client
+        .request::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>(request)
+        .await
+    {
+        Ok(_) => Ok(EvictionOutcome::Evicted),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(EvictionOutcome::Gone),
+        Err(kube::Error::Api(status)) if status.code == 429 => {
+            Ok(EvictionOutcome::Blocked(status.message.clone()))
+        }
+        Err(e) => Err(K8sError::api(format!("evicting pod {name}"), e)),
+    }
 }
 
 /// A 404 on delete means the object is already gone: success.

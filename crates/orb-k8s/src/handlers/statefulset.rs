@@ -1,6 +1,6 @@
 //! One StatefulSet per request, with its headless Service created when missing. Release can
-//! only take the highest ordinals (the set's ordering contract); a non-tail release is refused
-//! before anything changes.
+//! only take the highest ordinals (the set's ordering contract); failed ordinals above the
+//! named ones go with them; any other non-tail release is refused before anything changes.
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -12,14 +12,15 @@ use orb_core::provider::AcquireOutcome;
 use super::{
     HandlerCx, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims, WorkloadHandler,
     cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone, patch_replicas,
-    wrong_body,
+    request_pods, wrong_body,
 };
 use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::{ControllerState, statefulset_state};
 use crate::labels::LabelKeys;
+use crate::machine_state::pod_machine_status;
 use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
-use crate::release_plan::{StatefulSetReleasePlan, plan_statefulset_release};
+use crate::release_plan::{StatefulSetReleasePlan, plan_statefulset_release, statefulset_ordinal};
 use crate::spec::BuiltWorkload;
 
 pub struct StatefulSetHandler;
@@ -101,12 +102,22 @@ impl WorkloadHandler for StatefulSetHandler {
         victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
         // Ordinals are the identity of a StatefulSet's hosts; the plan works on names.
+        let kept = victims.kept.clone().unwrap_or_default();
         let victims = victims.names;
         Box::pin(async move {
             let name = name_of(record)?;
             let api: Api<StatefulSet> = Api::namespaced(cx.client.clone(), &record.namespace);
             cx.status_cache
                 .invalidate("StatefulSet", &record.namespace, name);
+            let failed: std::collections::BTreeSet<u32> = request_pods(cx.client, record)
+                .await?
+                .iter()
+                .filter(|p| {
+                    pod_machine_status(p, ResourceKind::StatefulSet).0
+                        == orb_core::machine::MachineStatus::Failed
+                })
+                .filter_map(|p| statefulset_ordinal(name, &p.name_any()))
+                .collect();
             for _ in 0..SCALE_CONFLICT_ATTEMPTS {
                 let Some(current) = api
                     .get_opt(name)
@@ -120,7 +131,7 @@ impl WorkloadHandler for StatefulSetHandler {
                     });
                 };
                 let replicas = current.spec.replicas.unwrap_or(1).max(0) as u32;
-                match plan_statefulset_release(name, replicas, &victims)? {
+                match plan_statefulset_release(name, replicas, &victims, &failed)? {
                     StatefulSetReleasePlan::NothingToDo { already_gone } => {
                         return Ok(ReleaseResult {
                             released: already_gone,
@@ -130,20 +141,37 @@ impl WorkloadHandler for StatefulSetHandler {
                     StatefulSetReleasePlan::DeleteStatefulSet => {
                         delete_set(cx, record, name).await?;
                         return Ok(ReleaseResult {
+                            also_released: kept
+                                .iter()
+                                .filter(|k| !victims.contains(k))
+                                .cloned()
+                                .collect(),
                             released: victims,
                             message: Some(format!("deleted StatefulSet {name}")),
                             ..ReleaseResult::default()
                         });
                     }
                     StatefulSetReleasePlan::ScaleTo {
-                        replicas: target, ..
+                        replicas: target,
+                        taken_along,
+                        ..
                     } => {
                         let version = current.resource_version().unwrap_or_default();
                         match patch_replicas(&api, name, &version, target).await {
                             Ok(()) => {
+                                let message = if taken_along.is_empty() {
+                                    format!("StatefulSet {name} scaled to {target}")
+                                } else {
+                                    format!(
+                                        "StatefulSet {name} scaled to {target}; the failed pods \
+                                         above them go too: {}",
+                                        taken_along.join(", ")
+                                    )
+                                };
                                 return Ok(ReleaseResult {
                                     released: victims,
-                                    message: Some(format!("StatefulSet {name} scaled to {target}")),
+                                    also_released: taken_along,
+                                    message: Some(message),
                                     ..ReleaseResult::default()
                                 });
                             }

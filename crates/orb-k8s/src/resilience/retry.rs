@@ -88,6 +88,12 @@ pub fn is_watch(uri: &http::Uri) -> bool {
     })
 }
 
+/// True for the Eviction API, whose 429 is a PodDisruptionBudget saying no, not throttling:
+/// the caller decides what to do about it, and repeating the call at once would not help.
+pub fn is_eviction(uri: &http::Uri) -> bool {
+    uri.path().ends_with("/eviction")
+}
+
 /// `Retry-After` in whole seconds (the apiserver's form); HTTP dates are ignored.
 pub fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     headers
@@ -218,6 +224,12 @@ where
                 };
                 let result = inner.clone().oneshot(attempt).await;
                 let (cause, hint) = match &result {
+                    Ok(response)
+                        if response.status() == StatusCode::TOO_MANY_REQUESTS
+                            && is_eviction(req.uri()) =>
+                    {
+                        (None, None)
+                    }
                     Ok(response) => {
                         let cause = classify_status(response.status());
                         let honoured = matches!(response.status().as_u16(), 429 | 503);
@@ -325,6 +337,14 @@ mod tests {
     #[case("/api/v1/namespaces/a/pods?watch=false", false)]
     fn only_watch_requests_are_watches(#[case] uri: &str, #[case] watch: bool) {
         assert_eq!(is_watch(&uri.parse().unwrap()), watch);
+    }
+
+    #[rstest]
+    #[case("/api/v1/namespaces/a/pods/p-1/eviction", true)]
+    #[case("/api/v1/namespaces/a/pods/p-1/eviction?dryRun=All", true)]
+    #[case("/api/v1/namespaces/a/pods/p-1", false)]
+    fn evictions_are_recognised(#[case] uri: &str, #[case] eviction: bool) {
+        assert_eq!(is_eviction(&uri.parse().unwrap()), eviction);
     }
 
     fn policy() -> RetryPolicy {

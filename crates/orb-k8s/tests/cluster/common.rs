@@ -124,6 +124,7 @@ pub fn status_input(
 fn verdict_name(v: &Verdict) -> &'static str {
     match v {
         Verdict::InProgress => "in_progress",
+        Verdict::Underway => "underway",
         Verdict::Fulfilled => "fulfilled",
         Verdict::Partial { .. } => "partial",
         Verdict::Failed { .. } => "failed",
@@ -184,6 +185,7 @@ pub async fn release(
                 .map(|v| machine_ref(request_id, v, outcome, api))
                 .collect(),
             templates: Default::default(),
+            others: Default::default(),
         })
         .await
 }

@@ -185,6 +185,7 @@ async fn pod_release_never_deletes_a_newer_pod_of_the_same_name() {
             return_request_id: orb_core::ids::RequestId::new_return(),
             machines: vec![stale],
             templates: Default::default(),
+            others: Default::default(),
         })
         .await
         .unwrap();
@@ -207,6 +208,7 @@ async fn pod_release_never_deletes_a_newer_pod_of_the_same_name() {
             return_request_id: orb_core::ids::RequestId::new_return(),
             machines: vec![current],
             templates: Default::default(),
+            others: Default::default(),
         })
         .await
         .unwrap();

@@ -1,4 +1,6 @@
-//! Cancel: delete what an acquire created and close the request.
+//! Cancel: delete everything an acquire created (every object labelled with its request id,
+//! whatever the kind) and close the request. A finished acquire can be cancelled too while
+//! anything of it is left in the cluster: its status stays, its machines go.
 
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
@@ -18,12 +20,6 @@ impl Broker {
                 "{request_id} is a return request; returns cannot be cancelled (the machines are already going)"
             )));
         }
-        if request.status.is_terminal() {
-            return Err(BrokerError::NotAllowed(format!(
-                "request {request_id} is already {}; there is nothing to cancel",
-                request.status
-            )));
-        }
         let provider = self.provider.get()?;
         let outcome = provider
             .cancel(CancelInput {
@@ -34,17 +30,32 @@ impl Broker {
             .await?;
         let now = self.now();
         let mut machines = self.machines_of(&request).await?;
+        let finished = request.status.is_terminal();
+        let had_live = machines.iter().any(|m| m.status.is_live());
+        // Everything labelled with the request id was deleted, so every machine whose object
+        // did not refuse the delete is gone or going.
+        let refused: std::collections::HashSet<&str> = outcome
+            .failed
+            .iter()
+            .map(|f| f.machine_id.as_str())
+            .collect();
         for m in &mut machines {
-            let removed = outcome.deleted.contains(&m.machine_id)
-                || outcome.already_gone.contains(&m.machine_id)
+            let kept = refused.contains(m.machine_id.as_str())
                 || m.resource_id
-                    .as_ref()
-                    .is_some_and(|r| outcome.deleted.contains(r));
-            if removed && m.status.is_live() {
+                    .as_deref()
+                    .is_some_and(|r| refused.contains(r));
+            if !kept && m.status.is_live() {
                 m.status = MachineStatus::Terminated;
                 m.status_reason = Some("cancelled".into());
                 m.updated_at = now;
             }
+        }
+        if finished && outcome.deleted.is_empty() && outcome.failed.is_empty() && !had_live {
+            return Err(BrokerError::NotAllowed(format!(
+                "request {request_id} is already {} and nothing of it is left in the cluster; \
+                 there is nothing to cancel",
+                request.status
+            )));
         }
         let reason = if outcome.failed.is_empty() {
             format!(
@@ -60,7 +71,16 @@ impl Broker {
                 outcome.failed[0].reason
             )
         };
-        lifecycle::apply(&mut request, LifecycleEvent::Cancel { reason }, now)?;
+        if finished {
+            // The status of a finished request stays; what happened is still written down.
+            request.status_message = Some(match request.status_message.take() {
+                Some(before) => format!("{before}; after it ended: {reason}"),
+                None => format!("after it ended: {reason}"),
+            });
+            request.last_transition_at = now;
+        } else {
+            lifecycle::apply(&mut request, LifecycleEvent::Cancel { reason }, now)?;
+        }
         let stored = self.machines_of(&request).await?;
         let mut changed: Vec<_> = machines
             .iter()

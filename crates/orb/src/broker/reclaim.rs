@@ -1,11 +1,13 @@
 //! Reclaims (HostFactory getReturnRequests): hosts the cluster took or is taking away on its
-//! own. Two sources: machines orb already saw disappear outside any orb return (from the
-//! store), and live machines the provider reports as evicted, preempted or draining.
+//! own. The acquires of the candidate machines are refreshed first (so what is stored is the
+//! truth now, also for requests that finished long ago); then two sources: machines that are
+//! gone outside any orb return or failed (from the store), and live machines the provider
+//! reports as evicted, preempted or draining.
 
 use std::collections::BTreeMap;
 
 use orb_core::hostfactory::input::MachineSelector;
-use orb_core::machine::Machine;
+use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::ReclaimQuery;
 use orb_store::MachineFilter;
 
@@ -26,33 +28,32 @@ impl Broker {
         &self,
         selectors: &[MachineSelector],
     ) -> Result<(Vec<Reclaim>, Option<String>), BrokerError> {
-        let candidates: Vec<Machine> = if selectors.is_empty() {
-            self.store
-                .list_machines(&MachineFilter {
-                    not_returning: true,
-                    ..Default::default()
-                })
-                .await?
-        } else {
-            let keys: Vec<String> = selectors
-                .iter()
-                .flat_map(|s| s.machine_id.iter().chain(s.name.iter()).cloned())
-                .collect();
-            self.store
-                .find_machines(&keys)
-                .await?
-                .into_iter()
-                .filter(|m| m.return_request_id.is_none())
-                .collect()
-        };
+        let mut candidates = self.reclaim_candidates(selectors).await?;
+        // Refresh the acquires that still have live candidates: a pod that failed or vanished
+        // since anyone last looked is recorded (and so reported) now. Acquires the provider
+        // cannot be asked about keep their stored state; the note says so below.
+        let acquires: std::collections::BTreeSet<_> = candidates
+            .iter()
+            .filter(|m| m.status.is_live())
+            .map(|m| m.request_id.clone())
+            .collect();
+        let mut refreshed_any = false;
+        for acquire in &acquires {
+            if let Ok(Some(_)) = self.refresh(acquire).await {
+                refreshed_any = true;
+            }
+        }
+        if refreshed_any {
+            candidates = self.reclaim_candidates(selectors).await?;
+        }
         let mut found: BTreeMap<String, Reclaim> = BTreeMap::new();
         // Without names, only hosts that ever started are reported: a pod that failed before
         // it ran was never a host HostFactory knew.
         let named = !selectors.is_empty();
-        for m in candidates
-            .iter()
-            .filter(|m| !m.status.is_live() && (named || m.launch_time.is_some()))
-        {
+        for m in candidates.iter().filter(|m| {
+            (!m.status.is_live() && (named || m.launch_time.is_some()))
+                || m.status == MachineStatus::Failed
+        }) {
             found.insert(
                 m.machine_id.clone(),
                 Reclaim {
@@ -67,7 +68,7 @@ impl Broker {
         }
         let live: Vec<Machine> = candidates
             .into_iter()
-            .filter(|m| m.status.is_live())
+            .filter(|m| m.status.is_live() && m.status != MachineStatus::Failed)
             .collect();
         let mut note = None;
         if !live.is_empty() {
@@ -97,5 +98,32 @@ impl Broker {
             }
         }
         Ok((found.into_values().collect(), note))
+    }
+
+    /// The machines a reclaim query covers: those named (every managed one when none is),
+    /// not already in an orb return.
+    async fn reclaim_candidates(
+        &self,
+        selectors: &[MachineSelector],
+    ) -> Result<Vec<Machine>, BrokerError> {
+        Ok(if selectors.is_empty() {
+            self.store
+                .list_machines(&MachineFilter {
+                    not_returning: true,
+                    ..Default::default()
+                })
+                .await?
+        } else {
+            let keys: Vec<String> = selectors
+                .iter()
+                .flat_map(|s| s.machine_id.iter().chain(s.name.iter()).cloned())
+                .collect();
+            self.store
+                .find_machines(&keys)
+                .await?
+                .into_iter()
+                .filter(|m| m.return_request_id.is_none())
+                .collect()
+        })
     }
 }

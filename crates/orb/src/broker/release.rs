@@ -202,6 +202,38 @@ impl Broker {
         };
 
         let refs = self.machine_refs(&to_release).await?;
+        // What orb keeps of each acquire besides the machines named: a return that leaves none
+        // deletes the controller, and a Job takes its other hosts along.
+        let named: BTreeSet<&str> = machines.iter().map(|m| m.machine_id.as_str()).collect();
+        let mut siblings: BTreeMap<String, Vec<Machine>> = BTreeMap::new();
+        for acquire in to_release
+            .iter()
+            .map(|m| m.request_id.clone())
+            .collect::<BTreeSet<_>>()
+        {
+            let kept: Vec<Machine> = self
+                .store
+                .list_machines(&MachineFilter {
+                    request_id: Some(acquire.clone()),
+                    live_only: true,
+                    not_returning: true,
+                    ..Default::default()
+                })
+                .await?
+                .into_iter()
+                .filter(|m| !named.contains(m.machine_id.as_str()))
+                .collect();
+            siblings.insert(acquire.to_string(), kept);
+        }
+        let others = siblings
+            .iter()
+            .map(|(id, kept)| {
+                (
+                    id.clone(),
+                    kept.iter().map(|m| m.machine_id.clone()).collect(),
+                )
+            })
+            .collect();
         let templates = to_release
             .iter()
             .filter_map(|m| {
@@ -215,11 +247,30 @@ impl Broker {
                 return_request_id: request.request_id.clone(),
                 machines: refs,
                 templates,
+                others,
             })
             .await;
         let now = self.now();
+        let mut ended = Vec::new();
         match outcome {
             Ok(outcome) => {
+                // Machines the release takes along though nobody named them join the return,
+                // so they are followed (and reported) as returned, not as lost.
+                let taken: BTreeSet<&str> =
+                    outcome.also_released.iter().map(String::as_str).collect();
+                for sibling in siblings
+                    .into_values()
+                    .flatten()
+                    .filter(|m| taken.contains(m.machine_id.as_str()))
+                {
+                    let mut sibling = sibling;
+                    sibling.return_request_id = Some(request.request_id.clone());
+                    sibling.updated_at = now;
+                    request.machine_ids.push(sibling.machine_id.clone());
+                    request.requested_count += 1;
+                    machines.push(sibling);
+                }
+                ended = outcome.ended;
                 request.provider_data = outcome.provider_data;
                 if outcome.message.is_some() {
                     request.status_message = outcome.message;
@@ -268,10 +319,47 @@ impl Broker {
         self.store
             .update_request(&mut request, &mut machines)
             .await?;
+        for end in ended {
+            self.end_acquire(&end.request_id, &end.reason, &request.request_id)
+                .await?;
+        }
         Ok(RequestView {
             request,
             machines,
             note: None,
         })
+    }
+
+    /// Closes an acquire a release ended (a returned Job): cancelled with the reason when it
+    /// was still running; a finished one keeps its status.
+    async fn end_acquire(
+        &self,
+        acquire_id: &str,
+        reason: &str,
+        by: &RequestId,
+    ) -> Result<(), BrokerError> {
+        let Ok(id) = RequestId::parse(acquire_id) else {
+            return Ok(());
+        };
+        for _ in 0..3 {
+            let Some(mut acquire) = self.store.get_request(&id).await? else {
+                return Ok(());
+            };
+            if acquire.status.is_terminal() {
+                return Ok(());
+            }
+            lifecycle::apply(
+                &mut acquire,
+                LifecycleEvent::Cancel {
+                    reason: format!("{reason} (return {by})"),
+                },
+                self.now(),
+            )?;
+            match self.store.update_request(&mut acquire, &mut []).await {
+                Err(orb_store::StoreError::Conflict { .. }) => continue,
+                other => return other.map_err(BrokerError::from),
+            }
+        }
+        Ok(())
     }
 }

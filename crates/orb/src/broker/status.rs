@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::machine::Machine;
-use orb_core::provider::{MachineObservation, StatusInput};
-use orb_core::request::{Request, RequestType};
+use orb_core::provider::{AbandonInput, MachineObservation, StatusInput, StatusReport};
+use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::{MachineFilter, StoreError};
 
 use super::observe::machine_from_observation;
@@ -88,7 +88,14 @@ impl Broker {
             return Ok(None);
         };
         let stored_machines = self.machines_of(&stored).await?;
-        if stored.status.is_terminal() {
+        // A finished return is settled for good. A finished acquire is too, unless some of its
+        // machines may still exist: those are followed until they are gone, because a pod that
+        // fails, is evicted or deleted after the request completed must not read `running`.
+        let follow_up = stored.status.is_terminal();
+        if follow_up
+            && (stored.request_type == RequestType::Return
+                || !stored_machines.iter().any(|m| m.status.is_live()))
+        {
             return Ok(Some(RequestView {
                 request: stored,
                 machines: stored_machines,
@@ -130,53 +137,33 @@ impl Broker {
                     }
                     Ok(report) => {
                         let now = self.now();
-                        // One copy per machine.
-                        let observed: HashMap<&str, &MachineObservation> = report
-                            .machines
-                            .iter()
-                            .map(|o| (o.machine_id.as_str(), o))
-                            .collect();
-                        let mut machines: Vec<Machine> = stored_machines
-                            .iter()
-                            .map(|m| match observed.get(m.machine_id.as_str()) {
-                                Some(o) => machine_from_observation(o, &request, Some(m), now),
-                                None => m.clone(),
-                            })
-                            .collect();
-                        // A return only tracks the machines it was given.
-                        if request.request_type == RequestType::Acquire {
-                            let mut added = HashSet::new();
-                            for o in &report.machines {
-                                let id = o.machine_id.as_str();
-                                if !stored_by_id.contains_key(id) && added.insert(id) {
-                                    machines.push(machine_from_observation(
-                                        observed[id],
-                                        &request,
-                                        None,
-                                        now,
-                                    ));
-                                }
-                            }
+                        refreshed = Some(fold_report(&request, &stored_machines, &report, now));
+                        if !follow_up {
+                            lifecycle::apply(
+                                &mut request,
+                                LifecycleEvent::ProviderVerdict {
+                                    verdict: report.verdict,
+                                    fulfilled: report.fulfilled,
+                                    failed: report.failed,
+                                    message: report.message,
+                                },
+                                now,
+                            )?;
                         }
-                        refreshed = Some(machines);
-                        lifecycle::apply(
-                            &mut request,
-                            LifecycleEvent::ProviderVerdict {
-                                verdict: report.verdict,
-                                fulfilled: report.fulfilled,
-                                failed: report.failed,
-                                message: report.message,
-                            },
-                            now,
-                        )?;
                     }
                 }
             }
         }
-        if note.is_some() {
+        if note.is_some() && !follow_up {
             lifecycle::apply(&mut request, LifecycleEvent::DeadlineSweep, self.now())?;
         }
         let mut machines = refreshed.unwrap_or_else(|| stored_machines.clone());
+        if request.request_type == RequestType::Return
+            && request.status.is_terminal()
+            && request.status != RequestStatus::Complete
+        {
+            self.give_up_return(&request, &mut machines).await;
+        }
         let changed_at: Vec<usize> = (0..machines.len())
             .filter(|&i| stored_by_id.get(machines[i].machine_id.as_str()) != Some(&&machines[i]))
             .collect();
@@ -196,4 +183,87 @@ impl Broker {
             note,
         }))
     }
+
+    /// A return that ended without releasing everything (its deadline passed, or it failed):
+    /// the machines still there are freed, so a later return can try again, and whatever the
+    /// provider left on them (a Deployment's victim mark) is cleared.
+    async fn give_up_return(&self, request: &Request, machines: &mut [Machine]) {
+        let now = self.now();
+        let stuck: Vec<Machine> = machines
+            .iter()
+            .filter(|m| {
+                m.status.is_live() && m.return_request_id.as_ref() == Some(&request.request_id)
+            })
+            .cloned()
+            .collect();
+        if stuck.is_empty() {
+            return;
+        }
+        let cleared = match (self.provider.get(), self.machine_refs(&stuck).await) {
+            (Ok(provider), Ok(refs)) => provider
+                .abandon_release(AbandonInput { machines: refs })
+                .await
+                .map_err(|e| e.to_string()),
+            (Err(e), _) => Err(e.to_string()),
+            (_, Err(e)) => Err(e.to_string()),
+        };
+        let why = request
+            .status_message
+            .clone()
+            .unwrap_or_else(|| request.status.to_string());
+        for m in machines.iter_mut().filter(|m| {
+            m.status.is_live() && m.return_request_id.as_ref() == Some(&request.request_id)
+        }) {
+            m.return_request_id = None;
+            m.status_reason = Some(match &cleared {
+                Ok(()) => format!(
+                    "return {} ended {} ({why}); the machine is free to be returned again",
+                    request.request_id, request.status
+                ),
+                Err(e) => format!(
+                    "return {} ended {} ({why}); the machine is free to be returned again, but \
+                     cleaning up after the return failed: {e}",
+                    request.request_id, request.status
+                ),
+            });
+            m.updated_at = now;
+        }
+    }
+}
+
+/// The stored machines of `request` updated from a provider report: observed ones take what
+/// was seen, and new observations of an acquire become machines of it (replacement pods a
+/// controller made). Machines another return is taking back are left to that return.
+fn fold_report(
+    request: &Request,
+    stored: &[Machine],
+    report: &StatusReport,
+    now: jiff::Timestamp,
+) -> Vec<Machine> {
+    let observed: HashMap<&str, &MachineObservation> = report
+        .machines
+        .iter()
+        .map(|o| (o.machine_id.as_str(), o))
+        .collect();
+    let is_acquire = request.request_type == RequestType::Acquire;
+    let mut machines: Vec<Machine> = stored
+        .iter()
+        .map(|m| match observed.get(m.machine_id.as_str()) {
+            Some(_) if is_acquire && m.return_request_id.is_some() => m.clone(),
+            Some(o) => machine_from_observation(o, request, Some(m), now),
+            None => m.clone(),
+        })
+        .collect();
+    // A return only tracks the machines it was given.
+    if is_acquire {
+        let known: HashSet<&str> = stored.iter().map(|m| m.machine_id.as_str()).collect();
+        let mut added = HashSet::new();
+        for o in &report.machines {
+            let id = o.machine_id.as_str();
+            if !known.contains(id) && added.insert(id) {
+                machines.push(machine_from_observation(o, request, None, now));
+            }
+        }
+    }
+    machines
 }

@@ -15,6 +15,9 @@ pub struct ScriptedProvider {
     pub release_failures: Mutex<Vec<MachineFailure>>,
     /// When set, the next release is refused as a whole with this error.
     pub release_error: Mutex<Option<ProviderError>>,
+    /// What the next release takes along unnamed, and the acquires it ends.
+    pub also_released: Mutex<Vec<String>>,
+    pub ended: Mutex<Vec<EndedAcquire>>,
     pub notices: Mutex<Vec<ReclaimNotice>>,
     pub calls: Mutex<Vec<String>>,
     /// When set, the next acquire first stores a change to its own request in this store,
@@ -101,6 +104,8 @@ impl Provider for ScriptedProvider {
         self.record(format!("release {}", ids.join(",")));
         let failed = self.release_failures.lock().unwrap().clone();
         let error = self.release_error.lock().unwrap().take();
+        let also_released = std::mem::take(&mut *self.also_released.lock().unwrap());
+        let ended = std::mem::take(&mut *self.ended.lock().unwrap());
         Box::pin(async move {
             if let Some(error) = error {
                 return Err(error);
@@ -108,10 +113,22 @@ impl Provider for ScriptedProvider {
             Ok(ReleaseOutcome {
                 released: ids,
                 failed,
+                also_released,
+                ended,
                 provider_data: serde_json::Value::Null,
                 message: None,
             })
         })
+    }
+
+    fn abandon_release(&self, input: AbandonInput) -> ProviderFuture<'_, ()> {
+        let ids: Vec<String> = input
+            .machines
+            .iter()
+            .map(|m| m.machine_id.clone())
+            .collect();
+        self.record(format!("abandon {}", ids.join(",")));
+        Box::pin(async { Ok(()) })
     }
 
     fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport> {
@@ -121,6 +138,10 @@ impl Provider for ScriptedProvider {
     }
 
     fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome> {
+        // The first cancel of a request deletes its pods; later ones find nothing left.
+        let first = !self
+            .calls()
+            .contains(&format!("cancel {}", input.request_id));
         self.record(format!("cancel {}", input.request_id));
         let names: Vec<String> = input.provider_data["pod_names"]
             .as_array()
@@ -132,7 +153,7 @@ impl Provider for ScriptedProvider {
             .unwrap_or_default();
         Box::pin(async move {
             Ok(CancelOutcome {
-                deleted: names,
+                deleted: if first { names } else { Vec::new() },
                 ..Default::default()
             })
         })

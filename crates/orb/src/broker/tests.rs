@@ -190,14 +190,72 @@ async fn verdicts_drive_the_request_to_complete() {
             .iter()
             .all(|m| m.status == MachineStatus::Running)
     );
-    // A finished request is answered from storage; the provider is not asked again.
-    let calls = f.provider.calls().len();
+    // A finished request whose machines may still exist is still followed: a machine that
+    // fails later is recorded, but the request's own status stays what it ended as.
+    let failed_later = report(
+        Verdict::Failed {
+            reason: "image pull".into(),
+        },
+        &[
+            (
+                second.machines[0].machine_id.as_str(),
+                MachineStatus::Failed,
+            ),
+            (
+                second.machines[1].machine_id.as_str(),
+                MachineStatus::Running,
+            ),
+        ],
+    );
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .push_back(Ok(failed_later));
+    let later = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(later.request.status, RequestStatus::Complete);
+    assert_eq!(later.machines[0].status, MachineStatus::Failed);
+    // Once every machine is gone, the request is answered from storage alone.
+    let gone = report(
+        Verdict::Failed {
+            reason: "gone".into(),
+        },
+        &[
+            (
+                second.machines[0].machine_id.as_str(),
+                MachineStatus::Terminated,
+            ),
+            (
+                second.machines[1].machine_id.as_str(),
+                MachineStatus::Terminated,
+            ),
+        ],
+    );
+    f.provider.statuses.lock().unwrap().push_back(Ok(gone));
     f.broker
         .refresh(&view.request.request_id)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(f.provider.calls().len(), calls);
+    let calls = f.provider.calls().len();
+    let settled = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.provider.calls().len(), calls, "nothing left to follow");
+    assert!(
+        settled
+            .machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated)
+    );
 }
 
 #[tokio::test]
@@ -526,7 +584,12 @@ async fn cancel_deletes_and_closes_the_request() {
             .all(|m| m.status == MachineStatus::Terminated)
     );
     let again = f.broker.cancel(&view.request.request_id).await.unwrap_err();
-    assert!(again.to_string().contains("already cancelled"), "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains("already cancelled and nothing of it is left"),
+        "{again}"
+    );
     let unknown = f
         .broker
         .cancel(&RequestId::new_acquire())
@@ -585,4 +648,250 @@ async fn reclaims_combine_stored_losses_and_provider_notices() {
     assert_eq!(summary, expected);
     assert!(f.provider.calls().last().unwrap().starts_with("reclaims "));
     assert!(!f.provider.calls().last().unwrap().contains(&ids[2]));
+}
+
+/// Stores `statuses` for the request's machines through one scripted status read.
+async fn observe(f: &Fixture, view: &RequestView, verdict: Verdict, statuses: &[MachineStatus]) {
+    let ids: Vec<String> = view.machines.iter().map(|m| m.machine_id.clone()).collect();
+    let pairs: Vec<(&str, MachineStatus)> = ids
+        .iter()
+        .map(String::as_str)
+        .zip(statuses.iter().copied())
+        .collect();
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .push_back(Ok(report(verdict, &pairs)));
+    f.broker.refresh(&view.request.request_id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_machine_is_returned_like_any_other() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    observe(
+        &f,
+        &view,
+        Verdict::Partial { is_final: true },
+        &[MachineStatus::Failed, MachineStatus::Running],
+    )
+    .await;
+    let failed = &view.machines[0].machine_id;
+    let ret = f
+        .broker
+        .return_machines(&[by_name(failed)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(ret.request.status, RequestStatus::InProgress);
+    assert_eq!(
+        f.provider.calls().last().unwrap(),
+        &format!("release {failed}"),
+        "the failed machine's objects are released, not skipped as gone"
+    );
+    // By request too: the failed machine is part of what `--request-id` returns.
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    observe(
+        &f,
+        &view,
+        Verdict::Partial { is_final: true },
+        &[MachineStatus::Failed, MachineStatus::Running],
+    )
+    .await;
+    let ret = f
+        .broker
+        .return_request_machines(&view.request.request_id)
+        .await
+        .unwrap();
+    assert_eq!(ret.machines.len(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_machine_counts_against_max_number_until_it_is_gone() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 4).await.unwrap();
+    use MachineStatus::{Failed, Running, Terminated};
+    observe(
+        &f,
+        &view,
+        Verdict::Partial { is_final: true },
+        &[Failed, Running, Running, Running],
+    )
+    .await;
+    let refused = f.broker.request_machines("worker", 1).await.unwrap_err();
+    assert!(refused.to_string().contains("4 are live"), "{refused}");
+    observe(
+        &f,
+        &view,
+        Verdict::Partial { is_final: true },
+        &[Terminated, Running, Running, Running],
+    )
+    .await;
+    f.broker.request_machines("worker", 1).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_finished_acquire_with_objects_left_can_be_cancelled_and_keeps_its_status() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    observe(
+        &f,
+        &view,
+        Verdict::Failed {
+            reason: "image pull".into(),
+        },
+        &[MachineStatus::Failed, MachineStatus::Failed],
+    )
+    .await;
+    let cancelled = f.broker.cancel(&view.request.request_id).await.unwrap();
+    assert_eq!(cancelled.request.status, RequestStatus::Failed);
+    let message = cancelled.request.status_message.clone().unwrap();
+    assert!(
+        message.contains("after it ended: Cancelled: deleted 2"),
+        "{message}"
+    );
+    assert!(
+        cancelled
+            .machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated)
+    );
+}
+
+#[tokio::test]
+async fn a_return_past_its_deadline_frees_its_machines_and_clears_what_it_left() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    observe(
+        &f,
+        &view,
+        Verdict::Fulfilled,
+        &[MachineStatus::Running, MachineStatus::Running],
+    )
+    .await;
+    let id = view.machines[0].machine_id.clone();
+    let ret = f
+        .broker
+        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    // The machine never goes; the return reaches its deadline.
+    f.advance(301);
+    let mut still_there = report(Verdict::InProgress, &[(&id, MachineStatus::Running)]);
+    still_there.fulfilled = 0;
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .push_back(Ok(still_there));
+    let ended = f
+        .broker
+        .refresh(&ret.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.request.status, RequestStatus::Timeout);
+    assert_eq!(ended.machines[0].return_request_id, None);
+    let reason = ended.machines[0].status_reason.clone().unwrap();
+    assert!(reason.contains("free to be returned again"), "{reason}");
+    assert!(
+        f.provider.calls().contains(&format!("abandon {id}")),
+        "{:?}",
+        f.provider.calls()
+    );
+    // ... so a new return is accepted.
+    let again = f
+        .broker
+        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(again.request.status, RequestStatus::InProgress);
+}
+
+#[tokio::test]
+async fn machines_a_release_takes_along_join_the_return_and_an_ended_acquire_is_closed() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 3).await.unwrap();
+    let ids: Vec<String> = view.machines.iter().map(|m| m.machine_id.clone()).collect();
+    // Like a Job: returning one host deletes the whole Job and ends the acquire.
+    *f.provider.also_released.lock().unwrap() = vec![ids[1].clone(), ids[2].clone()];
+    *f.provider.ended.lock().unwrap() = vec![orb_core::provider::EndedAcquire {
+        request_id: view.request.request_id.to_string(),
+        reason: "the Job was returned".into(),
+    }];
+    let ret = f
+        .broker
+        .return_machines(&[by_name(&ids[0])], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    let mut covered = ret.request.machine_ids.clone();
+    covered.sort();
+    let mut all = ids.clone();
+    all.sort();
+    assert_eq!(covered, all, "every host of the Job is in the return");
+    assert_eq!(ret.request.requested_count, 3);
+    assert!(
+        ret.machines
+            .iter()
+            .all(|m| m.return_request_id.as_ref() == Some(&ret.request.request_id))
+    );
+    let acquire = f
+        .broker
+        .store
+        .get_request(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(acquire.status, RequestStatus::Cancelled);
+    let message = acquire.status_message.unwrap();
+    assert!(message.contains("the Job was returned"), "{message}");
+}
+
+#[tokio::test]
+async fn reclaims_report_failed_machines_and_refresh_finished_requests_first() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    observe(
+        &f,
+        &view,
+        Verdict::Fulfilled,
+        &[MachineStatus::Running, MachineStatus::Running],
+    )
+    .await;
+    // The request is complete; since then one pod failed. getReturnRequests sees it.
+    let ids: Vec<String> = view.machines.iter().map(|m| m.machine_id.clone()).collect();
+    let mut failed = orb_core::provider::MachineObservation::new(&ids[0], MachineStatus::Failed);
+    failed.status_reason = Some("Error: container orb exited with code 1".into());
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .push_back(Ok(orb_core::provider::StatusReport {
+            verdict: Verdict::Fulfilled,
+            fulfilled: 1,
+            failed: 1,
+            machines: vec![
+                failed,
+                orb_core::provider::MachineObservation::new(&ids[1], MachineStatus::Running),
+            ],
+            message: None,
+        }));
+    let (reclaims, _) = f.broker.reclaims(&[]).await.unwrap();
+    assert_eq!(reclaims.len(), 1, "{reclaims:?}");
+    assert_eq!(reclaims[0].machine_id, ids[0]);
+    assert_eq!(reclaims[0].grace_period_secs, 0);
+    assert!(reclaims[0].reason.contains("exited with code 1"));
+    let stored = f
+        .broker
+        .store
+        .get_request(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.status,
+        RequestStatus::Complete,
+        "the request stays complete"
+    );
 }

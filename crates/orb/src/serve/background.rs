@@ -1,9 +1,11 @@
 //! The chores of `orb serve` that need both the cluster and the store: the start-up
 //! reconciliation (adopt what orb tracks, settle acquires a killed orb left unfinished,
-//! report the rest as orphans), the orphan GC, and the periodic refresh of unfinished
-//! acquires that applies `pod_timeout_seconds` even when nobody polls. With several
-//! replicas on one PostgreSQL, only the holder of the leader Lease runs the GC and the
-//! refresh; every replica serves the API.
+//! report the rest as orphans), the orphan GC, the periodic refresh of unfinished acquires
+//! (and of finished ones whose machines may still exist) that applies `pod_timeout_seconds`
+//! and records machines that failed or vanished even when nobody polls, and the follow loop
+//! that refreshes a request as soon as the watch cache sees one of its pods change. With
+//! several replicas on one PostgreSQL, only the holder of the leader Lease runs the GC and
+//! the refreshes; every replica serves the API.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -236,16 +238,78 @@ pub async fn refresh_pass(provider: &K8sProvider, broker: &Broker, skip_within: 
         }
     };
     broker.retain_refreshed(&unfinished.iter().map(|r| &r.request_id).collect());
-    for request in unfinished
+    let mut ids: Vec<orb_core::ids::RequestId> = unfinished
         .into_iter()
         .filter(|r| r.provider_name == broker.settings.provider_name)
-        .filter(|r| !broker.refreshed_within(&r.request_id, skip_within))
+        .map(|r| r.request_id)
+        .collect();
+    // Finished acquires are followed while a machine of theirs may still exist: a pod that
+    // fails or disappears later is recorded here even if nobody asks about its request.
+    match broker.store.requests_with_live_machines().await {
+        Ok(followed) => {
+            for id in followed {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        Err(e) => warn(&format!("requests with live machines not listed: {e}")),
+    }
+    for id in ids
+        .into_iter()
+        .filter(|id| !broker.refreshed_within(id, skip_within))
     {
-        if let Err(e) = broker.refresh(&request.request_id).await {
-            warn(&format!(
-                "timeout GC: request {} not refreshed: {e}",
-                request.request_id
-            ));
+        refresh_own(broker, &id, "timeout GC").await;
+    }
+}
+
+/// Refreshes one request of this provider; logs a failure instead of returning it.
+async fn refresh_own(broker: &Broker, id: &orb_core::ids::RequestId, chore: &str) {
+    match broker.store.get_request(id).await {
+        Ok(Some(r)) if r.provider_name == broker.settings.provider_name => {}
+        Ok(_) => return,
+        Err(e) => {
+            warn(&format!("{chore}: request {id} not read: {e}"));
+            return;
+        }
+    }
+    if let Err(e) = broker.refresh(id).await {
+        warn(&format!("{chore}: request {id} not refreshed: {e}"));
+    }
+}
+
+/// How long the follow loop lets a burst of pod events gather before it refreshes.
+const FOLLOW_DEBOUNCE: Duration = Duration::from_millis(500);
+
+/// Refreshes the requests whose pods the watch cache saw change, while this replica leads:
+/// a pod that fails, is evicted or deleted is stored within about a second, whether or not
+/// anyone polls its request (HostFactory stops polling a request once it is complete).
+async fn follow_loop(
+    cache: Arc<orb_k8s::daemon::PodCache>,
+    state: AppState,
+    leadership: Leadership,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = cache.wait_changed() => {}
+        }
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = tokio::time::sleep(FOLLOW_DEBOUNCE) => {}
+        }
+        let changed = cache.take_changed();
+        if !leadership.is_leader() {
+            continue;
+        }
+        for raw in changed {
+            if *shutdown.borrow() {
+                return;
+            }
+            if let Ok(id) = orb_core::ids::RequestId::parse(&raw) {
+                refresh_own(state.broker(), &id, "follow").await;
+            }
         }
     }
 }
@@ -375,6 +439,14 @@ pub async fn start(
                     }
                 }
             },
+        )));
+    }
+    if let Some(cache) = provider.pod_cache() {
+        tasks.push(tokio::spawn(follow_loop(
+            cache.clone(),
+            state.clone(),
+            leadership.clone(),
+            shutdown.clone(),
         )));
     }
     {
