@@ -7,6 +7,9 @@
 //! fails the test with instructions instead of skipping it.
 
 pub mod fault_proxy;
+mod nodes;
+
+pub use nodes::{TEST_NODE_KEY, TestNode};
 
 use std::future::Future;
 use std::path::PathBuf;

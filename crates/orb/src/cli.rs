@@ -76,6 +76,11 @@ pub struct GlobalArgs {
         value_name = "unix:PATH|URL|off"
     )]
     pub daemon: Option<String>,
+
+    /// More log lines on stderr: -v adds info, -vv debug (also in the log file). Every call
+    /// logs info and above to orb.log in the log directory; RUST_LOG replaces both filters.
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -8,6 +8,7 @@ pub mod commands;
 pub mod context;
 pub mod failure;
 pub mod hostfactory;
+pub mod logging;
 pub mod provider_factory;
 pub mod render;
 pub mod scripts;

@@ -85,7 +85,7 @@ pub fn build_kubernetes_provider(
         .resolve(None)
         .map_err(|e| misconfigured(e.to_string()))?;
     for warning in &resolved.warnings {
-        eprintln!("WARNING: {warning}");
+        tracing::warn!(provider = %entry.name, "{warning}");
     }
     let application_native_spec = orb_k8s::native_spec::app_native_spec_enabled(app_sections)
         .map_err(|e| ProviderError::Misconfigured(format!("{}: {e}", label.display())))?;

@@ -156,7 +156,17 @@ impl Session {
 pub fn run(cli: Cli) -> Output {
     let session = Session::new(cli.global);
     let command = cli.command;
-    if let Some(op) = crate::hostfactory::operation_of(&session, &command) {
+    let hostfactory_op = crate::hostfactory::operation_of(&session, &command);
+    if !matches!(command, Command::Serve(_)) {
+        // `orb serve` logs to stderr on its own terms; every other call like a provider.
+        crate::logging::install(&crate::logging::plan(
+            &session.dirs.log_dir.path,
+            session.global.verbose,
+            hostfactory_op.is_some(),
+            crate::logging::env_filter(),
+        ));
+    }
+    if let Some(op) = hostfactory_op {
         return crate::hostfactory::run_call(&session, op);
     }
     let result = match command {
