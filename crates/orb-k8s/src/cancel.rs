@@ -128,7 +128,7 @@ impl K8sProvider {
                 // A host that failed or exited is as good as taken: HostFactory should give it
                 // back (a return then removes its pod, which still holds its place).
                 let (status, why) = crate::machine_state::pod_machine_status(pod, kind);
-                if matches!(status, MachineStatus::Failed | MachineStatus::Terminated) {
+                if matches!(status, MachineStatus::Failed | MachineStatus::Stopped) {
                     notices.push(notice(
                         0,
                         format!("the machine is {status}: {}", why.unwrap_or_default()),

@@ -2,7 +2,8 @@
 //! verdict of an acquire or a return from what was observed.
 //!
 //! Capacity means live hosts: only `running` machines count as delivered. Exited pods are
-//! `terminated` and pods that timed out are `failed`; neither makes a request complete. A Job
+//! `stopped`, pods that timed out are `failed`, vanished ones `terminated`; none of them makes
+//! a request complete. A Job
 //! is the exception: its request is complete when the Job is (every unit exited 0), and while
 //! every unit runs it is [`Verdict::Underway`], which no deadline cuts short.
 
@@ -212,7 +213,7 @@ fn tally(machines: &[MachineObservation]) -> Tally {
                 }
                 t.first_failure.get_or_insert(line);
             }
-            MachineStatus::Terminated if t.first_ended.is_none() => {
+            MachineStatus::Terminated | MachineStatus::Stopped if t.first_ended.is_none() => {
                 t.first_ended = Some(format!(
                     "{}: {}",
                     m.machine_id,

@@ -7,8 +7,9 @@
 //! - a crash loop (≥ 2 restarts with a non-zero last exit) → `failed`, unless the pod's
 //!   restartPolicy is OnFailure (restarts are then the point);
 //! - phase Running and Ready → `running`; Running but not Ready, and Pending → `pending`;
-//! - Succeeded → `terminated` for Pod and Job, `running` for Deployment/StatefulSet (their
-//!   controller replaces the pod, the host stays);
+//! - Succeeded → `stopped` for Pod and Job (the host exited but its pod is still there, so
+//!   a return or cancel still has something to remove; `terminated` always means gone),
+//!   `running` for Deployment/StatefulSet (their controller replaces the pod, the host stays);
 //! - Failed → `failed`; Unknown → `unknown`.
 
 use jiff::Timestamp;
@@ -173,7 +174,7 @@ pub fn pod_machine_status(pod: &Pod, kind: ResourceKind) -> (MachineStatus, Opti
         "Pending" => (MachineStatus::Pending, pending_reason(pod)),
         "Succeeded" => match kind {
             ResourceKind::Pod | ResourceKind::Job => (
-                MachineStatus::Terminated,
+                MachineStatus::Stopped,
                 Some("Completed: every container exited 0".into()),
             ),
             ResourceKind::Deployment | ResourceKind::StatefulSet => (
@@ -320,8 +321,8 @@ mod tests {
     #[case::running_ready("Running", true, ResourceKind::Pod, MachineStatus::Running)]
     #[case::running_not_ready("Running", false, ResourceKind::Pod, MachineStatus::Pending)]
     #[case::pending("Pending", false, ResourceKind::Deployment, MachineStatus::Pending)]
-    #[case::succeeded_pod("Succeeded", false, ResourceKind::Pod, MachineStatus::Terminated)]
-    #[case::succeeded_job("Succeeded", false, ResourceKind::Job, MachineStatus::Terminated)]
+    #[case::succeeded_pod("Succeeded", false, ResourceKind::Pod, MachineStatus::Stopped)]
+    #[case::succeeded_job("Succeeded", false, ResourceKind::Job, MachineStatus::Stopped)]
     #[case::succeeded_deployment(
         "Succeeded",
         false,

@@ -27,17 +27,17 @@ pub fn hf_request_status_for_word(word: &str) -> &'static str {
 pub fn hf_machine_result(request_type: RequestType, status: MachineStatus) -> &'static str {
     use MachineStatus::*;
     match request_type {
+        // A stopped machine exited (its pod is still there): not a host any more.
         RequestType::Acquire => match status {
             Running => "succeed",
-            Terminated | Failed => "fail",
-            Pending | Launching | Stopping | Stopped | ShuttingDown | Returned | Unknown => {
-                "executing"
-            }
+            Terminated | Failed | Stopped => "fail",
+            Pending | Launching | Stopping | ShuttingDown | Returned | Unknown => "executing",
         },
+        // Until its object is gone, a machine being returned is still on its way out.
         RequestType::Return => match status {
-            Terminated | Stopped => "succeed",
-            ShuttingDown | Stopping | Pending | Running => "executing",
-            Launching | Returned | Failed | Unknown => "fail",
+            Terminated => "succeed",
+            ShuttingDown | Stopping | Pending | Running | Failed | Stopped => "executing",
+            Launching | Returned | Unknown => "fail",
         },
     }
 }
@@ -97,17 +97,17 @@ mod tests {
     #[case(RequestType::Acquire, MachineStatus::Pending, "executing")]
     #[case(RequestType::Acquire, MachineStatus::Launching, "executing")]
     #[case(RequestType::Acquire, MachineStatus::Terminated, "fail")]
+    #[case::exited_host(RequestType::Acquire, MachineStatus::Stopped, "fail")]
     #[case(RequestType::Acquire, MachineStatus::Failed, "fail")]
     #[case(RequestType::Acquire, MachineStatus::Unknown, "executing")]
-    #[case(RequestType::Acquire, MachineStatus::Stopped, "executing")]
     #[case(RequestType::Return, MachineStatus::Terminated, "succeed")]
-    #[case(RequestType::Return, MachineStatus::Stopped, "succeed")]
+    #[case::exited_host_still_there(RequestType::Return, MachineStatus::Stopped, "executing")]
     #[case(RequestType::Return, MachineStatus::ShuttingDown, "executing")]
     #[case(RequestType::Return, MachineStatus::Stopping, "executing")]
     #[case(RequestType::Return, MachineStatus::Pending, "executing")]
     #[case(RequestType::Return, MachineStatus::Running, "executing")]
     #[case(RequestType::Return, MachineStatus::Unknown, "fail")]
-    #[case(RequestType::Return, MachineStatus::Failed, "fail")]
+    #[case::failed_host_still_there(RequestType::Return, MachineStatus::Failed, "executing")]
     #[case(RequestType::Return, MachineStatus::Returned, "fail")]
     fn machine_result_table(
         #[case] kind: RequestType,

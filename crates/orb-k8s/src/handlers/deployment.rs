@@ -248,6 +248,41 @@ impl WorkloadHandler for DeploymentHandler {
             }
             // Only this Deployment's live pods, and only the incarnations orb was asked about.
             let pods = request_pods(cx.client, record).await?;
+            // A victim whose pod already ended (phase Failed or Succeeded) is no longer one of
+            // the ReplicaSet's pods: it has been replaced, and scaling down would remove a
+            // healthy one. Its leftover object is deleted; the count stays.
+            let ended: Vec<&Pod> = pods
+                .iter()
+                .filter(|p| {
+                    victims.names.contains(&p.name_any())
+                        && victims.is_same_incarnation(p)
+                        && p.metadata.deletion_timestamp.is_none()
+                        && PodRank::of(p).is_none()
+                })
+                .collect();
+            let mut failed_deletes = Vec::new();
+            for pod in &ended {
+                let pod_name = pod.name_any();
+                let params =
+                    DeleteParams {
+                        preconditions: pod.metadata.uid.clone().map(|uid| {
+                            kube::api::Preconditions {
+                                uid: Some(uid),
+                                resource_version: None,
+                            }
+                        }),
+                        ..DeleteParams::default()
+                    };
+                if let Err(e) = deleted_or_gone(pods_api.delete(&pod_name, &params).await)
+                    && !is_conflict(&e)
+                {
+                    failed_deletes.push(MachineFailure {
+                        reason: K8sError::api(format!("deleting the ended pod {pod_name}"), e)
+                            .to_string(),
+                        machine_id: pod_name,
+                    });
+                }
+            }
             let ranks: Vec<PodRank> = pods
                 .iter()
                 .filter(|p| victims.is_same_incarnation(p))
@@ -257,7 +292,7 @@ impl WorkloadHandler for DeploymentHandler {
                 .invalidate("Deployment", &record.namespace, name);
             let plan =
                 plan_deployment_release(name, &ranks, victims.kept.as_deref(), &victims.names);
-            match plan {
+            let result: Result<ReleaseResult, K8sError> = match plan {
                 DeploymentReleasePlan::NothingToDo { already_gone } => Ok(ReleaseResult {
                     released: already_gone,
                     ..ReleaseResult::default()
@@ -351,7 +386,16 @@ impl WorkloadHandler for DeploymentHandler {
                         }
                     }
                 }
-            }
+            };
+            result.map(|mut r| {
+                let refused: Vec<&str> = failed_deletes
+                    .iter()
+                    .map(|f| f.machine_id.as_str())
+                    .collect();
+                r.released.retain(|m| !refused.contains(&m.as_str()));
+                r.failed.extend(failed_deletes);
+                r
+            })
         })
     }
 

@@ -102,6 +102,7 @@ impl WorkloadHandler for StatefulSetHandler {
         victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>> {
         // Ordinals are the identity of a StatefulSet's hosts; the plan works on names.
+        let full_return = victims.kept.as_ref().is_some_and(|k| k.is_empty());
         let kept = victims.kept.clone().unwrap_or_default();
         let victims = victims.names;
         Box::pin(async move {
@@ -131,7 +132,14 @@ impl WorkloadHandler for StatefulSetHandler {
                     });
                 };
                 let replicas = current.spec.replicas.unwrap_or(1).max(0) as u32;
-                match plan_statefulset_release(name, replicas, &victims, &failed)? {
+                // Nothing of the request kept: the whole set goes, whatever ordinals are
+                // named (one may be between a loss and its recreation right now).
+                let plan = if full_return {
+                    StatefulSetReleasePlan::DeleteStatefulSet
+                } else {
+                    plan_statefulset_release(name, replicas, &victims, &failed)?
+                };
+                match plan {
                     StatefulSetReleasePlan::NothingToDo { already_gone } => {
                         return Ok(ReleaseResult {
                             released: already_gone,

@@ -276,3 +276,36 @@ async fn deployment_release_aborts_without_scaling_when_half_the_marks_fail() {
     );
     assert_eq!(live_pods(&h, &req).await, all);
 }
+
+/// A return that gives up (failed, or past its deadline) clears the victim mark it left on a
+/// Deployment pod, so the next scale-down does not take a pod nobody named.
+#[tokio::test]
+async fn an_abandoned_deployment_return_clears_its_victim_marks() {
+    use kube::api::{Patch, PatchParams};
+    use orb_core::provider::{AbandonInput, Provider};
+    let h = harness("deploy-abandon", json!({})).await;
+    let t = template("svc", Some(ProviderApi::Deployment));
+    let (req, outcome) = acquire(&h, &t, 2).await;
+    let report = wait_verdict(&h, &status_input(&req, &t, 2, &outcome), "fulfilled").await;
+    let all = ids_with(&report, MachineStatus::Running);
+    let pods: Api<Pod> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    let mark =
+        json!({"metadata": {"annotations": {orb_k8s::release_plan::POD_DELETION_COST: "-9999"}}});
+    pods.patch(&all[0], &PatchParams::default(), &Patch::Merge(&mark))
+        .await
+        .unwrap();
+    h.provider
+        .abandon_release(AbandonInput {
+            machines: vec![machine_ref(&req, &all[0], &outcome, "Deployment")],
+        })
+        .await
+        .unwrap();
+    let pod = pods.get(&all[0]).await.unwrap();
+    assert!(
+        !pod.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(orb_k8s::release_plan::POD_DELETION_COST),
+        "the mark is gone"
+    );
+}

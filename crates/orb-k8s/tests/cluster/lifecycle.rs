@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::ListParams;
 use kube_fixture::{Check, wait_for};
+use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{AcquireInput, CancelInput, Provider, ProviderError};
 use orb_core::template::ProviderApi;
@@ -24,16 +25,36 @@ async fn an_unschedulable_pod_times_out_from_creation_and_is_deleted() {
     let h = harness("timeout-pod", json!({"pod_timeout_seconds": 2})).await;
     let t = unschedulable("stuck", ProviderApi::Pod);
     let (req, outcome) = acquire(&h, &t, 1).await;
-    let report = wait_verdict(&h, &status_input(&req, &t, 1, &outcome), "failed").await;
+    let input = status_input(&req, &t, 1, &outcome);
+    let report = wait_verdict(&h, &input, "failed").await;
     let m = &report.machines[0];
-    assert_eq!(m.status, MachineStatus::Terminated);
+    assert_eq!(
+        m.status,
+        MachineStatus::Failed,
+        "timed out, and its pod not gone yet"
+    );
     let reason = m.status_reason.clone().unwrap();
     assert!(
         reason.contains("timed out") && reason.contains("Unschedulable"),
         "{reason}"
     );
+    let Verdict::Failed { reason } = &report.verdict else {
+        unreachable!()
+    };
+    assert!(
+        reason.contains("timed out") && reason.contains("Unschedulable"),
+        "the request's failure names the cause: {reason}"
+    );
     assert_eq!(report.fulfilled, 0, "a timed-out pod is never capacity");
     wait_live_pods(&h, &req, &[]).await;
+    let mut after = input.clone();
+    after.machines = vec![machine_ref(&req, &m.machine_id, &outcome, "Pod")];
+    let gone = h.provider.status(after).await.unwrap();
+    assert_eq!(
+        gone.machines[0].status,
+        MachineStatus::Terminated,
+        "deleted: gone"
+    );
 }
 
 #[tokio::test]
@@ -73,7 +94,7 @@ async fn timed_out_pods_are_kept_when_delete_timed_out_pods_is_off() {
     let t = unschedulable("stuck", ProviderApi::Pod);
     let (req, outcome) = acquire(&h, &t, 1).await;
     let report = wait_verdict(&h, &status_input(&req, &t, 1, &outcome), "failed").await;
-    assert_eq!(report.machines[0].status, MachineStatus::Terminated);
+    assert_eq!(report.machines[0].status, MachineStatus::Failed);
     assert_eq!(
         live_pods(&h, &req).await,
         outcome.resource_ids,

@@ -1,7 +1,7 @@
 //! Folding what the provider saw into stored machines.
 
 use jiff::Timestamp;
-use orb_core::machine::Machine;
+use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::MachineObservation;
 use orb_core::request::Request;
 
@@ -48,8 +48,17 @@ pub(super) fn machine_from_observation(
         machine.launch_time = None;
     }
     machine.name = observation.name.clone();
+    // A failed machine whose pod then goes keeps why it failed: "gone" alone would hide it.
+    let failure = (machine.status == MachineStatus::Failed
+        && observation.status == MachineStatus::Terminated)
+        .then(|| machine.status_reason.clone())
+        .flatten();
     machine.status = observation.status;
-    machine.status_reason = observation.status_reason.clone();
+    machine.status_reason = match (failure, &observation.status_reason) {
+        (Some(failed), Some(now)) => Some(format!("{failed}; then {now}")),
+        (Some(failed), None) => Some(failed),
+        (None, now) => now.clone(),
+    };
     // Keep what we learned earlier when a later read is less complete.
     machine.private_ip = observation.private_ip.clone().or(machine.private_ip);
     machine.public_ip = observation.public_ip.clone().or(machine.public_ip);
@@ -75,7 +84,6 @@ pub(super) fn machine_from_observation(
 mod tests {
     use super::*;
     use orb_core::ids::RequestId;
-    use orb_core::machine::MachineStatus;
     use orb_core::request::RequestType;
 
     fn t(s: i64) -> Timestamp {
@@ -126,6 +134,22 @@ mod tests {
         );
         assert_eq!(m.created_at, t(5));
         assert_eq!(m.updated_at, t(9));
+    }
+
+    #[test]
+    fn a_failed_machine_that_goes_keeps_why_it_failed() {
+        let r = request();
+        let mut failed = MachineObservation::new("orb-x-0000", MachineStatus::Failed);
+        failed.status_reason = Some("timed out: pending for more than 300s".into());
+        let stored = machine_from_observation(&failed, &r, None, t(5));
+        let mut gone = MachineObservation::new("orb-x-0000", MachineStatus::Terminated);
+        gone.status_reason = Some("the pod no longer exists".into());
+        let m = machine_from_observation(&gone, &r, Some(&stored), t(9));
+        assert_eq!(m.status, MachineStatus::Terminated);
+        assert_eq!(
+            m.status_reason.as_deref(),
+            Some("timed out: pending for more than 300s; then the pod no longer exists")
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ impl Broker {
         let named = !selectors.is_empty();
         for m in candidates.iter().filter(|m| {
             (!m.status.is_live() && (named || m.launch_time.is_some()))
-                || m.status == MachineStatus::Failed
+                || matches!(m.status, MachineStatus::Failed | MachineStatus::Stopped)
         }) {
             found.insert(
                 m.machine_id.clone(),
@@ -68,7 +68,10 @@ impl Broker {
         }
         let live: Vec<Machine> = candidates
             .into_iter()
-            .filter(|m| m.status.is_live() && m.status != MachineStatus::Failed)
+            .filter(|m| {
+                m.status.is_live()
+                    && !matches!(m.status, MachineStatus::Failed | MachineStatus::Stopped)
+            })
             .collect();
         let mut note = None;
         if !live.is_empty() {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use orb_core::hostfactory::input::MachineSelector;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent, Verdict};
-use orb_core::machine::Machine;
+use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::{ProviderError, ReleaseInput};
 use orb_core::request::{Request, RequestType};
 use orb_store::MachineFilter;
@@ -52,18 +52,23 @@ impl Broker {
                 "{request_id} is a return request; pass the acquire request (req-…) whose machines should go back"
             )));
         }
-        let machines = self
+        // Gone machines go too: the provider answers "already gone" for them, and whatever
+        // of the request is still there (a failed Job's object) is removed with them.
+        let machines: Vec<Machine> = self
             .store
             .list_machines(&MachineFilter {
                 request_id: Some(request_id.clone()),
-                live_only: true,
                 not_returning: true,
                 ..Default::default()
             })
-            .await?;
+            .await?
+            .into_iter()
+            .filter(|m| m.status != MachineStatus::Returned)
+            .collect();
         if machines.is_empty() {
             return Err(BrokerError::UnknownMachines(format!(
-                "request {request_id} has no live machines that are not already being returned"
+                "request {request_id} has no machines that are not already being returned; \
+                 `orb requests cancel {request_id}` deletes anything still labelled with it"
             )));
         }
         let selectors: Vec<_> = machines
@@ -131,9 +136,12 @@ impl Broker {
                 detail.join(", ")
             )));
         }
+        // Every named machine orb has not seen returned goes to the provider, gone ones
+        // included: it removes what is still there (a pod that exited, the Job of a lost
+        // host) and answers "already gone" for the rest.
         let to_release: Vec<Machine> = machines
             .iter()
-            .filter(|m| m.status.is_live())
+            .filter(|m| m.status != MachineStatus::Returned)
             .cloned()
             .collect();
         let provider = if to_release.is_empty() {
