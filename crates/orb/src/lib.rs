@@ -12,3 +12,4 @@ pub mod provider_factory;
 pub mod render;
 pub mod scripts;
 pub mod serve;
+pub mod template_checks;

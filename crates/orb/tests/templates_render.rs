@@ -273,8 +273,34 @@ fn render_refuses_high_risk_fields_and_warn_mode_lets_them_through() {
         "{err}"
     );
 
-    let warned = env.run_env(
+    // With the native spec hatch on, reject mode cannot be switched off (seed 002's kill
+    // switch would mean nothing): the configuration itself is refused.
+    let refused = env.run_env(
         &["templates", "render", "risky"],
+        "ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS",
+        "false",
+    );
+    assert_eq!(exit(&refused), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(
+            "reject_high_risk_pod_fields (from env ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): the \
+             native spec escape hatch is on while high-risk pod fields are only logged"
+        ),
+        "{}",
+        stderr(&refused)
+    );
+
+    // Warn mode on the typed path: the operator's explicit opt-out lets the field through
+    // with a warning.
+    let typed = Env::new(false);
+    typed.write_templates(&json!({"templates": [
+        {"template_id": "node-agent", "provider_api": "Deployment", "image_id": "busybox:1.36",
+         "pod_spec_override": {"hostNetwork": true}}
+    ]}));
+    let out = typed.run(&["templates", "render", "node-agent"]);
+    assert_eq!(exit(&out), Some(2), "{}", stderr(&out));
+    let warned = typed.run_env(
+        &["templates", "render", "node-agent"],
         "ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS",
         "false",
     );
