@@ -258,6 +258,10 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     )
 )]
 pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, Problem> {
+    if !state.metrics().enabled() {
+        let text = state.metrics().encode().unwrap_or_default();
+        return Ok(([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text));
+    }
     let requests = state
         .broker()
         .store
