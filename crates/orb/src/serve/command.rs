@@ -131,6 +131,14 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         eprintln!("warning: {warning}");
     }
     let auth_source = auth_plan.as_ref().map(|plan| plan.switched_on_by);
+    if auth_plan.as_ref().is_some_and(|plan| plan.implicit_default) {
+        eprintln!(
+            "orb serve: no role mapping configured, so every caller the TokenReview accepts is \
+             a {} (read only); map service accounts to operator in config.json serve.auth.roles \
+             or with --auth-role WHO=operator to let them request machines",
+            auth_config::DEFAULT_ROLE.as_str()
+        );
+    }
     let auth = match auth_plan {
         Some(plan) => Some(authenticator(plan, kubernetes.as_ref()).await?),
         None => None,
