@@ -111,6 +111,16 @@ fn kubernetes_checks(k8s: &orb_k8s::K8sProvider) -> Vec<(String, Check)> {
                 detail: Some(detail),
             },
         ));
+    } else if !k8s.config().watch_enabled {
+        checks.push((
+            "watch_cache".to_string(),
+            Check {
+                status: OK.into(),
+                detail: Some(
+                    "off (watch_enabled=false): every status read LISTs the request's pods".into(),
+                ),
+            },
+        ));
     }
     checks.push(circuit_breakers_check(&k8s.circuit_states()));
     checks
