@@ -101,14 +101,16 @@ fn check_field(
     match parent.get(key) {
         None | Some(Value::Null) => Ok(()),
         Some(found) if found == expected => Ok(()),
-        Some(found) => Err(NativeSpecError::Invariant {
-            template_id: template_id.to_string(),
-            api: identity.api,
-            path: path.to_string(),
-            found: found.to_string(),
-            expected: expected.to_string(),
-            why,
-        }),
+        Some(found) => Err(NativeSpecError::Invariant(Box::new(
+            super::InvariantBreach {
+                template_id: template_id.to_string(),
+                api: identity.api,
+                path: path.to_string(),
+                found: found.to_string(),
+                expected: expected.to_string(),
+                why,
+            },
+        ))),
     }
 }
 

@@ -173,19 +173,8 @@ pub enum NativeSpecError {
          remove it to use the built-in default"
     )]
     ReadDefault { path: String, message: String },
-    #[error(
-        "template {template_id:?}: the native spec sets {path} to {found}, but a {api} request \
-         needs {expected} there: {why}; remove {path} from the native spec (or the default \
-         spec override)"
-    )]
-    Invariant {
-        template_id: String,
-        api: ResourceKind,
-        path: String,
-        found: String,
-        expected: String,
-        why: &'static str,
-    },
+    #[error("{0}")]
+    Invariant(Box<InvariantBreach>),
     #[error("template {template_id:?}: {field} is invalid for a native spec: {message}")]
     InvalidTemplateField {
         template_id: String,
@@ -197,6 +186,23 @@ pub enum NativeSpecError {
         template_id: String,
         source: Box<LabelError>,
     },
+}
+
+/// A merged native body that changes one of the typed builders' guard-rails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "template {template_id:?}: the native spec sets {path} to {found}, but a {api} request \
+     needs {expected} there: {why}; remove {path} from the native spec (or the default spec \
+     override)"
+)]
+pub struct InvariantBreach {
+    pub template_id: String,
+    pub api: ResourceKind,
+    /// JSON path of the field, e.g. `spec.parallelism`.
+    pub path: String,
+    pub found: String,
+    pub expected: String,
+    pub why: &'static str,
 }
 
 impl NativeSpecError {

@@ -234,7 +234,7 @@ fn an_overlay_that_breaks_a_typed_invariant_is_refused(
 ) {
     let err = render(&plain_template(spec), api).unwrap_err();
     assert!(
-        matches!(&err, NativeSpecError::Invariant { path: p, found: f, .. } if p == path && f == found),
+        matches!(&err, NativeSpecError::Invariant(b) if b.path == path && b.found == found),
         "{err}"
     );
     assert!(
