@@ -471,8 +471,8 @@ fn validate_server_reports_the_apiservers_acceptance() {
 #[test]
 fn validate_server_reports_the_apiservers_rejection_with_exit_2() {
     let env = Env::new(true);
-    let bad = json!({"template_id": "bad-restart", "provider_api": "Pod", "image_id": "busybox:1.36",
-                     "native_spec": {"spec": {"restartPolicy": "Sometimes"}}});
+    let bad = json!({"template_id": "bad-dns", "provider_api": "Pod", "image_id": "busybox:1.36",
+                     "native_spec": {"spec": {"dnsPolicy": "Sometimes"}}});
     let file = env.file("bad.json", vec![bad, seed_deployment()]);
     let out = env.run(&["templates", "validate", "--server", "-f", &file]);
     assert_eq!(exit(&out), Some(2), "{}", stderr(&out));
@@ -482,7 +482,7 @@ fn validate_server_reports_the_apiservers_rejection_with_exit_2() {
     assert!(
         problems.contains("the apiserver rejected Pod")
             && problems.contains("422 Invalid")
-            && problems.contains("spec.restartPolicy"),
+            && problems.contains("spec.dnsPolicy"),
         "{problems}"
     );
     let rejected = &reply["server"][0];
