@@ -559,3 +559,28 @@ fn typed_templates_of_every_kind_render_and_pass_the_server_dry_run() {
         ]
     );
 }
+
+/// The provider configuration's warnings are never dropped: validate and render print them.
+#[test]
+fn validate_and_render_print_the_provider_configs_warnings() {
+    let env = Env::new(false);
+    let config_file = env.config_dir().join("config.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_file).unwrap()).unwrap();
+    config["providers"][0]["config"]["namespaces"] = json!(["batch"]);
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let warning = "namespace \"default\" is ignored because namespaces [\"batch\"]";
+    let out = env.run(&["templates", "validate"]);
+    assert!(stderr(&out).contains(warning), "{}", stderr(&out));
+    assert!(
+        json_of(&out)["warnings"]
+            .to_string()
+            .contains("is ignored because namespaces"),
+        "{}",
+        stdout(&out)
+    );
+    let out = env.run(&["templates", "render", "plain"]);
+    assert_eq!(exit(&out), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains(warning), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["metadata"]["namespace"], "batch");
+}

@@ -266,6 +266,9 @@ async fn validate(session: &Session, server: bool) -> CliResult<Output> {
         .filter(|w| !w.contains("cannot be read"))
         .cloned()
         .collect();
+    if let Some(target) = &target {
+        warnings.extend(target.config_warnings().iter().cloned());
+    }
     let mut server_verdicts = Vec::new();
     for template in &catalog.templates {
         let id = &template.template_id;
@@ -399,7 +402,12 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
         }
         t
     })?;
-    let mut stderr = vec![format!(
+    let mut stderr: Vec<String> = target
+        .config_warnings()
+        .iter()
+        .map(|w| format!("warning: {w}"))
+        .collect();
+    stderr.push(format!(
         "note: {} {} built by the {} path for request {PREVIEW_REQUEST_ID} (a placeholder); \
          a real request gets its own id and names",
         rendered.bodies.len(),
@@ -409,7 +417,7 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
             "bodies"
         },
         rendered.path.as_str(),
-    )];
+    ));
     stderr.extend(rendered.warnings.iter().map(|w| format!("warning: {w}")));
     Ok(Output {
         stdout,

@@ -22,6 +22,8 @@ use crate::provider_factory::KUBERNETES_TYPES;
 /// native spec context an acquire gets.
 pub(crate) struct K8sTarget {
     provider: K8sProvider,
+    /// The provider configuration's own warnings, printed with the command's output.
+    warnings: Vec<String>,
 }
 
 impl K8sTarget {
@@ -45,10 +47,20 @@ impl K8sTarget {
             .map_err(|e| misconfigured(e.to_string()))?;
         let application_enabled = app_native_spec_enabled(&loaded.config.other)
             .map_err(|e| Failure::invalid(format!("{label}: {e}")))?;
+        let warnings = resolved
+            .warnings
+            .iter()
+            .map(|w| format!("provider {:?}: {w}", entry.name))
+            .collect();
         let provider = K8sProvider::new(resolved)
             .map_err(|e| misconfigured(e.to_string()))?
             .with_native_spec_context(application_enabled, Some(config_dir.to_path_buf()));
-        Ok(Some(Self { provider }))
+        Ok(Some(Self { provider, warnings }))
+    }
+
+    /// The provider configuration's warnings (e.g. an ignored `namespace`), never dropped.
+    pub(crate) fn config_warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The provider, built exactly as for an acquire (its client is built on first use).
