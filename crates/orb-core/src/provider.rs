@@ -250,4 +250,14 @@ pub trait Provider: Send + Sync {
 
     /// Report machines the cluster removed or is about to remove on its own.
     fn reclaims(&self, input: ReclaimQuery) -> ProviderFuture<'_, Vec<ReclaimNotice>>;
+
+    /// Every check an acquire of `count` machines of `template` makes before its first call
+    /// to the cluster, without making one. `orb templates validate` and the template listings
+    /// ask it, and the broker asks it before storing a request, so a template that passes is
+    /// never refused later for a reason visible up front. Returns the warnings the acquire
+    /// would log; `Err` is always [`ProviderError::Rejected`]. The default checks nothing.
+    fn check_acquire(&self, template: &Template, count: u32) -> Result<Vec<String>, ProviderError> {
+        let _ = (template, count);
+        Ok(Vec::new())
+    }
 }

@@ -270,7 +270,7 @@ fn config_merge(c: &mut Criterion) {
     let overrides = TemplateOverrides {
         template_id: "gpu-worker".into(),
         values: object(json!({
-            "namespace": "hpc-gpu",
+            "emit_legacy_labels": false,
             "default_node_selector": {"accelerator": "a100"},
             "pod_timeout_seconds": 1200,
             "naming": {"max_pod_name_len": 50}

@@ -57,10 +57,13 @@ where
 impl K8sProvider {
     pub(crate) async fn cancel_inner(&self, input: CancelInput) -> Result<CancelOutcome, K8sError> {
         let record = RequestRecord::from_value(&input.provider_data);
+        // Without bookkeeping, the namespace an acquire of a template without its own
+        // namespace would have used: the configured one, else the detected one (the
+        // service-account namespace in-cluster), never a hard-coded `default`.
         let namespace = record
             .as_ref()
             .map(|r| r.namespace.clone())
-            .unwrap_or_else(|| self.config().default_namespace("default"));
+            .unwrap_or_else(|| self.config().default_namespace(self.detected_namespace()));
         let prefix = record
             .as_ref()
             .map(|r| r.label_prefix.clone())

@@ -192,9 +192,11 @@ impl K8sProvider {
             source: Box::new(source),
             warnings: Vec::new(),
         };
-        let config = self.effective_config(Some(template)).map_err(early)?;
+        let (config, config_warnings) = self
+            .effective_config_with_warnings(Some(template))
+            .map_err(early)?;
         let namespace = self.target_namespace(&config, template).map_err(early)?;
-        let workload = final_workload(
+        let mut workload = final_workload(
             &FinalBodyRequest {
                 template,
                 config: &config,
@@ -205,7 +207,14 @@ impl K8sProvider {
                 config_dir: self.native_spec_config_dir(),
             },
             kind_of(template),
-        )?;
+        )
+        .map_err(|mut failure| {
+            failure
+                .warnings
+                .splice(0..0, config_warnings.iter().cloned());
+            failure
+        })?;
+        workload.warnings.splice(0..0, config_warnings);
         Ok(PlannedAcquire {
             workload,
             namespace,
@@ -215,6 +224,16 @@ impl K8sProvider {
 
     pub fn config(&self) -> &K8sProviderConfig {
         &self.resolved.config
+    }
+
+    /// The operator's departures from the secure defaults (reject mode or the audit off, the
+    /// native spec hatch on), each naming where it was set; `orb serve` prints them at start.
+    pub fn security_opt_outs(&self) -> Vec<String> {
+        self.resolved
+            .security_opt_outs
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     /// The namespace used when neither the config nor a template names one.
@@ -384,24 +403,43 @@ impl K8sProvider {
             .await
     }
 
-    /// The provider config with the template's `provider_config` overrides applied.
+    /// The provider config with the template's `provider_config` overrides applied (only the
+    /// keys a template may override; any other key refuses the template).
     pub fn effective_config(
         &self,
         template: Option<&Template>,
     ) -> Result<K8sProviderConfig, K8sError> {
+        self.effective_config_with_warnings(template)
+            .map(|(config, _)| config)
+    }
+
+    /// [`Self::effective_config`] and the warnings the template's overrides add to the
+    /// provider's own (which were reported when the provider was built).
+    pub fn effective_config_with_warnings(
+        &self,
+        template: Option<&Template>,
+    ) -> Result<(K8sProviderConfig, Vec<String>), K8sError> {
         let Some(template) = template else {
-            return Ok(self.resolved.config.clone());
+            return Ok((self.resolved.config.clone(), Vec::new()));
         };
         match &template.provider_config {
-            None | Some(Value::Null) => Ok(self.resolved.config.clone()),
-            Some(Value::Object(values)) => self
-                .resolved
-                .for_template(&TemplateOverrides {
-                    template_id: template.template_id.clone(),
-                    values: values.clone(),
-                })
-                .map(|r| r.config)
-                .map_err(K8sError::TemplateConfig),
+            None | Some(Value::Null) => Ok((self.resolved.config.clone(), Vec::new())),
+            Some(Value::Object(values)) => {
+                let resolved = self
+                    .resolved
+                    .for_template(&TemplateOverrides {
+                        template_id: template.template_id.clone(),
+                        values: values.clone(),
+                    })
+                    .map_err(K8sError::TemplateConfig)?;
+                let added = resolved
+                    .warnings
+                    .iter()
+                    .filter(|w| !self.resolved.warnings.contains(w))
+                    .map(|w| format!("template {:?} providerConfig: {w}", template.template_id))
+                    .collect();
+                Ok((resolved.config, added))
+            }
             Some(other) => Err(K8sError::Refused(format!(
                 "template {:?}: provider_config must be an object of provider settings, got {other}",
                 template.template_id
@@ -607,6 +645,12 @@ impl Provider for K8sProvider {
 
     fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome> {
         Box::pin(async move { self.cancel_inner(input).await.map_err(ProviderError::from) })
+    }
+
+    fn check_acquire(&self, template: &Template, count: u32) -> Result<Vec<String>, ProviderError> {
+        self.final_workload_for(template, crate::native_spec::PREVIEW_REQUEST_ID, count)
+            .map(|planned| planned.workload.warnings)
+            .map_err(|failure| ProviderError::from(*failure.source))
     }
 
     fn reclaims(&self, input: ReclaimQuery) -> ProviderFuture<'_, Vec<ReclaimNotice>> {

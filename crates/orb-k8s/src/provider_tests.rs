@@ -129,3 +129,62 @@ async fn an_unreadable_kubeconfig_is_a_configuration_problem_naming_the_file() {
         "{err:?}"
     );
 }
+
+/// The settings that shape `orb serve`'s watch cache and the status cache reach them: the
+/// cache is built from the provider exactly as configured (defaults included).
+#[rstest]
+#[case::defaults(json!({}), Some((600, None)), Some(5_000))]
+#[case::set(json!({"stale_cache_timeout_seconds": 42, "periodic_resync_interval_seconds": 7,
+    "controller_status_cache_ttl_seconds": 2.5}), Some((42, Some(7))), Some(2_500))]
+#[case::watch_off_and_no_status_cache(json!({"watch_enabled": false,
+    "controller_status_cache_ttl_seconds": 0}), None, None)]
+#[tokio::test]
+async fn cache_settings_are_wired_from_the_config(
+    #[case] settings: Value,
+    #[case] watch: Option<(u64, Option<u64>)>,
+    #[case] status_ttl_ms: Option<u64>,
+) {
+    let p = provider(settings);
+    let cache = crate::daemon::PodCache::for_provider(&p);
+    assert_eq!(
+        cache.as_ref().map(|c| (
+            c.stale_after().as_secs(),
+            c.resync_every().map(|d| d.as_secs())
+        )),
+        watch
+    );
+    if let Some(cache) = cache {
+        assert_eq!(cache.scope(), &p.watch_scope());
+    }
+    assert_eq!(
+        p.status_cache.ttl().map(|d| d.as_millis() as u64),
+        status_ttl_ms
+    );
+}
+
+/// A template whose providerConfig switches the audit off is refused by the provider itself
+/// too (not only at load), naming the key; a per-template naming warning is kept.
+#[tokio::test]
+async fn the_provider_refuses_operator_keys_in_a_template_and_keeps_its_warnings() {
+    use orb_core::provider::Provider;
+    let p = provider(json!({}));
+    let mut t = template(None, Some(json!({"audit_high_risk_pod_fields": false})));
+    t.container_image = Some("busybox:1.36".into());
+    t.pod_spec_override =
+        Some(json!({"containers": [{"name": "orb", "securityContext": {"privileged": true}}]}));
+    let err = p.check_acquire(&t, 1).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("may not override \"audit_high_risk_pod_fields\""),
+        "{err}"
+    );
+    t.provider_config = Some(json!({"naming": {"max_pod_name_len": 63, "max_job_name_len": 60}}));
+    t.pod_spec_override = None;
+    let warnings = p.check_acquire(&t, 1).unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("template \"t\" providerConfig: naming.max_job_name_len")),
+        "{warnings:?}"
+    );
+}

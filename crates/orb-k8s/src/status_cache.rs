@@ -32,6 +32,11 @@ impl ControllerStatusCache {
         }
     }
 
+    /// How long a settled state is reused; `None` when caching is off.
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl
+    }
+
     fn key(kind: &str, namespace: &str, name: &str) -> (String, String, String) {
         (kind.to_string(), namespace.to_string(), name.to_string())
     }

@@ -305,11 +305,11 @@ async fn server_dry_run_reports_the_apiservers_rejection_of_an_invalid_field() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("native-dry-bad").await;
     let template = seed_template(json!({
-        "template_id": "bad-restart",
+        "template_id": "bad-dns",
         "provider_api": "Pod",
         "image_id": "busybox:1.36",
         "namespace": ns.name(),
-        "native_spec": {"spec": {"restartPolicy": "Sometimes"}}
+        "native_spec": {"spec": {"dnsPolicy": "Sometimes"}}
     }));
     let body = render(&template, ResourceKind::Pod, &request_id(), 1);
     let verdict = server_dry_run(&cluster.client, &body)
@@ -325,7 +325,7 @@ async fn server_dry_run_reports_the_apiservers_rejection_of_an_invalid_field() {
     };
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
     assert!(
-        message.contains("spec.restartPolicy") && message.contains("Sometimes"),
+        message.contains("spec.dnsPolicy") && message.contains("Sometimes"),
         "{message}"
     );
     let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns.name())

@@ -164,16 +164,23 @@ async fn the_cache_follows_creates_updates_and_deletes() {
     task.await.unwrap();
 }
 
+/// `periodic_resync_interval_seconds` from the provider config reaches the cache `orb serve`
+/// builds ([`PodCache::for_provider`]) and relists at that interval.
 #[tokio::test]
 async fn the_periodic_resync_relists_at_its_interval() {
-    let h = harness("cache-resync", json!({})).await;
+    let h = harness(
+        "cache-resync",
+        json!({"periodic_resync_interval_seconds": 1}),
+    )
+    .await;
     let ns = h.ns.name().to_string();
     let api: Api<Pod> = Api::namespaced(h.cluster.client.clone(), &ns);
     api.create(&PostParams::default(), &managed_pod("p", "req-r"))
         .await
         .unwrap();
-    let metrics = K8sMetrics::new();
-    let cache = new_cache(&ns, Some(Duration::from_secs(1)), &metrics);
+    let metrics = h.provider.metrics().clone();
+    let cache =
+        Arc::new(PodCache::for_provider(&h.provider).expect("watch_enabled defaults to true"));
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(cache.clone().run(h.cluster.client.clone(), stopped));
     wait_for("two periodic resyncs", WAIT, || async {
@@ -312,19 +319,16 @@ async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
     task.await.unwrap();
 }
 
+/// `stale_cache_timeout_seconds` from the provider config decides when the cache `orb serve`
+/// builds stops answering.
 #[tokio::test]
 async fn reads_fall_back_to_list_while_the_watch_fails_past_the_stale_timeout() {
-    let h = harness("cache-stale", json!({})).await;
+    let h = harness("cache-stale", json!({"stale_cache_timeout_seconds": 1})).await;
     let ns = h.ns.name().to_string();
     let proxy = FaultProxy::start(&h.cluster).await;
     let metrics = h.provider.metrics().clone();
-    let cache = Arc::new(PodCache::new(
-        "orb.io",
-        NamespaceScope::Single(ns.clone()),
-        Duration::from_secs(1),
-        None,
-        metrics.clone(),
-    ));
+    let cache = Arc::new(PodCache::for_provider(&h.provider).expect("the watch is on"));
+    assert_eq!(cache.stale_after(), Duration::from_secs(1));
     assert!(h.provider.attach_pod_cache(cache.clone()));
     let (stop, stopped) = watch::channel(false);
     // The cache goes through the proxy; the provider's own LISTs do not.

@@ -93,11 +93,33 @@ pub struct Catalog {
     pub templates: Vec<Template>,
     /// Templates that could not be read, and spelling warnings; shown on stderr.
     pub warnings: Vec<String>,
+    /// Templates refused at load (a provider override they may not set), with the reason.
+    /// They are never listed, served or acquired.
+    pub refused: Vec<RefusedTemplate>,
+}
+
+/// A template the loader refused, and why (template, key and who may set it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedTemplate {
+    pub template_id: String,
+    pub reason: String,
 }
 
 impl Catalog {
     pub fn get(&self, template_id: &str) -> Option<&Template> {
         self.templates.iter().find(|t| t.template_id == template_id)
+    }
+
+    /// The warnings and the refusals, for stderr and the log.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = self.warnings.clone();
+        notes.extend(self.refused.iter().map(|r| r.reason.clone()));
+        notes
+    }
+
+    /// Why `template_id` was refused at load, if it was.
+    pub fn refusal(&self, template_id: &str) -> Option<&RefusedTemplate> {
+        self.refused.iter().find(|r| r.template_id == template_id)
     }
 
     pub fn ids(&self) -> String {
@@ -139,6 +161,7 @@ pub fn load_catalog_from(path: &Path, provider: &ProviderEntry) -> CliResult<Cat
         file: Some(path.to_path_buf()),
         ..Default::default()
     };
+    let kubernetes = crate::provider_factory::is_kubernetes(provider);
     for entry in parsed.entries {
         match entry {
             Ok(normalized) => {
@@ -149,12 +172,40 @@ pub fn load_catalog_from(path: &Path, provider: &ProviderEntry) -> CliResult<Cat
                         .into_iter()
                         .map(|w| format!("template {id:?}: {w}")),
                 );
-                catalog.templates.push(normalized.template);
+                match kubernetes
+                    .then(|| override_refusal(&normalized.template))
+                    .flatten()
+                {
+                    Some(reason) => catalog.refused.push(RefusedTemplate {
+                        template_id: id,
+                        reason,
+                    }),
+                    None => catalog.templates.push(normalized.template),
+                }
             }
             Err(e) => catalog.warnings.push(e.to_string()),
         }
     }
     Ok(catalog)
+}
+
+/// Why the Kubernetes provider refuses `template` at load: provider settings in its
+/// `providerConfig` that only the operator may set (or a `providerConfig` that is not an
+/// object). Every offending key is named, with who may set it.
+pub fn override_refusal(template: &Template) -> Option<String> {
+    let config = template.provider_config.as_ref()?;
+    let problems = orb_k8s::config::template_override_problems(&template.template_id, config);
+    (!problems.is_empty()).then(|| {
+        format!(
+            "template {:?} is refused: {}",
+            template.template_id,
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    })
 }
 
 pub fn load_catalog(dirs: &Dirs, provider: &ProviderEntry) -> CliResult<Catalog> {

@@ -13,3 +13,4 @@ pub mod provider_factory;
 pub mod render;
 pub mod scripts;
 pub mod serve;
+pub mod template_checks;

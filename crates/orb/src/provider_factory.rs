@@ -22,6 +22,11 @@ pub struct ProviderContext {
 /// Provider types the config may name, for messages and `orb init`.
 pub const KUBERNETES_TYPES: &[&str] = &["k8s", "kubernetes"];
 
+/// Whether `entry` configures the Kubernetes provider.
+pub fn is_kubernetes(entry: &ProviderEntry) -> bool {
+    KUBERNETES_TYPES.contains(&entry.provider_type.trim().to_ascii_lowercase().as_str())
+}
+
 /// [`build_provider_for_app`] with no application-level sections: every application
 /// setting at its default (config.json `native_spec.enabled` counts as true).
 pub fn build_provider(

@@ -151,7 +151,7 @@ fn hostfactory_template_list_is_the_documented_reply() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     insta::assert_json_snapshot!("hf_templates_list", json_of(&out));
     assert!(
-        stderr(&out).contains("template \"broken\" is skipped"),
+        stderr(&out).contains("template \"broken\" is not advertised"),
         "{}",
         stderr(&out)
     );

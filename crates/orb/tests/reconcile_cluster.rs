@@ -512,3 +512,53 @@ async fn of_two_replicas_one_leads_runs_the_gc_and_hands_over_when_it_stops() {
     .await;
     standby_daemon.shutdown().await;
 }
+
+/// `orphan_gc_enabled` (default false) really decides whether orb serve runs the GC: two
+/// daemons configured alike except for it, each with an old orphan and auto cleanup on;
+/// the enabled one deletes its orphan, the other never touches (or even counts) its own.
+#[tokio::test]
+async fn orphan_gc_runs_only_when_orphan_gc_enabled() {
+    let cluster = TestCluster::connect().await;
+    let ns_on = cluster.namespace("gc-on").await;
+    let ns_off = cluster.namespace("gc-off").await;
+    let common = json!({"auto_cleanup_orphans": true, "orphan_gc_interval_seconds": 1,
+                        "orphan_min_age_seconds": 0});
+    let mut on_settings = common.clone();
+    on_settings["orphan_gc_enabled"] = json!(true);
+    let on = setup(&cluster, &ns_on, "gc-on", on_settings, None).await;
+    let off = setup(&cluster, &ns_off, "gc-off", common, None).await;
+    assert!(
+        !off.provider.config().orphan_gc_enabled,
+        "the default is off"
+    );
+    create_pod(&cluster.client, ns_on.name(), "orphan", labels(None, true)).await;
+    create_pod(&cluster.client, ns_off.name(), "orphan", labels(None, true)).await;
+    let daemon_off = daemon(&off).await;
+    let daemon_on = daemon(&on).await;
+    wait_for(
+        "the enabled GC to delete its orphan",
+        Duration::from_secs(60),
+        || async {
+            match orphan_count(&on.provider, "pod", "deleted") {
+                0 => Check::NotYet("not yet".into()),
+                n => Check::Done(n),
+            }
+        },
+    )
+    .await;
+    // The disabled daemon has been running at least as long, with the same interval.
+    assert!(
+        off.provider.is_leader(),
+        "it leads, so only the setting kept the GC away"
+    );
+    assert_eq!(orphan_count(&off.provider, "pod", "deleted"), 0);
+    assert_eq!(orphan_count(&off.provider, "pod", "reported"), 0);
+    assert!(
+        names_in(&cluster.client, ns_off.name())
+            .await
+            .contains("orphan"),
+        "the orphan of the disabled GC is still there"
+    );
+    daemon_on.shutdown().await;
+    daemon_off.shutdown().await;
+}

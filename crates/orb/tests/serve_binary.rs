@@ -102,12 +102,12 @@ fn an_address_in_use_is_refused_with_the_fix() {
 #[test]
 fn auth_flags_are_checked_before_anything_starts() {
     let root = config_root();
-    let out = orb(&root, &["serve", "--auth-token-review"])
+    let out = orb(&root, &["serve", "--auth-role", "a:b=operator"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("needs at least one --auth-role"), "{err}");
+    assert!(err.contains("need inbound auth on"), "{err}");
     let out = orb(
         &root,
         &["serve", "--auth-token-review", "--auth-role", "a:b=root"],
@@ -117,4 +117,85 @@ fn auth_flags_are_checked_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("\"root\" is not known"), "{err}");
+}
+
+/// A Kubernetes provider whose `config` is `provider_config` (never contacted: every test
+/// here fails or finishes before a cluster is needed).
+fn kubernetes_root(provider_config: serde_json::Value) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let mut block = json!({"namespace": "orb", "in_cluster": false,
+                           "kubeconfig_path": "/nonexistent/kubeconfig"});
+    for (k, v) in provider_config.as_object().unwrap() {
+        block[k] = v.clone();
+    }
+    std::fs::write(
+        config.join("config.json"),
+        json!({"providers": [{"name": "k8s", "type": "k8s", "config": block}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("k8s_templates.json"),
+        r#"{"templates": [{"templateId": "worker", "maxNumber": 3, "imageId": "busybox:1.36"}]}"#,
+    )
+    .unwrap();
+    root
+}
+
+const PREFIX_21: &str = "abcdefghijklmnopqrstu";
+
+/// Seed 001: the config raises at start-up. `orb serve` with a 21-character naming.prefix
+/// exits non-zero with the problem on stderr, and never listens.
+#[test]
+fn serve_with_an_invalid_provider_config_exits_non_zero_with_every_problem() {
+    let root = kubernetes_root(json!({"naming": {"prefix": PREFIX_21}, "label_prefix": "Bad"}));
+    let out = orb(&root, &["serve", "--listen", "127.0.0.1:0", "--no-socket"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("orb serve cannot start")
+            && err.contains("invalid Kubernetes provider configuration (2 problems)")
+            && err.contains(&format!(
+                "naming.prefix (from file {}",
+                root.path().join("config/config.json").display()
+            ))
+            && err.contains("has 21 characters, more than the 20 allowed")
+            && err.contains("label_prefix"),
+        "{err}"
+    );
+    assert!(!err.contains("listening"), "{err}");
+}
+
+/// The same for the environment, and for the CLI commands that need the provider.
+#[test]
+fn cli_commands_needing_the_provider_refuse_an_invalid_config_too() {
+    let root = kubernetes_root(json!({}));
+    for args in [
+        &["machines", "request", "worker", "1"][..],
+        &["templates", "list"][..],
+        &["templates", "validate"][..],
+        &[
+            "requests",
+            "status",
+            "req-00000000-0000-4000-8000-000000000000",
+        ][..],
+        &["--scheduler", "hostfactory", "templates", "list"][..],
+    ] {
+        let out = orb(&root, args)
+            .env("ORB_K8S_NAMING__PREFIX", PREFIX_21)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("naming.prefix (from env ORB_K8S_NAMING__PREFIX)")
+                && err.contains("has 21 characters"),
+            "{args:?}: {err}"
+        );
+    }
+    // The configuration is refused before the store is even opened: nothing half-created.
+    assert!(!root.path().join("work/orb.db").exists());
 }

@@ -153,8 +153,8 @@ async fn inbound_auth_enabled_in_config_checks_service_account_tokens_with_confi
 }
 
 #[tokio::test]
-async fn the_environment_variable_turns_auth_on_and_missing_roles_are_refused_with_the_fix() {
-    let (root, _ns, _cluster) = orb_root("serve-env-auth", |config, _| {
+async fn the_environment_variable_turns_auth_on_and_alone_makes_callers_viewers() {
+    let (root, ns, cluster) = orb_root("serve-env-auth", |config, _| {
         config["serve"] = json!({"auth": {"default_role": "viewer"}});
     })
     .await;
@@ -170,22 +170,36 @@ async fn the_environment_variable_turns_auth_on_and_missing_roles_are_refused_wi
     assert_eq!(code, 401);
     drop(serve);
 
-    // Auth on, but nobody could ever be let in.
+    // Seed 001's cheat sheet sets ORB_K8S_INBOUND_AUTH_ENABLED and nothing else: no role
+    // mapping at all. orb serve starts, says so, and every authenticated caller is a viewer.
     let file = root.path().join("config/config.json");
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     config.as_object_mut().unwrap().remove("serve");
     std::fs::write(&file, config.to_string()).unwrap();
-    let out = orb(root.path())
-        .env("ORB_K8S_INBOUND_AUTH_ENABLED", "true")
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns.name());
+    let anyone = token_for(&accounts, "anyone").await;
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_INBOUND_AUTH_ENABLED", "true");
+    let serve = Serve::start(command);
     assert!(
-        err.contains("inbound_auth_enabled needs at least one --auth-role")
-            && err.contains("serve.auth.roles"),
-        "{err}"
+        serve.startup.contains("no role mapping configured")
+            && serve.startup.contains("is a viewer (read only)"),
+        "{}",
+        serve.startup
+    );
+    let (code, _) = serve.tcp("GET", "/api/v1/requests", None, "");
+    assert_eq!(code, 401, "a token is still needed");
+    let (code, body) = serve.tcp("GET", "/api/v1/requests", Some(&anyone), "");
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = serve.tcp(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&anyone),
+        r#"{"template_id": "x", "count": 1}"#,
+    );
+    assert_eq!(
+        code, 403,
+        "requesting needs an explicit operator role: {body}"
     );
 }
 
@@ -226,4 +240,50 @@ async fn serve_refuses_an_older_apiserver_and_readyz_reports_the_version() {
         "{report}"
     );
     assert!(code == 200 || code == 503, "{body}");
+}
+
+/// The operator's opt-out of reject mode is said at every start, with where it was set.
+#[tokio::test]
+async fn serve_reports_the_security_opt_outs_at_start() {
+    let (root, _ns, _cluster) = orb_root("serve-optout", |_, _| {}).await;
+    let plain = Serve::start(orb(root.path()));
+    assert!(!plain.startup.contains("SECURITY"), "{}", plain.startup);
+    drop(plain);
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS", "false");
+    let serve = Serve::start(command);
+    assert!(
+        serve.startup.contains(
+            "orb serve: reject_high_risk_pod_fields (from env \
+             ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): SECURITY opt-out: reject mode is off"
+        ),
+        "{}",
+        serve.startup
+    );
+}
+
+/// Seed 001: `metrics_enabled=false` disables metric emission entirely.
+#[tokio::test]
+async fn metrics_enabled_false_turns_the_metrics_off() {
+    let (root, _ns, _cluster) = orb_root("serve-metrics", |_, _| {}).await;
+    let on = Serve::start(orb(root.path()));
+    let (code, body) = on.tcp("GET", "/metrics", None, "");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("orb_k8s_circuit_breaker_state") && body.contains("orb_requests"),
+        "{body}"
+    );
+    drop(on);
+
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_METRICS_ENABLED", "false");
+    let off = Serve::start(command);
+    let (code, body) = off.tcp("GET", "/metrics", None, "");
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("orb_"), "no series at all: {body}");
+    assert!(
+        body.contains("metrics are disabled") && body.contains("ORB_K8S_METRICS_ENABLED"),
+        "{body}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
 }

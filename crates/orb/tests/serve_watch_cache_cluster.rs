@@ -84,3 +84,41 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
     );
     server.stop();
 }
+
+/// `watch_enabled=false`: no watch cache runs, every status read LISTs, and `/readyz`
+/// says so; requests still complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_enabled_false_runs_no_cache_and_status_still_works() {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve-nowatch").await;
+    let root = install(
+        &ns,
+        "kube",
+        &cluster.kubeconfig,
+        json!({"watch_enabled": false}),
+    );
+    let server = Server::start(root.path(), None);
+    let (code, view) = server.call(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&json!({"template_id": "worker", "count": 2})),
+    );
+    assert_eq!(code, 202, "{view}");
+    let id = view["request"]["request_id"].as_str().unwrap().to_string();
+    let done = server.wait_finished(&id, Duration::from_secs(90)).await;
+    assert_eq!(done["request"]["status"], "complete", "{done}");
+    let text = metrics(&server);
+    assert_eq!(sample(&text, "orb_k8s_cache_serving "), Some(0.0), "{text}");
+    assert_eq!(
+        sample(&text, "orb_k8s_status_reads_total{reason=\"cache\"}"),
+        None,
+        "no read may come from a cache that does not run: {text}"
+    );
+    let (_, ready) = server.call("GET", "/readyz", None);
+    let detail = ready["checks"]["watch_cache"]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(detail.starts_with("off (watch_enabled=false)"), "{ready}");
+    server.stop();
+}

@@ -273,8 +273,34 @@ fn render_refuses_high_risk_fields_and_warn_mode_lets_them_through() {
         "{err}"
     );
 
-    let warned = env.run_env(
+    // With the native spec hatch on, reject mode cannot be switched off (seed 002's kill
+    // switch would mean nothing): the configuration itself is refused.
+    let refused = env.run_env(
         &["templates", "render", "risky"],
+        "ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS",
+        "false",
+    );
+    assert_eq!(exit(&refused), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(
+            "reject_high_risk_pod_fields (from env ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): the \
+             native spec escape hatch is on while high-risk pod fields are only logged"
+        ),
+        "{}",
+        stderr(&refused)
+    );
+
+    // Warn mode on the typed path: the operator's explicit opt-out lets the field through
+    // with a warning.
+    let typed = Env::new(false);
+    typed.write_templates(&json!({"templates": [
+        {"template_id": "node-agent", "provider_api": "Deployment", "image_id": "busybox:1.36",
+         "pod_spec_override": {"hostNetwork": true}}
+    ]}));
+    let out = typed.run(&["templates", "render", "node-agent"]);
+    assert_eq!(exit(&out), Some(2), "{}", stderr(&out));
+    let warned = typed.run_env(
+        &["templates", "render", "node-agent"],
         "ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS",
         "false",
     );
@@ -445,8 +471,8 @@ fn validate_server_reports_the_apiservers_acceptance() {
 #[test]
 fn validate_server_reports_the_apiservers_rejection_with_exit_2() {
     let env = Env::new(true);
-    let bad = json!({"template_id": "bad-restart", "provider_api": "Pod", "image_id": "busybox:1.36",
-                     "native_spec": {"spec": {"restartPolicy": "Sometimes"}}});
+    let bad = json!({"template_id": "bad-dns", "provider_api": "Pod", "image_id": "busybox:1.36",
+                     "native_spec": {"spec": {"dnsPolicy": "Sometimes"}}});
     let file = env.file("bad.json", vec![bad, seed_deployment()]);
     let out = env.run(&["templates", "validate", "--server", "-f", &file]);
     assert_eq!(exit(&out), Some(2), "{}", stderr(&out));
@@ -456,7 +482,7 @@ fn validate_server_reports_the_apiservers_rejection_with_exit_2() {
     assert!(
         problems.contains("the apiserver rejected Pod")
             && problems.contains("422 Invalid")
-            && problems.contains("spec.restartPolicy"),
+            && problems.contains("spec.dnsPolicy"),
         "{problems}"
     );
     let rejected = &reply["server"][0];
@@ -532,4 +558,29 @@ fn typed_templates_of_every_kind_render_and_pass_the_server_dry_run() {
             accepted("Job")
         ]
     );
+}
+
+/// The provider configuration's warnings are never dropped: validate and render print them.
+#[test]
+fn validate_and_render_print_the_provider_configs_warnings() {
+    let env = Env::new(false);
+    let config_file = env.config_dir().join("config.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_file).unwrap()).unwrap();
+    config["providers"][0]["config"]["namespaces"] = json!(["batch"]);
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let warning = "namespace \"default\" is ignored because namespaces [\"batch\"]";
+    let out = env.run(&["templates", "validate"]);
+    assert!(stderr(&out).contains(warning), "{}", stderr(&out));
+    assert!(
+        json_of(&out)["warnings"]
+            .to_string()
+            .contains("is ignored because namespaces"),
+        "{}",
+        stdout(&out)
+    );
+    let out = env.run(&["templates", "render", "plain"]);
+    assert_eq!(exit(&out), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains(warning), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["metadata"]["namespace"], "batch");
 }

@@ -52,10 +52,14 @@ impl Template {
                 "templateId",
                 "must not be empty; give the template a unique id such as \"worker-small\"".into(),
             );
-        } else if id.chars().any(|c| c.is_whitespace() || c == '/') {
+        } else if let Some(problem) = label_value_problem(id) {
+            // The id is stamped on every object as the template-id label.
             push(
                 "templateId",
-                format!("{id:?} contains whitespace or '/'; use letters, digits, '-', '_' or '.'"),
+                format!(
+                    "{id:?} {problem}; it becomes a label value, so use at most 63 letters, \
+                     digits, '-', '_' or '.', starting and ending with a letter or digit"
+                ),
             );
         }
         let has_native = self.native_spec.is_some() || self.native_spec_path.is_some();
@@ -108,20 +112,33 @@ impl Template {
             ("parallelism", self.parallelism),
         ] {
             match value {
-                Some(0) => push(field, "must be greater than 0".into()),
                 Some(_) if api != ProviderApi::Job => push(
                     field,
                     format!(
                         "only applies to providerApi Job, not {api}; remove it or switch to Job"
                     ),
                 ),
-                _ => {}
+                // Seed 000: parallelism = completions = the requested count, always.
+                Some(n) => push(
+                    field,
+                    format!(
+                        "is {n}, but orb sizes every Job from the request: completions = \
+                         parallelism = the number of machines asked for; remove {field}"
+                    ),
+                ),
+                None => {}
             }
         }
-        if api == ProviderApi::Job && self.restart_policy == Some(RestartPolicy::Always) {
+        if api == ProviderApi::Job
+            && let Some(policy @ (RestartPolicy::Always | RestartPolicy::OnFailure)) =
+                self.restart_policy
+        {
             push(
                 "restartPolicy",
-                "Always is not allowed for a Job; use Never (the default) or OnFailure".into(),
+                format!(
+                    "{policy:?} is not allowed for a Job: orb owns retries (backoffLimit 0), so \
+                     its pods use Never; remove restartPolicy or set it to Never"
+                ),
             );
         }
         if let Some(secs) = self.termination_grace_period_seconds
@@ -182,6 +199,25 @@ impl Template {
             push("nativeSpec", "must be an object (a workload body)".into());
         }
         out
+    }
+}
+
+/// Why `value` is not a Kubernetes label value (apimachinery `IsValidLabelValue`), if it is
+/// not: at most 63 characters of letters, digits, '-', '_' and '.', alphanumeric at both ends.
+fn label_value_problem(value: &str) -> Option<&'static str> {
+    let chars_ok = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ends_ok = value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if value.len() > 63 {
+        Some("is longer than 63 characters")
+    } else if !chars_ok {
+        Some("contains characters other than letters, digits, '-', '_' and '.'")
+    } else if !ends_ok {
+        Some("does not start and end with a letter or digit")
+    } else {
+        None
     }
 }
 
@@ -250,8 +286,16 @@ mod tests {
     #[case::upper_namespace(json!({"templateId": "w", "imageId": "i", "namespaces": ["Batch"]}), "namespaces")]
     #[case::bad_cpu(json!({"templateId": "w", "imageId": "i", "resourceLimits": {"cpu": "fast"}}), "resourceLimits")]
     #[case::completions_zero(json!({"templateId": "w", "imageId": "i", "providerApi": "Job", "completions": 0}), "completions")]
+    #[case::completions_on_a_job(json!({"templateId": "w", "imageId": "i", "providerApi": "Job", "completions": 3}), "completions")]
+    #[case::parallelism_on_a_job(json!({"templateId": "w", "imageId": "i", "providerApi": "Job", "parallelism": 1}), "parallelism")]
     #[case::completions_on_pod(json!({"templateId": "w", "imageId": "i", "parallelism": 2}), "parallelism")]
     #[case::job_always(json!({"templateId": "w", "imageId": "i", "providerApi": "Job", "restartPolicy": "Always"}), "restartPolicy")]
+    #[case::job_on_failure(json!({"templateId": "w", "imageId": "i", "providerApi": "Job", "restartPolicy": "OnFailure"}), "restartPolicy")]
+    #[case::id_with_space(json!({"templateId": "my worker", "imageId": "i"}), "templateId")]
+    #[case::id_with_slash(json!({"templateId": "a/b", "imageId": "i"}), "templateId")]
+    #[case::id_too_long(json!({"templateId": "w".repeat(64), "imageId": "i"}), "templateId")]
+    #[case::id_ending_in_dash(json!({"templateId": "worker-", "imageId": "i"}), "templateId")]
+    #[case::id_with_colon(json!({"templateId": "gpu:a100", "imageId": "i"}), "templateId")]
     #[case::negative_grace(json!({"templateId": "w", "imageId": "i", "terminationGracePeriodSeconds": -1}), "terminationGracePeriodSeconds")]
     #[case::zero_deadline(json!({"templateId": "w", "imageId": "i", "activeDeadlineSeconds": 0}), "activeDeadlineSeconds")]
     #[case::bad_attribute(json!({"templateId": "w", "imageId": "i", "attributes": {"ncpus": 4}}), "attributes")]

@@ -18,7 +18,8 @@ pub struct FileLayer {
     pub block: Map<String, Value>,
 }
 
-/// Per-template overrides: the same keys as the file block, scoped to one template.
+/// Per-template overrides: a closed subset of the file block's keys
+/// ([`super::template_keys::PER_TEMPLATE_KEYS`]), scoped to one template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TemplateOverrides {
     pub template_id: String,
@@ -166,10 +167,21 @@ pub(crate) fn flatten_file(file: &FileLayer) -> Flattened {
     out
 }
 
+/// A template's overrides: keys on the closed per-template list are applied like file keys;
+/// any other provider key is refused (see [`super::template_keys`]) and not applied.
 pub(crate) fn flatten_template(template: &TemplateOverrides) -> Flattened {
     let mut out = Flattened::default();
     let origin = Origin::template(&template.template_id);
-    flatten_object(&template.values, None, &origin, &mut out);
+    let refused =
+        super::template_keys::refused_template_keys(&template.template_id, &template.values);
+    let allowed: Map<String, Value> = template
+        .values
+        .iter()
+        .filter(|(key, _)| !refused.iter().any(|issue| issue.fields[0].field == **key))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    out.issues.extend(refused);
+    flatten_object(&allowed, None, &origin, &mut out);
     out
 }
 

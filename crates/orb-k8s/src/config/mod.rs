@@ -1,5 +1,6 @@
 //! Kubernetes provider configuration (seed 001): every field with its default, three sources
-//! applied in the documented order (file < `ORB_K8S_*` env < template overrides), the origin of
+//! applied in the documented order (file < `ORB_K8S_*` env < template overrides, a closed list
+//! of per-template keys), the origin of
 //! every value, validation that reports every problem with its source and fix, auth decisions
 //! and the `orb config show` renderer.
 //!
@@ -32,6 +33,7 @@ pub mod render;
 mod resolve;
 mod rules;
 pub mod schema;
+pub mod template_keys;
 pub mod version;
 
 #[cfg(test)]
@@ -54,4 +56,5 @@ pub use model::{
 pub use pod_defaults::{PodPlacement, apply_pod_defaults};
 pub use render::{OutputFormat, render_effective};
 pub use resolve::{ConfigLayers, ResolvedConfig, resolve_config};
+pub use template_keys::{PER_TEMPLATE_KEYS, PerTemplateKey, template_override_problems};
 pub use version::{KubernetesVersion, VersionError};

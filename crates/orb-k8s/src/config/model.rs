@@ -212,7 +212,13 @@ impl K8sProviderConfig {
     /// auto-detected value (service-account namespace in-cluster, else `default`; see
     /// [`super::auth::resolve_default_namespace`]).
     pub fn default_namespace(&self, detected: &str) -> String {
-        if let Some(ns) = &self.namespace {
+        // `namespaces` wins: a `namespace` outside an explicit list is ignored (with a
+        // warning at load, see the config rules).
+        let listed = |ns: &String| match self.namespaces.as_deref() {
+            Some(list) if !list.is_empty() && list[0] != ALL_NAMESPACES => list.contains(ns),
+            _ => true,
+        };
+        if let Some(ns) = self.namespace.as_ref().filter(|ns| listed(ns)) {
             return ns.clone();
         }
         match self.namespaces.as_deref() {
@@ -306,6 +312,8 @@ mod tests {
 
     #[rstest]
     #[case::explicit_namespace_wins(Some("orb"), Some(&["a", "orb"][..]), "orb")]
+    #[case::namespaces_win_over_an_unlisted_namespace(Some("orb"), Some(&["team-a", "team-b"][..]), "team-a")]
+    #[case::cluster_wide_uses_the_namespace(Some("orb"), Some(&["*"][..]), "orb")]
     #[case::first_of_the_list(None, Some(&["a", "b"][..]), "a")]
     #[case::cluster_wide_uses_detected(None, Some(&["*"][..]), "detected")]
     #[case::nothing_set_uses_detected(None, None, "detected")]

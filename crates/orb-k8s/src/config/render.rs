@@ -172,10 +172,13 @@ fn table(resolved: &ResolvedConfig, with_origin: bool) -> String {
     }
     // Humans read the table, so the warnings go with it; JSON/YAML keep the file's shape and
     // callers print `ResolvedConfig::warnings` separately.
-    if !resolved.warnings.is_empty() {
+    if !resolved.warnings.is_empty() || !resolved.security_opt_outs.is_empty() {
         out.push('\n');
         for warning in &resolved.warnings {
             let _ = writeln!(out, "WARNING: {warning}");
+        }
+        for opt_out in &resolved.security_opt_outs {
+            let _ = writeln!(out, "NOTE: {opt_out}");
         }
     }
     out
@@ -183,7 +186,8 @@ fn table(resolved: &ResolvedConfig, with_origin: bool) -> String {
 
 /// Renders the effective config. With `with_origin`, every value says where it came from
 /// (default, file path, env var, template id). The table ends with the config's warnings, one
-/// `WARNING: …` line each; JSON and YAML contain only the config. Output ends with a newline.
+/// `WARNING: …` line each, then the operator's security opt-outs, one `NOTE: …` line each;
+/// JSON and YAML contain only the config. Output ends with a newline.
 pub fn render_effective(
     resolved: &ResolvedConfig,
     format: OutputFormat,

@@ -68,6 +68,10 @@ pub struct ResolvedConfig {
     pub origins: BTreeMap<String, Origin>,
     /// Legal but risky settings; log them at WARN and show them in `orb config show`.
     pub warnings: Vec<ConfigWarning>,
+    /// The operator's departures from the secure defaults (reject mode or the audit off, the
+    /// native spec hatch on), each with its origin: printed at every `orb serve` start and by
+    /// `orb doctor` and `orb config show`.
+    pub security_opt_outs: Vec<ConfigWarning>,
     layers: ConfigLayers,
 }
 
@@ -235,7 +239,9 @@ pub fn resolve_config(
     }
     let mut warnings = effective.warnings;
     warnings.extend(findings.warnings);
+    let security_opt_outs = rules::security_opt_outs(&config, &Origins(&effective.origins));
     Ok(ResolvedConfig {
+        security_opt_outs,
         config,
         origins: effective.origins,
         warnings,

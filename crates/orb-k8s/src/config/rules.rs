@@ -49,6 +49,45 @@ impl Findings {
     }
 }
 
+/// The operator's deliberate departures from the secure defaults (reject mode off, the audit
+/// off, the native spec hatch on). Legal, so not warnings about a mistake, but `orb serve`
+/// prints them at every start and `orb doctor` and `orb config show` list them, each with
+/// where it was set.
+pub(crate) fn security_opt_outs(
+    cfg: &K8sProviderConfig,
+    origins: &Origins<'_>,
+) -> Vec<ConfigWarning> {
+    let mut out = Vec::new();
+    let mut note = |path: &str, message: &str| {
+        out.push(ConfigWarning {
+            fields: vec![origins.field(path)],
+            message: message.to_string(),
+        })
+    };
+    if !cfg.audit_high_risk_pod_fields {
+        note(
+            "audit_high_risk_pod_fields",
+            "SECURITY opt-out: the high-risk pod field audit is off; privileged, hostNetwork, \
+             hostPath and similar pod settings are neither refused nor logged",
+        );
+    } else if !cfg.reject_high_risk_pod_fields {
+        note(
+            "reject_high_risk_pod_fields",
+            "SECURITY opt-out: reject mode is off; high-risk pod fields (privileged, \
+             hostNetwork, hostPath, …) are logged as warnings and the pods are created",
+        );
+    }
+    if cfg.native_spec_enabled {
+        note(
+            "native_spec_enabled",
+            "SECURITY opt-in: the native spec escape hatch is on; templates may submit whole \
+             Kubernetes bodies (the audit in reject mode still checks them) when config.json's \
+             native_spec.enabled is not false",
+        );
+    }
+    out
+}
+
 pub(crate) fn check(cfg: &K8sProviderConfig, origins: &Origins<'_>) -> Findings {
     let mut found = Findings::default();
     check_auth(cfg, origins, &mut found);
@@ -159,14 +198,22 @@ fn check_namespaces(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut 
             );
         }
     }
+    // `namespaces` is the managed list and wins; `namespace` then only picks the default
+    // target among them. Outside the list it cannot be one, so it is ignored, loudly.
     if let Some(ns) = &cfg.namespace
         && !list.contains(ns)
     {
-        found.issues.push(ConfigIssue {
-            fields: vec![origins.field("namespace"), origins.field("namespaces")],
-            problem: format!("namespace {ns:?} is not one of the managed namespaces {list:?}"),
-            fix: format!("add {ns:?} to namespaces, or unset namespace"),
-        });
+        found.warn(
+            origins,
+            &["namespace", "namespaces"],
+            format!(
+                "namespace {ns:?} is ignored because namespaces {list:?} lists the managed \
+                 namespaces and does not include it (namespaces wins); templates without their \
+                 own namespace go to {:?}. Add {ns:?} to namespaces or unset namespace to \
+                 silence this warning",
+                list[0]
+            ),
+        );
     }
 }
 
@@ -356,22 +403,36 @@ fn warn_about_risky_combinations(
     origins: &Origins<'_>,
     found: &mut Findings,
 ) {
-    if cfg.native_spec_enabled && !cfg.reject_high_risk_pod_fields {
-        found.warn(
-            origins,
-            &["native_spec_enabled", "reject_high_risk_pod_fields"],
-            "SECURITY: native specs are enabled while high-risk pod fields are only logged, not \
-             rejected; a template can now submit privileged, hostNetwork or hostPath pods. Set \
-             reject_high_risk_pod_fields=true unless this is intended",
-        );
-    }
+    // The native spec hatch lets a template write any pod field, so the audit in reject mode
+    // is the only thing between a template file and a privileged pod: as in the reference,
+    // the hatch with reject mode off (or the audit off) is refused, not merely warned about.
     if cfg.native_spec_enabled && !cfg.audit_high_risk_pod_fields {
-        found.warn(
-            origins,
-            &["native_spec_enabled", "audit_high_risk_pod_fields"],
-            "SECURITY: native specs are enabled while the pod-spec audit is switched off; \
-             high-risk pod fields go unnoticed. Set audit_high_risk_pod_fields=true",
-        );
+        found.issues.push(ConfigIssue {
+            fields: vec![
+                origins.field("native_spec_enabled"),
+                origins.field("audit_high_risk_pod_fields"),
+            ],
+            problem: "the native spec escape hatch is on while the pod-spec audit is off; a \
+                      template could submit privileged, hostNetwork or hostPath pods unseen"
+                .into(),
+            fix: "set audit_high_risk_pod_fields=true and reject_high_risk_pod_fields=true \
+                  (the defaults), or turn native_spec_enabled off"
+                .into(),
+        });
+    } else if cfg.native_spec_enabled && !cfg.reject_high_risk_pod_fields {
+        found.issues.push(ConfigIssue {
+            fields: vec![
+                origins.field("native_spec_enabled"),
+                origins.field("reject_high_risk_pod_fields"),
+            ],
+            problem: "the native spec escape hatch is on while high-risk pod fields are only \
+                      logged, not refused; a template could submit privileged, hostNetwork or \
+                      hostPath pods"
+                .into(),
+            fix: "set reject_high_risk_pod_fields=true (the default), or turn \
+                  native_spec_enabled off"
+                .into(),
+        });
     }
     if cfg.auto_cleanup_orphans && !cfg.orphan_gc_enabled {
         found.warn(

@@ -56,20 +56,6 @@ pub(super) fn resolve(
     Some("env-ns"),
     Origin::env("ORB_K8S_NAMESPACE")
 )]
-#[case::template_beats_env(
-    Some("file-ns"),
-    Some("env-ns"),
-    Some("tpl-ns"),
-    Some("tpl-ns"),
-    Origin::template("tpl-1")
-)]
-#[case::template_beats_file(
-    Some("file-ns"),
-    None,
-    Some("tpl-ns"),
-    Some("tpl-ns"),
-    Origin::template("tpl-1")
-)]
 #[case::empty_env_unsets_the_file_value(
     Some("file-ns"),
     Some(""),
@@ -93,6 +79,52 @@ fn namespace_precedence(
     let resolved = resolve(file, &env_pairs, overrides).unwrap();
     assert_eq!(resolved.config.namespace.as_deref(), expected);
     assert_eq!(resolved.origin_of("namespace"), &expected_origin);
+}
+
+/// The third source, for a key a template may override.
+#[rstest]
+#[case::template_beats_env(Some(120), Some("240"), Some(900), 900, Origin::template("tpl-1"))]
+#[case::template_beats_file(Some(120), None, Some(900), 900, Origin::template("tpl-1"))]
+#[case::without_template_env_wins(
+    Some(120),
+    Some("240"),
+    None,
+    240,
+    Origin::env("ORB_K8S_POD_TIMEOUT_SECONDS")
+)]
+fn template_overrides_are_the_last_source(
+    #[case] file: Option<u64>,
+    #[case] env_value: Option<&str>,
+    #[case] per_template: Option<u64>,
+    #[case] expected: u64,
+    #[case] expected_origin: Origin,
+) {
+    let file = file.map(|v| json!({ "pod_timeout_seconds": v }));
+    let env_pairs: Vec<(&str, &str)> = env_value
+        .map(|v| ("ORB_K8S_POD_TIMEOUT_SECONDS", v))
+        .into_iter()
+        .collect();
+    let overrides = per_template.map(|v| template("tpl-1", json!({ "pod_timeout_seconds": v })));
+    let resolved = resolve(file, &env_pairs, overrides).unwrap();
+    assert_eq!(resolved.config.pod_timeout_seconds, expected);
+    assert_eq!(resolved.origin_of("pod_timeout_seconds"), &expected_origin);
+}
+
+#[test]
+fn a_template_cannot_move_the_namespace_even_over_the_file() {
+    let errors = resolve(
+        Some(json!({"namespaces": ["orb"]})),
+        &[],
+        Some(template("tpl-1", json!({"namespaces": ["*"]}))),
+    )
+    .unwrap_err();
+    assert_eq!(errors.issues.len(), 1, "{errors}");
+    assert!(
+        errors.issues[0]
+            .to_string()
+            .starts_with("namespaces (from template tpl-1): template \"tpl-1\" may not override"),
+        "{errors}"
+    );
 }
 
 #[rstest]

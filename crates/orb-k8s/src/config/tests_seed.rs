@@ -168,8 +168,7 @@ fn cheat_sheet_variable_changes_the_effective_config(
     assert!(row.ends_with(&format!("env {var}")), "{row}");
 }
 
-/// The whole cheat sheet at once. It lists single- and multi-namespace mode as alternatives;
-/// set together they contradict each other (see the next test), so each mode is loaded once.
+/// The whole cheat sheet with one namespace mode at a time (both at once: the next test).
 #[rstest]
 #[case::single_namespace_mode(("ORB_K8S_NAMESPACE", "orb"), None, Some(vec!["orb"]))]
 #[case::multi_namespace_mode(("ORB_K8S_NAMESPACES", r#"["team-a","team-b"]"#), Some(vec!["team-a", "team-b"]), None)]
@@ -210,22 +209,57 @@ fn whole_cheat_sheet_loads(
     assert_eq!(cfg.naming.prefix, "my-orb");
 }
 
+/// The cheat sheet exactly as the seed prints it: both namespace variables at once. The
+/// list wins, `namespace` is ignored with one warning naming both variables, and reject mode
+/// off is reported as the operator's security opt-out.
 #[test]
-fn both_namespace_modes_at_once_is_refused_naming_both_variables() {
-    let errors = resolve(
-        None,
-        &[
-            ("ORB_K8S_NAMESPACE", "orb"),
-            ("ORB_K8S_NAMESPACES", r#"["team-a","team-b"]"#),
-        ],
-        None,
-    )
-    .unwrap_err();
+fn the_cheat_sheet_as_printed_loads_with_namespaces_winning() {
+    let sheet = [
+        ("ORB_K8S_KUBECONFIG_PATH", "/home/op/.kube/dev"),
+        ("ORB_K8S_CONTEXT", "dev-cluster"),
+        ("ORB_K8S_IN_CLUSTER", "false"),
+        ("ORB_K8S_NAMESPACE", "orb"),
+        ("ORB_K8S_NAMESPACES", r#"["team-a","team-b"]"#),
+        ("ORB_K8S_LABEL_PREFIX", "orb.example.com"),
+        ("ORB_K8S_EMIT_LEGACY_LABELS", "false"),
+        ("ORB_K8S_POD_TIMEOUT_SECONDS", "240"),
+        ("ORB_K8S_DELETE_TIMED_OUT_PODS", "true"),
+        ("ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS", "false"),
+        ("ORB_K8S_ORPHAN_GC_ENABLED", "true"),
+        ("ORB_K8S_AUTO_CLEANUP_ORPHANS", "false"),
+        ("ORB_K8S_PERIODIC_RESYNC_INTERVAL_SECONDS", "180"),
+        ("ORB_K8S_EVENTS_WATCH_ENABLED", "true"),
+        ("ORB_K8S_INBOUND_AUTH_ENABLED", "true"),
+        ("ORB_K8S_NAMING__PREFIX", "my-orb"),
+    ];
+    let resolved = resolve(None, &sheet, None).expect("the cheat sheet loads as printed");
+    let cfg = &resolved.config;
     assert_eq!(
-        errors.issues[0].to_string(),
-        "namespace (from env ORB_K8S_NAMESPACE) and namespaces (from env ORB_K8S_NAMESPACES): \
-         namespace \"orb\" is not one of the managed namespaces [\"team-a\", \"team-b\"]; fix: \
-         add \"orb\" to namespaces, or unset namespace"
+        cfg.namespace_scope("default"),
+        crate::config::NamespaceScope::Multi(vec!["team-a".into(), "team-b".into()])
+    );
+    assert_eq!(cfg.default_namespace("default"), "team-a");
+    let warnings: Vec<String> = resolved.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            "namespace (from env ORB_K8S_NAMESPACE) and namespaces (from env ORB_K8S_NAMESPACES): \
+             namespace \"orb\" is ignored because namespaces [\"team-a\", \"team-b\"]"
+        ),
+        "{warnings:?}"
+    );
+    let opt_outs: Vec<String> = resolved
+        .security_opt_outs
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        opt_outs,
+        vec![
+            "reject_high_risk_pod_fields (from env ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): \
+             SECURITY opt-out: reject mode is off; high-risk pod fields (privileged, \
+             hostNetwork, hostPath, …) are logged as warnings and the pods are created"
+        ]
     );
 }
 
@@ -324,22 +358,26 @@ fn config_show_yaml_without_origin_parses_back() {
 }
 
 #[test]
-fn config_show_table_ends_with_the_warnings() {
+fn config_show_table_ends_with_the_warnings_and_the_opt_outs() {
     let resolved = resolve(
-        Some(json!({"native_spec_enabled": true})),
+        Some(json!({"auto_cleanup_orphans": true})),
         &[("ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS", "false")],
         None,
     )
     .unwrap();
     let table = render_effective(&resolved, OutputFormat::Table, false);
-    let last = table.lines().last().unwrap();
+    let tail: Vec<&str> = table.lines().rev().take(2).collect();
     assert!(
-        last.starts_with(
-            "WARNING: native_spec_enabled (from file /etc/orb/config.json) and \
-             reject_high_risk_pod_fields (from env ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): SECURITY:"
+        tail[1].starts_with("WARNING: auto_cleanup_orphans (from file /etc/orb/config.json)"),
+        "{table}"
+    );
+    assert!(
+        tail[0].starts_with(
+            "NOTE: reject_high_risk_pod_fields (from env ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): \
+             SECURITY opt-out:"
         ),
-        "{last}"
+        "{table}"
     );
     let json = render_effective(&resolved, OutputFormat::Json, false);
-    assert!(!json.contains("WARNING"));
+    assert!(!json.contains("WARNING") && !json.contains("SECURITY"));
 }

@@ -54,8 +54,6 @@ fn assert_message(message: &str, starts_with: &str, problem: &str, fix: &str) {
     "namespaces (from file", "entry \"a\" is listed twice", "list each namespace once")]
 #[case::namespaces_not_a_list(json!({"namespaces": "team-a"}),
     "namespaces (from file", "\"team-a\" is not a list of strings", "[\"team-a\",\"team-b\"]")]
-#[case::namespace_outside_namespaces(json!({"namespace": "orb", "namespaces": ["a", "b"]}),
-    "namespace (from file /etc/orb/config.json) and namespaces (from file", "namespace \"orb\" is not one of the managed namespaces", "add \"orb\" to namespaces")]
 #[case::label_prefix_slash(json!({"label_prefix": "orb.io/x"}),
     "label_prefix (from file", "\"orb.io/x\" is not a valid RFC 1123 subdomain", "without '/' or spaces")]
 #[case::label_prefix_space(json!({"label_prefix": "orb io"}),
@@ -228,8 +226,10 @@ fn env_errors_name_the_variable(
 #[rstest]
 #[case::template_unknown_key(json!({"pod_timeout_secs": 30}),
     "pod_timeout_secs (from template tpl-gpu)", "unknown key 'pod_timeout_secs'", "'pod_timeout_seconds'")]
-#[case::template_bad_namespace(json!({"namespace": "GPU"}),
-    "namespace (from template tpl-gpu)", "\"GPU\" is not a valid namespace name", "\"gpu\"")]
+#[case::template_bad_naming(json!({"naming": {"prefix": "GPU"}}),
+    "naming.prefix (from template tpl-gpu)", "\"GPU\" is not a valid DNS-1123 label segment", "e.g. \"my-orb\"")]
+#[case::template_operator_key(json!({"namespace": "gpu"}),
+    "namespace (from template tpl-gpu)", "may not override \"namespace\"", "ORB_K8S_NAMESPACE")]
 fn template_errors_name_the_template(
     #[case] overrides: Value,
     #[case] starts_with: &str,
@@ -296,15 +296,27 @@ fn warnings_for(block: Value) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn native_spec_without_reject_mode_loads_with_a_loud_warning() {
-    let warnings =
-        warnings_for(json!({"native_spec_enabled": true, "reject_high_risk_pod_fields": false}));
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].starts_with(
-        "native_spec_enabled (from file /etc/orb/config.json) and reject_high_risk_pod_fields (from file /etc/orb/config.json): SECURITY:"
-    ));
-    assert!(warnings[0].contains("Set reject_high_risk_pod_fields=true"));
+/// Seed 002's kill switch stays meaningful only with the audit rejecting: the hatch with
+/// reject mode (or the audit) off is a configuration error, as in the reference.
+#[rstest]
+#[case::reject_off(json!({"native_spec_enabled": true, "reject_high_risk_pod_fields": false}),
+    "native_spec_enabled (from file /etc/orb/config.json) and reject_high_risk_pod_fields (from file /etc/orb/config.json)",
+    "high-risk pod fields are only logged, not refused", "set reject_high_risk_pod_fields=true")]
+#[case::audit_off(json!({"native_spec_enabled": true, "audit_high_risk_pod_fields": false}),
+    "native_spec_enabled (from file /etc/orb/config.json) and audit_high_risk_pod_fields (from file /etc/orb/config.json)",
+    "the pod-spec audit is off", "set audit_high_risk_pod_fields=true")]
+fn native_spec_without_reject_mode_is_a_config_error(
+    #[case] block: Value,
+    #[case] starts_with: &str,
+    #[case] problem: &str,
+    #[case] fix: &str,
+) {
+    assert_message(
+        &only_issue(resolve(Some(block), &[], None)),
+        starts_with,
+        problem,
+        fix,
+    );
 }
 
 #[test]
@@ -314,8 +326,37 @@ fn native_spec_with_reject_mode_has_no_warning() {
 }
 
 #[rstest]
-#[case::native_spec_without_audit(json!({"native_spec_enabled": true, "audit_high_risk_pod_fields": false}),
-    "pod-spec audit is switched off")]
+#[case::defaults(json!({}), &[][..])]
+#[case::reject_off(json!({"reject_high_risk_pod_fields": false}), &["reject_high_risk_pod_fields (from file /etc/orb/config.json): SECURITY opt-out: reject mode is off"][..])]
+#[case::audit_off(json!({"audit_high_risk_pod_fields": false, "reject_high_risk_pod_fields": false}), &["audit_high_risk_pod_fields (from file /etc/orb/config.json): SECURITY opt-out: the high-risk pod field audit is off"][..])]
+#[case::native_on(json!({"native_spec_enabled": true}), &["native_spec_enabled (from file /etc/orb/config.json): SECURITY opt-in: the native spec escape hatch is on"][..])]
+fn operator_opt_outs_are_listed_with_their_origin(#[case] block: Value, #[case] expected: &[&str]) {
+    let resolved = resolve(Some(block), &[], None).expect("opt-outs are legal");
+    let opt_outs: Vec<String> = resolved
+        .security_opt_outs
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(opt_outs.len(), expected.len(), "{opt_outs:?}");
+    for (got, want) in opt_outs.iter().zip(expected) {
+        assert!(got.starts_with(want), "{got}");
+    }
+}
+
+#[test]
+fn a_namespace_outside_namespaces_is_ignored_with_one_warning() {
+    let warnings = warnings_for(json!({"namespace": "orb", "namespaces": ["a", "b"]}));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            "namespace (from file /etc/orb/config.json) and namespaces (from file \
+             /etc/orb/config.json): namespace \"orb\" is ignored because namespaces"
+        ),
+        "{warnings:?}"
+    );
+}
+
+#[rstest]
 #[case::auto_cleanup_without_gc(json!({"auto_cleanup_orphans": true}),
     "auto_cleanup_orphans=true has no effect while orphan_gc_enabled=false")]
 #[case::in_cluster_ignores_kubeconfig(json!({"in_cluster": true, "kubeconfig_path": "/k"}),

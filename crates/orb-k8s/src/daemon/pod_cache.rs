@@ -138,6 +138,38 @@ impl PodCache {
         }
     }
 
+    /// The cache `orb serve` runs for `provider`, exactly as its configuration says: `None`
+    /// with `watch_enabled=false` (status reads then LIST), else the provider's label prefix
+    /// and namespace scope, `stale_cache_timeout_seconds` and
+    /// `periodic_resync_interval_seconds`, counted in the provider's metrics.
+    pub fn for_provider(provider: &crate::K8sProvider) -> Option<Self> {
+        let config = provider.config();
+        config.watch_enabled.then(|| {
+            Self::new(
+                &config.label_prefix,
+                provider.watch_scope(),
+                config.stale_cache_timeout(),
+                config.periodic_resync_interval(),
+                provider.metrics().clone(),
+            )
+        })
+    }
+
+    /// How long a failing loop's last view may still answer reads.
+    pub fn stale_after(&self) -> Duration {
+        self.stale_after
+    }
+
+    /// The periodic full LIST, when on.
+    pub fn resync_every(&self) -> Option<Duration> {
+        self.resync_every
+    }
+
+    /// The namespaces the cache watches.
+    pub fn scope(&self) -> &NamespaceScope {
+        &self.scope
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state
             .read()

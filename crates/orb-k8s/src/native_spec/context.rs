@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
-use orb_core::template::{ResourceSpec, RestartPolicy, Template};
+use orb_core::template::{ResourceSpec, Template};
 use serde_json::{Map, Value, json};
 
 use super::{NativeSpecError, NativeSpecInput};
@@ -32,8 +32,11 @@ pub struct WorkloadIdentity {
     pub pod_labels: BTreeMap<String, String>,
     /// `spec.selector.matchLabels` of a Deployment or StatefulSet.
     pub selector: Option<BTreeMap<String, String>>,
-    /// Deployment/StatefulSet `replicas`, Job `parallelism`; unused for a Pod.
+    /// Deployment/StatefulSet `replicas`, Job `parallelism` and `completions` (always the
+    /// requested count); unused for a Pod.
     pub replicas: u32,
+    /// The pods' `restartPolicy`, exactly as the typed builder sets it.
+    pub restart_policy: &'static str,
     /// Label keys no template may set (see [`LabelKeys::reserved`]).
     pub reserved_label_keys: Vec<String>,
 }
@@ -66,10 +69,6 @@ pub fn workload_identity(
     let keys = LabelKeys::new(&cfg.label_prefix);
     let selector = matches!(api, ResourceKind::Deployment | ResourceKind::StatefulSet)
         .then(|| keys.controller_selector(input.request_id, api));
-    let replicas = match api {
-        ResourceKind::Job => input.template.parallelism.unwrap_or(input.count),
-        _ => input.count,
-    };
     Ok(WorkloadIdentity {
         api,
         name: input.name.to_string(),
@@ -77,7 +76,10 @@ pub fn workload_identity(
         object_labels,
         pod_labels,
         selector,
-        replicas: replicas.max(1),
+        // Seed 000: a Job runs parallelism = completions = the requested count, never the
+        // template's numbers (orb-core refuses templates that set them).
+        replicas: input.count,
+        restart_policy: restart_policy(api, input.template)?,
         reserved_label_keys: keys.reserved().to_vec(),
     })
 }
@@ -115,26 +117,16 @@ fn resources(template: &Template) -> Value {
     Value::Object(out)
 }
 
+/// The typed builder's restart policy (the same function), so both paths agree: a Pod the
+/// template's (Never by default), a Job Never, a controller Always.
 fn restart_policy(api: ResourceKind, template: &Template) -> Result<&'static str, NativeSpecError> {
-    let name = |p: RestartPolicy| match p {
-        RestartPolicy::Always => "Always",
-        RestartPolicy::OnFailure => "OnFailure",
-        RestartPolicy::Never => "Never",
-    };
-    match (api, template.restart_policy) {
-        (ResourceKind::Pod, policy) => Ok(policy.map_or("Never", name)),
-        (ResourceKind::Job, Some(RestartPolicy::Always)) => {
-            Err(NativeSpecError::InvalidTemplateField {
-                template_id: template.template_id.clone(),
-                field: "restart_policy",
-                message: "a Job's pods cannot use restartPolicy Always; use Never (the \
-                          default) or OnFailure"
-                    .into(),
-            })
+    crate::spec::restart_policy_for(template, api).map_err(|e| {
+        NativeSpecError::InvalidTemplateField {
+            template_id: template.template_id.clone(),
+            field: "restart_policy",
+            message: e.to_string(),
         }
-        (ResourceKind::Job, policy) => Ok(policy.map_or("Never", name)),
-        (ResourceKind::Deployment | ResourceKind::StatefulSet, _) => Ok("Always"),
-    }
+    })
 }
 
 fn placement(input: &NativeSpecInput<'_>) -> Result<PodPlacement, NativeSpecError> {
@@ -198,15 +190,19 @@ pub fn build_context(
     )
     .labels;
     let placement = placement(input)?;
-    let completions = match api {
-        ResourceKind::Job => Some(t.completions.unwrap_or(input.count).max(1)),
-        _ => t.completions,
-    };
+    let job_size = (api == ResourceKind::Job).then_some(identity.replicas);
     let service_name = match api {
         ResourceKind::StatefulSet => Some(t.service_name.clone().unwrap_or(identity.name.clone())),
         _ => t.service_name.clone(),
     };
-    let entries: Vec<(&str, Value)> = vec![
+    // As the typed builder: the template's service account, else its machine_role.
+    let service_account = t.service_account.clone().or_else(|| t.machine_role.clone());
+    let pull_secret_refs = placement.image_pull_secret_refs();
+    let first_pull_secret = placement
+        .image_pull_secrets
+        .as_ref()
+        .and_then(|names| names.first().cloned());
+    let mut entries: Vec<(&str, Value)> = vec![
         ("name", json!(identity.name)),
         ("resource_name", json!(identity.name)),
         ("namespace", json!(identity.namespace)),
@@ -231,17 +227,24 @@ pub fn build_context(
         ("args", json!(t.args)),
         ("env", json!(t.environment_variables)),
         ("resources", json!(resources(t))),
+        // The reference broker's names for the same data, so its specs render unchanged.
+        (
+            "resource_requests",
+            json!(resource_map(t.resource_requests.as_ref())),
+        ),
+        (
+            "resource_limits",
+            json!(resource_map(t.resource_limits.as_ref())),
+        ),
+        ("image_pull_secret", json!(first_pull_secret)),
         ("volume_mounts", json!(t.volume_mounts)),
         ("volumes", json!(t.volumes)),
         ("readiness_probe", json!(t.readiness_probe)),
         ("liveness_probe", json!(t.liveness_probe)),
         ("node_selector", json!(placement.node_selector)),
         ("tolerations", json!(to_json(&placement.tolerations))),
-        (
-            "image_pull_secrets",
-            json!(to_json(placement.image_pull_secret_refs())),
-        ),
-        ("service_account", json!(t.service_account)),
+        ("image_pull_secrets", json!(to_json(pull_secret_refs))),
+        ("service_account", json!(service_account)),
         ("runtime_class", json!(t.runtime_class)),
         ("priority_class_name", json!(t.priority_class_name)),
         (
@@ -251,13 +254,10 @@ pub fn build_context(
         ("security_context", json!(t.security_context)),
         ("hostname", json!(t.hostname)),
         ("subdomain", json!(t.subdomain)),
-        ("restart_policy", json!(restart_policy(api, t)?)),
+        ("restart_policy", json!(identity.restart_policy)),
         ("service_name", json!(service_name)),
-        ("completions", json!(completions)),
-        (
-            "parallelism",
-            json!((api == ResourceKind::Job).then_some(identity.replicas)),
-        ),
+        ("completions", json!(job_size)),
+        ("parallelism", json!(job_size)),
         (
             "ttl_seconds_after_finished",
             json!(t.ttl_seconds_after_finished),
@@ -265,11 +265,57 @@ pub fn build_context(
         ("active_deadline_seconds", json!(t.active_deadline_seconds)),
         ("template", json!(to_json(t))),
         ("orb_version", json!(env!("CARGO_PKG_VERSION"))),
+        ("package_name", json!("orb")),
+        ("package_version", json!(env!("CARGO_PKG_VERSION"))),
     ];
-    Ok(Value::Object(
-        entries
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-    ))
+    // `has_<name>` for every optional value, as the reference broker's templates test them:
+    // true when the value is set and not empty.
+    let flags: Vec<(String, Value)> = entries
+        .iter()
+        .filter(|(name, _)| HAS_FLAGS.contains(name))
+        .map(|(name, value)| (format!("has_{name}"), json!(is_set(value))))
+        .collect();
+    let mut context: Map<String, Value> =
+        entries.drain(..).map(|(k, v)| (k.to_string(), v)).collect();
+    context.extend(flags);
+    Ok(Value::Object(context))
+}
+
+/// The optional context values that get a `has_<name>` flag.
+pub const HAS_FLAGS: &[&str] = &[
+    "annotations",
+    "image",
+    "command",
+    "args",
+    "env",
+    "resources",
+    "resource_requests",
+    "resource_limits",
+    "volume_mounts",
+    "volumes",
+    "readiness_probe",
+    "liveness_probe",
+    "node_selector",
+    "tolerations",
+    "image_pull_secret",
+    "image_pull_secrets",
+    "service_account",
+    "runtime_class",
+    "priority_class_name",
+    "termination_grace_period_seconds",
+    "security_context",
+    "hostname",
+    "subdomain",
+    "ttl_seconds_after_finished",
+    "active_deadline_seconds",
+];
+
+fn is_set(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(fields) => !fields.is_empty(),
+        Value::Bool(_) | Value::Number(_) => true,
+    }
 }

@@ -34,18 +34,36 @@ impl NativeSpecDecision {
     }
 }
 
+/// The one `native_spec.merge_mode` orb implements: the operator's spec deep-merged onto
+/// the default (objects recursively, lists replaced, the operator's leaves win).
+pub const MERGE_MODE: &str = "merge";
+
 /// Reads config.json's top-level `native_spec.enabled` from the sections orb-core keeps raw
-/// (`AppConfig::other`). Absent means enabled, so the provider switch alone decides.
+/// (`AppConfig::other`). Absent means enabled, so the provider switch alone decides. A
+/// `merge_mode` other than `"merge"` is refused rather than ignored.
 pub fn app_native_spec_enabled(app_sections: &BTreeMap<String, Value>) -> Result<bool, String> {
     match app_sections.get("native_spec") {
         None | Some(Value::Null) => Ok(true),
-        Some(Value::Object(section)) => match section.get("enabled") {
-            None | Some(Value::Null) => Ok(true),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(other) => Err(format!(
-                "config.json native_spec.enabled must be true or false, got {other}"
-            )),
-        },
+        Some(Value::Object(section)) => {
+            match section.get("merge_mode") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(mode)) if mode == MERGE_MODE => {}
+                Some(other) => {
+                    return Err(format!(
+                        "config.json native_spec.merge_mode {other} is not supported; orb \
+                         implements only \"merge\" (the operator's spec deep-merged onto the \
+                         default), so set \"merge_mode\": \"merge\" or remove it"
+                    ));
+                }
+            }
+            match section.get("enabled") {
+                None | Some(Value::Null) => Ok(true),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(other) => Err(format!(
+                    "config.json native_spec.enabled must be true or false, got {other}"
+                )),
+            }
+        }
         Some(other) => Err(format!(
             "config.json native_spec must be an object such as {{\"enabled\": true}}, got {other}"
         )),
@@ -196,6 +214,8 @@ mod tests {
     #[case::no_enabled_key(json!({"native_spec": {"merge_mode": "merge"}}), Ok(true))]
     #[case::not_a_bool(json!({"native_spec": {"enabled": "yes"}}), Err(()))]
     #[case::not_an_object(json!({"native_spec": true}), Err(()))]
+    #[case::unknown_merge_mode(json!({"native_spec": {"enabled": true, "merge_mode": "replace"}}), Err(()))]
+    #[case::merge_mode_not_text(json!({"native_spec": {"merge_mode": 1}}), Err(()))]
     fn application_switch_from_config_json(
         #[case] sections: Value,
         #[case] expected: Result<bool, ()>,

@@ -1,6 +1,11 @@
 //! Stamping orb's identity onto a merged native body. This runs last, so nothing the operator
 //! writes can remove or fake it: apiVersion/kind, name and namespace, orb's labels (reserved
 //! keys the operator set are dropped first), the controller selector and the replica count.
+//!
+//! Before stamping, the typed builders' invariants are checked on the merged body: the pods'
+//! `restartPolicy`, and for a Job `parallelism = completions = count` and `backoffLimit 0`.
+//! A body (operator spec or default override) that sets one of them to anything else is
+//! refused with the field's path; one that leaves it out gets the typed value.
 
 use std::collections::BTreeMap;
 
@@ -77,7 +82,89 @@ fn check_type_field(
     }
 }
 
-/// Stamps `identity` onto `body` (the merged default + operator object).
+/// Why a body must keep a field at orb's value.
+const RESTART_WHY: &str = "the handlers rely on it (a bare Pod restarts only as its template \
+     says, a Job's pods never restart because orb owns retries, controllers always restart)";
+const JOB_SIZE_WHY: &str = "a Job request makes exactly one pod per requested machine";
+const BACKOFF_WHY: &str = "orb owns retries at the request level; the Job controller must not \
+     restart failed pods";
+
+fn check_field(
+    parent: &Map<String, Value>,
+    key: &str,
+    path: &str,
+    expected: &Value,
+    why: &'static str,
+    identity: &WorkloadIdentity,
+    template_id: &str,
+) -> Result<(), NativeSpecError> {
+    match parent.get(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(found) if found == expected => Ok(()),
+        Some(found) => Err(NativeSpecError::Invariant(Box::new(
+            super::InvariantBreach {
+                template_id: template_id.to_string(),
+                api: identity.api,
+                path: path.to_string(),
+                found: found.to_string(),
+                expected: expected.to_string(),
+                why,
+            },
+        ))),
+    }
+}
+
+/// Refuses a merged body that changes one of the typed builders' invariants (see the module
+/// docs). Shapes are not checked here: [`stamp_identity`] reports a wrong shape.
+pub fn check_invariants(
+    body: &Value,
+    identity: &WorkloadIdentity,
+    template_id: &str,
+) -> Result<(), NativeSpecError> {
+    let (spec_path, pod_spec) = match identity.api {
+        ResourceKind::Pod => ("spec", body.get("spec")),
+        _ => ("spec.template.spec", body.pointer("/spec/template/spec")),
+    };
+    if let Some(Value::Object(pod_spec)) = pod_spec {
+        check_field(
+            pod_spec,
+            "restartPolicy",
+            &format!("{spec_path}.restartPolicy"),
+            &json!(identity.restart_policy),
+            RESTART_WHY,
+            identity,
+            template_id,
+        )?;
+    }
+    if identity.api == ResourceKind::Job
+        && let Some(Value::Object(spec)) = body.get("spec")
+    {
+        for key in ["parallelism", "completions"] {
+            check_field(
+                spec,
+                key,
+                &format!("spec.{key}"),
+                &json!(identity.replicas),
+                JOB_SIZE_WHY,
+                identity,
+                template_id,
+            )?;
+        }
+        check_field(
+            spec,
+            "backoffLimit",
+            "spec.backoffLimit",
+            &json!(0),
+            BACKOFF_WHY,
+            identity,
+            template_id,
+        )?;
+    }
+    Ok(())
+}
+
+/// Stamps `identity` onto `body` (the merged default + operator object), after
+/// [`check_invariants`].
 pub fn stamp_identity(
     body: &mut Value,
     identity: &WorkloadIdentity,
@@ -111,6 +198,8 @@ pub fn stamp_identity(
         template_id,
     )?;
     if api == ResourceKind::Pod {
+        let spec = object_at(root, "spec", "spec", template_id)?;
+        spec.insert("restartPolicy".into(), json!(identity.restart_policy));
         return Ok(());
     }
 
@@ -124,6 +213,8 @@ pub fn stamp_identity(
         }
         ResourceKind::Job => {
             spec.insert("parallelism".into(), json!(identity.replicas));
+            spec.insert("completions".into(), json!(identity.replicas));
+            spec.insert("backoffLimit".into(), json!(0));
             // The apiserver then generates a selector unique to this Job; an operator's
             // selector could adopt pods that are not this request's.
             spec.remove("selector");
@@ -144,5 +235,8 @@ pub fn stamp_identity(
         &identity.pod_labels,
         reserved,
         template_id,
-    )
+    )?;
+    let pod_spec = object_at(pod_template, "spec", "spec.template.spec", template_id)?;
+    pod_spec.insert("restartPolicy".into(), json!(identity.restart_policy));
+    Ok(())
 }

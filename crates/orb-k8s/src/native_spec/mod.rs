@@ -77,8 +77,8 @@ pub struct NativeSpecInput<'a> {
     pub name: &'a str,
     /// Target namespace, already checked against the provider's namespace scope.
     pub namespace: &'a str,
-    /// Machines requested: Deployment/StatefulSet replicas, Job parallelism (unless the
-    /// template sets `parallelism`). A Pod body is one machine; pass the request's count.
+    /// Machines requested: Deployment/StatefulSet replicas, Job parallelism and completions.
+    /// A Pod body is one machine; pass the request's count.
     pub count: u32,
     /// The config directory: `<config_dir>/specs/<api>/default.json` overrides a built-in
     /// default, and a relative `native_spec_path` resolves under it (the working directory
@@ -173,6 +173,8 @@ pub enum NativeSpecError {
          remove it to use the built-in default"
     )]
     ReadDefault { path: String, message: String },
+    #[error("{0}")]
+    Invariant(Box<InvariantBreach>),
     #[error("template {template_id:?}: {field} is invalid for a native spec: {message}")]
     InvalidTemplateField {
         template_id: String,
@@ -184,6 +186,23 @@ pub enum NativeSpecError {
         template_id: String,
         source: Box<LabelError>,
     },
+}
+
+/// A merged native body that changes one of the typed builders' guard-rails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "template {template_id:?}: the native spec sets {path} to {found}, but a {api} request \
+     needs {expected} there: {why}; remove {path} from the native spec (or the default spec \
+     override)"
+)]
+pub struct InvariantBreach {
+    pub template_id: String,
+    pub api: ResourceKind,
+    /// JSON path of the field, e.g. `spec.parallelism`.
+    pub path: String,
+    pub found: String,
+    pub expected: String,
+    pub why: &'static str,
 }
 
 impl NativeSpecError {
@@ -245,6 +264,7 @@ pub fn render_native_body_from(
         deep_merge(&mut body, overlay, ListMerge::Replace);
     }
     normalize::normalize_int_or_percent(&mut body);
+    identity::check_invariants(&body, &identity, template_id)?;
     stamp_identity(&mut body, &identity, template_id)?;
     Ok(body)
 }

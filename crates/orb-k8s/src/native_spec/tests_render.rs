@@ -110,10 +110,7 @@ fn minimal_template_renders_valid_bodies(#[case] api: ResourceKind) {
     } else {
         &body["spec"]["template"]["spec"]
     };
-    assert_eq!(
-        pod_spec["containers"][0],
-        json!({"name": "orb", "resources": {}})
-    );
+    assert_eq!(pod_spec["containers"][0], json!({"name": "orb"}));
 }
 
 #[rstest]
@@ -125,10 +122,11 @@ fn the_operator_cannot_remove_or_fake_orbs_identity(#[case] api: ResourceKind) {
     let forged = json!({"orb.io/request-id": "req-someone-else", "orb.io/managed": null,
                         "orb.io/machine-id": "stolen", "symphony/open-resource-broker-reqid": "x",
                         "team": "hpc"});
+    // (A Job's parallelism is refused rather than overwritten: see the invariants test.)
     let template = plain_template(json!({
         "metadata": {"name": "mine", "generateName": "mine-", "namespace": "kube-system", "labels": forged},
         "spec": {
-            "replicas": 99, "parallelism": 99,
+            "replicas": 99,
             "selector": {"matchLabels": {"app": "everything"}}, "manualSelector": true,
             "template": {"metadata": {"labels": forged}}
         }
@@ -202,7 +200,7 @@ fn custom_label_prefix_and_no_legacy_label() {
 }
 
 #[test]
-fn operator_lists_replace_defaults_and_null_removes_a_default() {
+fn operator_lists_replace_defaults_and_null_removes_a_default_but_not_the_restart_policy() {
     let template = plain_template(json!({
         "spec": {
             "restartPolicy": null,
@@ -212,8 +210,51 @@ fn operator_lists_replace_defaults_and_null_removes_a_default() {
     let body = render(&template, ResourceKind::Pod).unwrap();
     assert_eq!(
         body["spec"],
-        json!({"containers": [{"name": "app", "image": "busybox:1.36", "args": ["--replicas", "3"]}]})
+        json!({"containers": [{"name": "app", "image": "busybox:1.36", "args": ["--replicas", "3"]}],
+               "restartPolicy": "Never"})
     );
+}
+
+/// Seed 000's Job invariants and every kind's restart policy hold after the merge: a native
+/// spec that changes one is refused with the field's path.
+#[rstest]
+#[case::job_parallelism(ResourceKind::Job, json!({"spec": {"parallelism": 10}}), "spec.parallelism", "10")]
+#[case::job_completions(ResourceKind::Job, json!({"spec": {"completions": 1}}), "spec.completions", "1")]
+#[case::job_backoff(ResourceKind::Job, json!({"spec": {"backoffLimit": 6}}), "spec.backoffLimit", "6")]
+#[case::job_restart(ResourceKind::Job, json!({"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}}),
+    "spec.template.spec.restartPolicy", "\"OnFailure\"")]
+#[case::pod_restart(ResourceKind::Pod, json!({"spec": {"restartPolicy": "Always"}}), "spec.restartPolicy", "\"Always\"")]
+#[case::deployment_restart(ResourceKind::Deployment, json!({"spec": {"template": {"spec": {"restartPolicy": "Never"}}}}),
+    "spec.template.spec.restartPolicy", "\"Never\"")]
+fn an_overlay_that_breaks_a_typed_invariant_is_refused(
+    #[case] api: ResourceKind,
+    #[case] spec: Value,
+    #[case] path: &str,
+    #[case] found: &str,
+) {
+    let err = render(&plain_template(spec), api).unwrap_err();
+    assert!(
+        matches!(&err, NativeSpecError::Invariant(b) if b.path == path && b.found == found),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("remove {path} from the native spec")),
+        "{err}"
+    );
+}
+
+#[rstest]
+#[case::same_values(json!({"spec": {"parallelism": 3, "completions": 3, "backoffLimit": 0,
+    "template": {"spec": {"restartPolicy": "Never"}}}}))]
+#[case::removed_values(json!({"spec": {"parallelism": null, "completions": null, "backoffLimit": null,
+    "template": {"spec": {"restartPolicy": null}}}}))]
+fn a_job_body_restating_or_dropping_the_invariants_gets_orbs_values(#[case] spec: Value) {
+    let body = render(&plain_template(spec), ResourceKind::Job).unwrap();
+    assert_eq!(body["spec"]["parallelism"], 3);
+    assert_eq!(body["spec"]["completions"], 3);
+    assert_eq!(body["spec"]["backoffLimit"], 0);
+    assert_eq!(body["spec"]["template"]["spec"]["restartPolicy"], "Never");
 }
 
 #[rstest]
@@ -377,12 +418,22 @@ fn a_privileged_native_spec_is_rejected_by_the_audit(
     assert_eq!(err.findings[0].path, path);
 }
 
-#[test]
-fn job_restart_policy_always_is_refused() {
+#[rstest]
+#[case::always(orb_core::template::RestartPolicy::Always, "\"Always\"")]
+#[case::on_failure(orb_core::template::RestartPolicy::OnFailure, "\"OnFailure\"")]
+fn a_job_template_restart_policy_other_than_never_is_refused(
+    #[case] policy: orb_core::template::RestartPolicy,
+    #[case] shown: &str,
+) {
     let mut template = plain_template(json!({}));
-    template.restart_policy = Some(orb_core::template::RestartPolicy::Always);
+    template.restart_policy = Some(policy);
     let err = render(&template, ResourceKind::Job).unwrap_err();
-    assert!(err.to_string().contains("restartPolicy Always"), "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "restartPolicy {shown}, but Job pods must use \"Never\""
+        )),
+        "{err}"
+    );
 }
 
 #[test]
@@ -423,5 +474,54 @@ fn sources_load_once_and_render_per_pod() {
             body["metadata"]["labels"]["orb.io/machine-id"],
             name.as_str()
         );
+    }
+}
+
+/// A spec file written for the reference broker, with its variable names, renders as is.
+#[test]
+fn specs_written_for_the_reference_broker_render_with_its_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("reference.yaml"),
+        "spec:\n  containers:\n    - name: orb\n      image: {{ image }}\n\
+         {% if has_resource_requests %}      resources:\n        requests: {{ resource_requests | tojson }}\n\
+         {% if has_resource_limits %}        limits: {{ resource_limits | tojson }}\n{% endif %}{% endif %}\
+         {% if has_image_pull_secret %}  imagePullSecrets: [{name: {{ image_pull_secret }}}]\n{% endif %}\
+         {% if has_node_selector %}  nodeSelector: {{ node_selector | tojson }}\n{% endif %}\
+         {% if not has_runtime_class %}  hostname: {{ package_name }}-{{ resource_name }}\n{% endif %}",
+    )
+    .unwrap();
+    let mut template = rich_template(ResourceKind::Pod);
+    template.native_spec = None;
+    template.native_spec_path = Some("reference.yaml".into());
+    let cfg = K8sProviderConfig::default();
+    let body = render_native_body(
+        ResourceKind::Pod,
+        &input(&template, &cfg, ResourceKind::Pod, Some(dir.path())),
+    )
+    .unwrap();
+    let spec = &body["spec"];
+    assert_eq!(
+        spec["containers"][0]["resources"],
+        json!({"requests": {"cpu": "500m", "memory": "1Gi"},
+               "limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}})
+    );
+    assert_eq!(spec["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(spec["nodeSelector"], json!({"pool": "orb"}));
+    assert_eq!(spec["hostname"], "orb-orb-fe4cda5c019444bc981b-0000");
+}
+
+#[test]
+fn every_has_flag_follows_its_value() {
+    let template = plain_template(json!({}));
+    let cfg = K8sProviderConfig::default();
+    let input = input(&template, &cfg, ResourceKind::Pod, None);
+    let identity = workload_identity(ResourceKind::Pod, &input).unwrap();
+    let context = build_context(&input, &identity).unwrap();
+    for name in context::HAS_FLAGS {
+        let flag = &context[format!("has_{name}")];
+        assert!(flag.is_boolean(), "has_{name} missing");
+        let expected = *name == "image";
+        assert_eq!(flag, &json!(expected), "has_{name}");
     }
 }

@@ -110,6 +110,9 @@ pub fn final_workload(
         source: Box::new(source),
         warnings,
     };
+    if let Err(e) = super::check_count(kind, request.count) {
+        return Err(fail(e.into(), warnings));
+    }
     let inputs = SpecInputs {
         template: request.template,
         config: request.config,
@@ -290,6 +293,7 @@ pub(crate) fn unknown_fields(original: &Value, kept: &Value, at: &str, out: &mut
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::SpecError;
     use orb_core::template::ProviderApi;
     use rstest::rstest;
     use serde_json::json;
@@ -446,6 +450,49 @@ mod tests {
             err.to_string().contains("not a valid Kubernetes Pod"),
             "{err}"
         );
+    }
+
+    /// Any count gets bodies or a clear refusal, on both paths, for every kind: never a panic.
+    #[rstest]
+    fn no_count_panics(
+        #[values(0, 1, 2, 10_000, 100_001, 2_147_483_648, u32::MAX)] count: u32,
+        #[values(
+            ProviderApi::Pod,
+            ProviderApi::Deployment,
+            ProviderApi::StatefulSet,
+            ProviderApi::Job
+        )]
+        api: ProviderApi,
+        #[values(true, false)] native: bool,
+    ) {
+        let cfg = K8sProviderConfig::default();
+        let t = template(api, json!({}));
+        let result = run(&t, &cfg, switches(native, true), count);
+        let kind = crate::provider::kind_of(&t);
+        let allowed = super::super::check_count(kind, count).is_ok();
+        match result {
+            Ok(out) if allowed => {
+                let expected = if kind == ResourceKind::Pod {
+                    count as usize
+                } else {
+                    1
+                };
+                assert_eq!(out.built.kind(), kind);
+                if kind == ResourceKind::Pod {
+                    let BuiltWorkload::Pods(pods) = &out.built else {
+                        unreachable!()
+                    };
+                    assert_eq!(pods.len(), expected);
+                }
+            }
+            Err(e) if !allowed => {
+                assert!(
+                    matches!(*e.source, K8sError::Spec(SpecError::Count { .. })),
+                    "{e}"
+                );
+            }
+            other => panic!("count {count} {api} native={native}: {other:?}"),
+        }
     }
 
     #[rstest]

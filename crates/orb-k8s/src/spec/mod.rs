@@ -11,6 +11,8 @@ pub mod workloads;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_parity;
 
 use std::collections::BTreeMap;
 
@@ -81,6 +83,12 @@ pub enum SpecError {
     Naming(#[from] NamingError),
     #[error(transparent)]
     Native(#[from] crate::native_spec::NativeSpecError),
+    #[error("a {kind} request of {count} machines cannot be built: {why}")]
+    Count {
+        kind: ResourceKind,
+        count: u32,
+        why: &'static str,
+    },
     #[error(
         "template {template_id:?} sets {field}={value}, but a Job request makes exactly one \
          pod per requested machine ({count} here); remove {field} from the template"
@@ -91,6 +99,25 @@ pub enum SpecError {
         value: u32,
         count: u32,
     },
+}
+
+/// Most bare pods one request may create: each is its own object and create call.
+pub const MAX_PODS_PER_REQUEST: u32 = 100_000;
+
+/// Refuses counts no body can be built for, before anything is built: zero, more bare pods
+/// than [`MAX_PODS_PER_REQUEST`], or more replicas than a controller's int32 field holds.
+pub fn check_count(kind: ResourceKind, count: u32) -> Result<(), SpecError> {
+    let why = match kind {
+        _ if count == 0 => "ask for at least one machine",
+        ResourceKind::Pod if count > MAX_PODS_PER_REQUEST => {
+            "one Pod request creates at most 100000 bare pods; split it, or use a Deployment"
+        }
+        _ if i32::try_from(count).is_err() => {
+            "replicas is a 32-bit field, so at most 2147483647 machines fit one request"
+        }
+        _ => return Ok(()),
+    };
+    Err(SpecError::Count { kind, count, why })
 }
 
 /// The restart policy a kind's pods get, or a refusal naming what to change.
@@ -234,5 +261,39 @@ fn override_pod_spec(
     let built = serde_json::to_value(&spec).map_err(|e| invalid(e.to_string()))?;
     let merged = crate::native_spec::apply_pod_spec_override(kind, &built, overlay)
         .map_err(|e| invalid(e.to_string()))?;
-    serde_json::from_value(merged).map_err(|e| invalid(e.to_string()))
+    let spec: PodSpec =
+        serde_json::from_value(merged.clone()).map_err(|e| invalid(e.to_string()))?;
+    // The Kubernetes type drops fields it does not know; a misspelt or snake_case hardening
+    // setting would vanish without a word, so any such field refuses the template.
+    let kept = serde_json::to_value(&spec).map_err(|e| invalid(e.to_string()))?;
+    let mut unknown = Vec::new();
+    final_body::unknown_fields(&merged, &kept, "", &mut unknown);
+    if !unknown.is_empty() {
+        let snake = unknown.iter().any(|path| {
+            path.rsplit('.')
+                .next()
+                .is_some_and(|leaf| leaf.contains('_'))
+        });
+        return Err(SpecError::InvalidField {
+            template_id: template.template_id.clone(),
+            field: format!("podSpecOverride {}", unknown.join(", ")),
+            error: format!(
+                "{} not {} of a Kubernetes pod spec and would be dropped",
+                if unknown.len() == 1 { "is" } else { "are" },
+                if unknown.len() == 1 {
+                    "a field"
+                } else {
+                    "fields"
+                }
+            ),
+            fix: if snake {
+                "write nested fields in camelCase as the Kubernetes API does (only top-level \
+                 keys are converted from snake_case), and check the spelling"
+                    .into()
+            } else {
+                "check the spelling against the Kubernetes PodSpec reference, or remove it".into()
+            },
+        });
+    }
+    Ok(spec)
 }

@@ -276,15 +276,21 @@ fn bad_templates_are_refused_with_the_field(
     assert!(err.to_string().contains(needle), "{err}");
 }
 
-#[test]
-fn a_job_template_whose_completions_differ_from_the_count_is_refused() {
+#[rstest]
+#[case::completions_differ(Some(5), None, "completions=5")]
+#[case::completions_equal_the_count(Some(3), None, "completions=3")]
+#[case::parallelism(None, Some(1), "parallelism=1")]
+fn a_job_is_sized_by_the_request_never_by_the_template(
+    #[case] completions: Option<u32>,
+    #[case] parallelism: Option<u32>,
+    #[case] needle: &str,
+) {
     let mut t = template(ProviderApi::Job);
-    t.completions = Some(5);
+    t.completions = completions;
+    t.parallelism = parallelism;
     let cfg = config();
     let err = build_job(&inputs(&t, &cfg, 3)).unwrap_err();
-    assert!(err.to_string().contains("completions=5"), "{err}");
-    t.completions = Some(3);
-    assert!(build_job(&inputs(&t, &cfg, 3)).is_ok());
+    assert!(err.to_string().contains(needle), "{err}");
 }
 
 #[test]
@@ -343,4 +349,51 @@ fn pod_spec_override_merges_onto_the_built_spec_and_keeps_orbs_container() {
     assert_eq!(spec.containers.len(), 1);
     assert_eq!(spec.containers[0].working_dir.as_deref(), Some("/scratch"));
     assert_eq!(spec.containers[0].image.as_deref(), Some("busybox:1.36"));
+}
+
+/// A hardening setting spelt wrongly (or in snake_case below the top level) would be dropped
+/// by the Kubernetes type; the override is refused with the field's path instead.
+#[rstest]
+#[case::snake_case_nested(json!({"containers": [{"name": "orb", "security_context": {"readOnlyRootFilesystem": true}}]}),
+    "podSpecOverride containers[0].security_context", "camelCase")]
+#[case::misspelt_nested(json!({"securityContext": {"runAsNonRot": true}}),
+    "podSpecOverride securityContext.runAsNonRot", "spelling")]
+#[case::unknown_top_level(json!({"hostNetworking": true}), "podSpecOverride hostNetworking", "spelling")]
+#[case::two_at_once(json!({"securityContext": {"run_as_non_root": true, "fs_group": 2000}}),
+    "podSpecOverride securityContext.fs_group, securityContext.run_as_non_root", "are not fields")]
+fn unknown_pod_spec_override_fields_are_refused_with_their_path(
+    #[case] overlay: serde_json::Value,
+    #[case] needle: &str,
+    #[case] hint: &str,
+) {
+    let mut t = template(ProviderApi::Deployment);
+    t.pod_spec_override = Some(overlay);
+    let cfg = config();
+    let err = build_deployment(&inputs(&t, &cfg, 1)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(needle) && text.contains(hint), "{text}");
+}
+
+#[test]
+fn known_camel_case_override_fields_still_apply() {
+    let mut t = template(ProviderApi::Pod);
+    t.pod_spec_override = Some(json!({
+        "security_context": {"runAsNonRoot": true},
+        "containers": [{"name": "orb", "securityContext": {"readOnlyRootFilesystem": true}}]
+    }));
+    let cfg = config();
+    let pod = &build_pods(&inputs(&t, &cfg, 1)).unwrap()[0];
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.security_context.as_ref().unwrap().run_as_non_root,
+        Some(true)
+    );
+    assert_eq!(
+        spec.containers[0]
+            .security_context
+            .as_ref()
+            .unwrap()
+            .read_only_root_filesystem,
+        Some(true)
+    );
 }

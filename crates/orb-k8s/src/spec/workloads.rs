@@ -205,7 +205,9 @@ pub fn build_job(inputs: &SpecInputs<'_>) -> Result<Job, SpecError> {
         ("completions", template.completions),
         ("parallelism", template.parallelism),
     ] {
-        if let Some(value) = value.filter(|v| *v != inputs.count) {
+        // orb-core's template check refuses these fields up front; this guards any caller
+        // that skipped it, so no Job is ever sized by the template.
+        if let Some(value) = value {
             return Err(SpecError::JobShape {
                 template_id: template.template_id.clone(),
                 field,

@@ -22,6 +22,9 @@ impl Broker {
         template_id: &str,
         count: u32,
     ) -> Result<RequestView, BrokerError> {
+        if let Some(refused) = self.catalog.refusal(template_id) {
+            return Err(BrokerError::RefusedTemplate(refused.reason.clone()));
+        }
         let template = self
             .catalog
             .get(template_id)
@@ -44,6 +47,9 @@ impl Broker {
         )
         .await?;
         let provider = self.provider.get()?;
+        // The provider's own pre-flight (effective config, namespace, bodies, audit): a
+        // template it refuses leaves no failed request behind.
+        provider.check_acquire(&template, count)?;
 
         let now = self.now();
         let mut request = Request::new(

@@ -108,6 +108,9 @@ pub enum BrokerError {
     },
     #[error(transparent)]
     InvalidTemplate(TemplateError),
+    /// The template was refused when the templates were loaded (the reason names the key).
+    #[error("{0}")]
+    RefusedTemplate(String),
     #[error("{0}")]
     CountRejected(String),
     #[error("request {0} not found; check the id (`orb requests list` shows recent ones)")]

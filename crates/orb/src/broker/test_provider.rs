@@ -23,6 +23,8 @@ pub struct ScriptedProvider {
     /// When set, the next acquire first stores a change to its own request in this store,
     /// as a status poll running at the same moment would.
     pub concurrent_writer: Mutex<Option<orb_store::Store>>,
+    /// When set, every pre-flight check (`check_acquire`) refuses with this error.
+    pub preflight_error: Mutex<Option<ProviderError>>,
 }
 
 pub fn report(verdict: Verdict, machines: &[(&str, MachineStatus)]) -> StatusReport {
@@ -157,6 +159,17 @@ impl Provider for ScriptedProvider {
                 ..Default::default()
             })
         })
+    }
+
+    fn check_acquire(
+        &self,
+        _template: &orb_core::template::Template,
+        _count: u32,
+    ) -> Result<Vec<String>, ProviderError> {
+        match self.preflight_error.lock().unwrap().clone() {
+            Some(error) => Err(error),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn reclaims(&self, input: ReclaimQuery) -> ProviderFuture<'_, Vec<ReclaimNotice>> {

@@ -54,6 +54,12 @@ fn catalog() -> Catalog {
             .map(|t| template_from_value(t, None, "t").unwrap().template)
             .collect(),
         warnings: vec![],
+        refused: vec![crate::context::RefusedTemplate {
+            template_id: "sneaky".into(),
+            reason: "template \"sneaky\" is refused: audit_high_risk_pod_fields (from template \
+                     sneaky): template \"sneaky\" may not override \"audit_high_risk_pod_fields\""
+                .into(),
+        }],
     }
 }
 
@@ -308,6 +314,7 @@ async fn a_failed_create_is_stored_as_failed_with_the_reason() {
 #[case::over_max_number("worker", 5, "at most 4 more")]
 #[case::unknown_template("nope", 1, "available templates: worker, unlimited, broken")]
 #[case::invalid_template("broken", 1, "namespace")]
+#[case::refused_at_load("sneaky", 1, "may not override \"audit_high_risk_pod_fields\"")]
 #[tokio::test]
 async fn bad_requests_are_refused_before_anything_is_stored(
     #[case] template: &str,
@@ -324,6 +331,19 @@ async fn bad_requests_are_refused_before_anything_is_stored(
     assert_eq!(crate::failure::Failure::from(err).code(), 2);
     assert_eq!(f.stored_requests().await, 0);
     assert!(f.provider.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_template_the_provider_refuses_up_front_leaves_no_request_behind() {
+    let f = fixture().await;
+    *f.provider.preflight_error.lock().unwrap() = Some(ProviderError::Rejected(
+        "request rejected before anything was created: privileged".into(),
+    ));
+    let err = f.broker.request_machines("worker", 1).await.unwrap_err();
+    assert!(err.to_string().contains("privileged"), "{err}");
+    assert_eq!(crate::failure::Failure::from(err).code(), 2);
+    assert_eq!(f.stored_requests().await, 0);
+    assert!(f.provider.calls().is_empty(), "{:?}", f.provider.calls());
 }
 
 #[tokio::test]

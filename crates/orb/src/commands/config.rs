@@ -48,6 +48,12 @@ pub fn run(session: &Session, command: ConfigCommand) -> CliResult<Output> {
                 origin
             ))
             .unwrap_or(Value::Null),
+            "warnings": resolved.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "security_opt_outs": resolved
+                .security_opt_outs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
         }),
         None => Value::Null,
     };
@@ -95,7 +101,22 @@ pub fn run(session: &Session, command: ConfigCommand) -> CliResult<Output> {
             dirs.config_file.path.display()
         )
     });
-    Ok(Output::ok(text).note(note))
+    let mut out = Output::ok(text).note(note);
+    // The table already ends with them; JSON and YAML carry them as fields, and stderr says
+    // them for whoever only reads the terminal.
+    if session.global.output != OutputFormat::Table
+        && let Some((_, resolved)) = &provider
+    {
+        out.stderr
+            .extend(resolved.warnings.iter().map(|w| format!("warning: {w}")));
+        out.stderr.extend(
+            resolved
+                .security_opt_outs
+                .iter()
+                .map(|o| format!("note: {o}")),
+        );
+    }
+    Ok(out)
 }
 
 /// The selected provider's effective settings, when it is a Kubernetes provider: the entry's
@@ -125,6 +146,9 @@ pub(super) fn effective_provider(
         .map_err(|e| Failure::invalid(format!("provider {:?} settings:\n{e}", entry.name)))?;
     if let Some(id) = template_id {
         let catalog = context::load_catalog(&session.dirs, entry)?;
+        if let Some(refused) = catalog.refusal(id) {
+            return Err(Failure::invalid(refused.reason.clone()));
+        }
         let template = catalog.get(id).ok_or_else(|| {
             Failure::invalid(format!(
                 "template {id:?} is not defined; available templates: {}",

@@ -35,7 +35,14 @@ pub async fn run(session: &Session) -> CliResult<Output> {
         }],
     };
     let failed = results.iter().filter(|r| !r.ok).count();
-    let reply = json!({"provider": entry.name, "checks": results, "failed": failed});
+    let opt_outs: Vec<String> = resolved
+        .security_opt_outs
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let warnings: Vec<String> = resolved.warnings.iter().map(ToString::to_string).collect();
+    let reply = json!({"provider": entry.name, "checks": results, "failed": failed,
+                       "warnings": warnings, "security_opt_outs": opt_outs});
     let text = render::render(&reply, session.global.output, || {
         let mut t = Table::new(vec!["CHECK", "RESULT", "DETAIL", "FIX"]);
         for r in &results {
@@ -49,6 +56,12 @@ pub async fn run(session: &Session) -> CliResult<Output> {
         t
     })?;
     let mut out = Output::ok(text);
+    // Deliberate departures from the secure defaults do not fail the doctor, but it names
+    // each one and where it was set.
+    out.stderr
+        .extend(warnings.iter().map(|w| format!("warning: {w}")));
+    out.stderr
+        .extend(opt_outs.iter().map(|o| format!("note: {o}")));
     if failed > 0 {
         out.stderr.push(format!(
             "error: {failed} of {} checks failed; each failing row says how to fix it",

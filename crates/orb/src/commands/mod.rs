@@ -75,7 +75,31 @@ impl Session {
         context::scheduler(&self.global, Some(&loaded.config)) == SchedulerKind::Hostfactory
     }
 
-    /// A broker on the configured store and provider (built lazily).
+    /// The selected provider when it is the Kubernetes one, built now: an invalid provider
+    /// configuration stops the command with every problem (seed 001: it raises at start-up).
+    /// `None` for other provider types, which are built when first used.
+    pub fn kubernetes_provider(
+        &self,
+        loaded: &LoadedConfig,
+    ) -> CliResult<Option<Arc<dyn orb_core::provider::Provider>>> {
+        let entry = context::select_provider(&self.global, loaded)?;
+        if !crate::provider_factory::is_kubernetes(entry) {
+            return Ok(None);
+        }
+        build_provider_for_app(entry, &self.provider_context(), &loaded.config.other)
+            .map(Some)
+            .map_err(Failure::from)
+    }
+
+    fn provider_context(&self) -> ProviderContext {
+        ProviderContext {
+            config_dir: self.dirs.config_dir.path.clone(),
+            work_dir: self.dirs.work_dir.path.clone(),
+        }
+    }
+
+    /// A broker on the configured store and provider (the Kubernetes provider is built now,
+    /// so a bad configuration is reported before anything else; other types lazily).
     pub async fn broker(&self, loaded: &LoadedConfig) -> CliResult<(Broker, Vec<String>)> {
         self.broker_using(loaded, None).await
     }
@@ -107,7 +131,7 @@ impl Session {
         // missing or broken; an acquire then finds no template and says which exist.
         let (catalog, warnings, catalog_failure) = match context::load_catalog(&self.dirs, &entry) {
             Ok(catalog) => {
-                let warnings = catalog.warnings.clone();
+                let warnings = catalog.notes();
                 (catalog, warnings, None)
             }
             Err(failure) => (
@@ -116,11 +140,12 @@ impl Session {
                 Some(failure),
             ),
         };
-        let store = context::open_store(&loaded.config, &self.dirs).await?;
-        let provider_context = ProviderContext {
-            config_dir: self.dirs.config_dir.path.clone(),
-            work_dir: self.dirs.work_dir.path.clone(),
+        let provider = match provider {
+            Some(provider) => Some(provider),
+            None => self.kubernetes_provider(loaded)?,
         };
+        let store = context::open_store(&loaded.config, &self.dirs).await?;
+        let provider_context = self.provider_context();
         let settings = BrokerSettings {
             provider_name: entry.name.clone(),
             provider_type: entry.provider_type.clone(),

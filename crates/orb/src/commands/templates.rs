@@ -8,7 +8,6 @@ use orb_core::template::{ProviderApi, Template};
 use orb_store::MachineFilter;
 use serde_json::{Value, json};
 
-use orb_k8s::config::{K8sProviderConfig, build_kube_client};
 use orb_k8s::dry_run::{Client, DryRunVerdict, server_dry_run};
 use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
 
@@ -19,6 +18,7 @@ use crate::context::{self, Catalog};
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
+use crate::template_checks::{check_template, unservable_reason};
 
 pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Output> {
     match command {
@@ -37,7 +37,7 @@ pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Outp
 
 fn warnings_of(catalog: &Catalog) -> Vec<String> {
     catalog
-        .warnings
+        .notes()
         .iter()
         .map(|w| format!("warning: {w}"))
         .collect()
@@ -53,22 +53,17 @@ async fn list(session: &Session) -> CliResult<Output> {
     }
     let entry = context::select_provider(&session.global, &loaded)?;
     let catalog = context::load_catalog(&session.dirs, entry)?;
+    // Strict: a Kubernetes provider that cannot be built is an error, not an unchecked list.
+    let provider = session.kubernetes_provider(&loaded)?;
     let mut stderr = warnings_of(&catalog);
     let mut usable = Vec::new();
     for template in &catalog.templates {
-        let problems = template.problems();
-        if problems.is_empty() {
-            usable.push(template);
-        } else {
-            stderr.push(format!(
-                "warning: template {:?} is skipped: {}",
-                template.template_id,
-                problems
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
+        match unservable_reason(provider.as_deref(), template) {
+            None => usable.push(template),
+            Some(reason) => stderr.push(format!(
+                "warning: template {:?} is not listed (every request would be refused): {reason}",
+                template.template_id
+            )),
         }
     }
     let store = context::open_store(&loaded.config, &session.dirs).await?;
@@ -126,16 +121,24 @@ async fn list(session: &Session) -> CliResult<Output> {
     })
 }
 
-fn show(session: &Session, template_id: &str) -> CliResult<Output> {
-    let loaded = session.config()?;
-    let entry = context::select_provider(&session.global, &loaded)?;
-    let catalog = context::load_catalog(&session.dirs, entry)?;
-    let template = catalog.get(template_id).ok_or_else(|| {
+/// `template_id` of `catalog`, or why there is none (refused at load, or not defined).
+fn defined<'c>(catalog: &'c Catalog, template_id: &str) -> CliResult<&'c Template> {
+    if let Some(refused) = catalog.refusal(template_id) {
+        return Err(Failure::invalid(refused.reason.clone()));
+    }
+    catalog.get(template_id).ok_or_else(|| {
         Failure::invalid(format!(
             "template {template_id:?} is not defined; available templates: {}",
             catalog.ids()
         ))
-    })?;
+    })
+}
+
+fn show(session: &Session, template_id: &str) -> CliResult<Output> {
+    let loaded = session.config()?;
+    let entry = context::select_provider(&session.global, &loaded)?;
+    let catalog = context::load_catalog(&session.dirs, entry)?;
+    let template = defined(&catalog, template_id)?;
     let value = if session.is_hostfactory(&loaded) {
         Value::Object(template_to_hostfactory(template))
     } else {
@@ -171,87 +174,43 @@ fn k8s_target(
     }
 }
 
-/// What the checks of one template found.
-#[derive(Default)]
-struct TemplateVerdict {
-    problems: Vec<String>,
-    warnings: Vec<String>,
-    /// One entry per body the apiserver dry-ran (`--server`).
-    server: Vec<Value>,
-}
-
-/// Renders `template`'s bodies for one machine and, with `client`, dry-runs them.
-async fn check_template(
-    target: &K8sTarget,
+/// One `--server` dry run of every body an acquire of `template` would send.
+async fn dry_run_bodies(
+    client: &Client,
     template: &Template,
-    client: Option<&ServerClient>,
-) -> CliResult<TemplateVerdict> {
-    let mut verdict = TemplateVerdict::default();
-    let rendered = match bodies::render_bodies(target, template, 1) {
-        Rendering::Ok(rendered) => rendered,
-        Rendering::Fails { problems, warnings } => {
-            verdict.problems = problems;
-            verdict.warnings = warnings;
-            return Ok(verdict);
-        }
-    };
-    verdict.warnings = rendered.warnings.clone();
-    let Some(client) = client else {
-        return Ok(verdict);
-    };
-    let client = client.for_config(&rendered.config).await?;
-    for body in &rendered.bodies {
+    planned: &orb_k8s::provider::PlannedAcquire,
+    problems: &mut Vec<String>,
+) -> CliResult<Vec<Value>> {
+    let path = planned.workload.path.as_str();
+    let mut entries = Vec::new();
+    for body in &planned.workload.bodies() {
         let (kind, name) = (bodies::body_kind(body), bodies::body_name(body));
-        let answer = server_dry_run(&client, body)
+        let answer = server_dry_run(client, body)
             .await
             .map_err(|e| Failure::provider(e.to_string()))?;
-        let entry = match &answer {
+        entries.push(match &answer {
             DryRunVerdict::Accepted { .. } => json!({
                 "template": template.template_id, "kind": kind, "name": name,
-                "path": rendered.path.as_str(), "verdict": "accepted",
+                "path": path, "verdict": "accepted",
             }),
             DryRunVerdict::Rejected {
                 code,
                 reason,
                 message,
             } => {
-                verdict.problems.push(format!(
+                problems.push(format!(
                     "the apiserver rejected {kind} {name:?} in a dry run ({code} {reason}): \
                      {message}"
                 ));
                 json!({
                     "template": template.template_id, "kind": kind, "name": name,
-                    "path": rendered.path.as_str(), "verdict": "rejected",
+                    "path": path, "verdict": "rejected",
                     "code": code, "reason": reason, "message": message,
                 })
             }
-        };
-        verdict.server.push(entry);
+        });
     }
-    Ok(verdict)
-}
-
-/// Kubernetes clients for `--server`, one per distinct kubeconfig setting.
-struct ServerClient {
-    built: tokio::sync::Mutex<Vec<(String, Client)>>,
-}
-
-impl ServerClient {
-    async fn for_config(&self, config: &K8sProviderConfig) -> CliResult<Client> {
-        let key = format!(
-            "{:?}|{:?}|{:?}",
-            config.kubeconfig_path, config.context, config.in_cluster
-        );
-        let mut built = self.built.lock().await;
-        if let Some((_, client)) = built.iter().find(|(k, _)| *k == key) {
-            return Ok(client.clone());
-        }
-        let client = build_kube_client(config).await.map_err(|e| {
-            Failure::provider(format!("cannot connect for the server-side dry run: {e}"))
-        })?;
-        built.push((key, client.clone()));
-        Ok(client)
-    }
+    Ok(entries)
 }
 
 async fn validate(session: &Session, server: bool) -> CliResult<Output> {
@@ -291,9 +250,14 @@ async fn validate(session: &Session, server: bool) -> CliResult<Output> {
                 .to_string(),
         }));
     }
-    let client = server.then(|| ServerClient {
-        built: Default::default(),
-    });
+    let provider = target.as_ref().map(K8sTarget::provider);
+    // `--server` dry-runs with the provider's own client: the connection an acquire uses.
+    let client = match (server, provider) {
+        (true, Some(provider)) => Some(provider.kube_client().await.map_err(|e| {
+            Failure::provider(format!("cannot connect for the server-side dry run: {e}"))
+        })?),
+        _ => None,
+    };
     let mut valid = Vec::new();
     let mut invalid = Vec::new();
     let mut warnings: Vec<String> = catalog
@@ -302,32 +266,31 @@ async fn validate(session: &Session, server: bool) -> CliResult<Output> {
         .filter(|w| !w.contains("cannot be read"))
         .cloned()
         .collect();
+    if let Some(target) = &target {
+        warnings.extend(target.config_warnings().iter().cloned());
+    }
     let mut server_verdicts = Vec::new();
     for template in &catalog.templates {
-        let mut problems: Vec<String> = template
-            .problems()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        if problems.is_empty()
-            && let Some(target) = &target
-        {
-            let verdict = check_template(target, template, client.as_ref()).await?;
-            let id = &template.template_id;
-            warnings.extend(
-                verdict
-                    .warnings
-                    .iter()
-                    .map(|w| format!("template {id:?}: {w}")),
-            );
-            problems.extend(verdict.problems);
-            server_verdicts.extend(verdict.server);
+        let id = &template.template_id;
+        let verdict = check_template(provider, template);
+        warnings.extend(
+            verdict
+                .warnings
+                .iter()
+                .map(|w| format!("template {id:?}: {w}")),
+        );
+        let mut problems = verdict.problems;
+        if let (Some(client), Some(planned)) = (&client, &verdict.planned) {
+            server_verdicts.extend(dry_run_bodies(client, template, planned, &mut problems).await?);
         }
         if problems.is_empty() {
-            valid.push(template.template_id.clone());
+            valid.push(id.clone());
         } else {
-            invalid.push(json!({"template": template.template_id, "problems": problems}));
+            invalid.push(json!({"template": id, "problems": problems}));
         }
+    }
+    for refused in &catalog.refused {
+        invalid.push(json!({"template": refused.template_id, "problems": [refused.reason]}));
     }
     // Templates that could not even be read are errors too.
     let unreadable: Vec<&String> = catalog
@@ -392,12 +355,7 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
     let loaded = session.config()?;
     let entry = context::select_provider(&session.global, &loaded)?;
     let catalog = context::load_catalog(&session.dirs, entry)?;
-    let template = catalog.get(template_id).ok_or_else(|| {
-        Failure::invalid(format!(
-            "template {template_id:?} is not defined; available templates: {}",
-            catalog.ids()
-        ))
-    })?;
+    let template = defined(&catalog, template_id)?;
     let problems = template.problems();
     if !problems.is_empty() {
         return Err(Failure::invalid(format!(
@@ -444,7 +402,12 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
         }
         t
     })?;
-    let mut stderr = vec![format!(
+    let mut stderr: Vec<String> = target
+        .config_warnings()
+        .iter()
+        .map(|w| format!("warning: {w}"))
+        .collect();
+    stderr.push(format!(
         "note: {} {} built by the {} path for request {PREVIEW_REQUEST_ID} (a placeholder); \
          a real request gets its own id and names",
         rendered.bodies.len(),
@@ -454,7 +417,7 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
             "bodies"
         },
         rendered.path.as_str(),
-    )];
+    ));
     stderr.extend(rendered.warnings.iter().map(|w| format!("warning: {w}")));
     Ok(Output {
         stdout,

@@ -21,6 +21,7 @@ use crate::broker::{Broker, RequestView, UnknownNames};
 use crate::commands::{Output, failure_output};
 use crate::failure::{CliResult, Failure};
 use crate::render;
+use crate::template_checks::unservable_reason;
 
 /// One of the five HostFactory provider operations, named as HostFactory's scripts are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -214,21 +215,19 @@ pub async fn get_available_templates(env: &HfEnv) -> CliResult<Output> {
         .iter()
         .map(|w| format!("warning: {w}"))
         .collect();
+    // A template every request would refuse is not advertised (HostFactory would keep
+    // asking for it); the reason goes to stderr. Without a provider only the template's own
+    // problems are known.
+    let provider = broker.provider.get().ok();
     let mut usable = Vec::new();
     for template in &broker.catalog.templates {
-        let problems = template.problems();
-        if problems.is_empty() {
-            usable.push(template);
-        } else {
-            stderr.push(format!(
-                "warning: template {:?} is skipped: {}",
-                template.template_id,
-                problems
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
+        match unservable_reason(provider.as_deref(), template) {
+            None => usable.push(template),
+            Some(reason) => stderr.push(format!(
+                "warning: template {:?} is not advertised (every request would be refused): \
+                 {reason}",
+                template.template_id
+            )),
         }
     }
     let live = broker

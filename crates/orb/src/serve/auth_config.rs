@@ -2,7 +2,8 @@
 //! or the provider setting `inbound_auth_enabled` (config.json, or
 //! `ORB_K8S_INBOUND_AUTH_ENABLED=true`); roles come from config.json's `serve.auth`
 //! section, and the flags add to them (the same WHO: the flag wins) and replace its
-//! `default_role` and `kubeconfig`.
+//! `default_role` and `kubeconfig`. Auth on with no role configured at all makes every
+//! authenticated caller a `viewer` ([`DEFAULT_ROLE`]).
 //!
 //! ```json
 //! "serve": {"auth": {"roles": {"batch:hf-driver": "operator", "*:dashboard": "viewer"},
@@ -42,7 +43,14 @@ pub struct AuthPlan {
     pub kubeconfig: Option<PathBuf>,
     /// What turned auth on, for the start-up line.
     pub switched_on_by: &'static str,
+    /// Set when no role was configured at all and [`DEFAULT_ROLE`] applies to everyone.
+    pub implicit_default: bool,
 }
+
+/// The role of every authenticated caller when auth is on and no role is configured: read
+/// only, like the reference broker's default role `user`. Requests and returns then need an
+/// explicit `operator` mapping.
+pub const DEFAULT_ROLE: Role = Role::Viewer;
 
 const FLAG: &str = "--auth-token-review";
 const SETTING: &str = "inbound_auth_enabled";
@@ -111,13 +119,14 @@ pub fn plan(
         ),
         (None, None) => None,
     };
-    if roles.is_empty() && default.is_none() {
-        return Err(format!(
-            "{switched_on_by} needs at least one --auth-role WHO=ROLE or config.json \
-             serve.auth.roles entry (e.g. {{\"batch:hf-driver\": \"operator\"}}), or a default \
-             role, otherwise every caller would be refused"
-        ));
-    }
+    // Auth on by itself (seed 001's cheat sheet sets only ORB_K8S_INBOUND_AUTH_ENABLED)
+    // must work: every authenticated caller gets the read-only default role.
+    let implicit_default = roles.is_empty() && default.is_none();
+    let default = if implicit_default {
+        Some(DEFAULT_ROLE)
+    } else {
+        default
+    };
     let roles = RoleMap::parse(
         roles
             .iter()
@@ -128,6 +137,7 @@ pub fn plan(
         roles,
         kubeconfig: args.auth_kubeconfig.clone().or(section.auth.kubeconfig),
         switched_on_by,
+        implicit_default,
     }))
 }
 
@@ -225,7 +235,32 @@ mod tests {
     }
 
     #[rstest::rstest]
-    #[case(&[], json!({}), true, "inbound_auth_enabled needs at least one --auth-role")]
+    #[case::setting(&[], true)]
+    #[case::flag(&["--auth-token-review"], false)]
+    fn auth_on_by_itself_makes_every_authenticated_caller_a_viewer(
+        #[case] flags: &[&str],
+        #[case] enabled: bool,
+    ) {
+        let plan = plan(&args(flags), &sections(json!({})), enabled)
+            .unwrap()
+            .unwrap();
+        assert!(plan.implicit_default);
+        assert_eq!(
+            plan.roles.role_for(&sa("any", "caller")),
+            Some(Role::Viewer)
+        );
+        let configured = super::plan(
+            &args(flags),
+            &sections(json!({"auth": {"roles": {"a:b": "operator"}}})),
+            enabled,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!configured.implicit_default);
+        assert_eq!(configured.roles.role_for(&sa("any", "caller")), None);
+    }
+
+    #[rstest::rstest]
     #[case(&["--auth-role", "a:b=operator"], json!({}), false, "need inbound auth on")]
     #[case(&[], json!({"auth": {"roles": {"a:b": "root"}}}), true, "serve.auth.roles[\"a:b\"]: role \"root\" is not known")]
     #[case(&[], json!({"auth": {"default_role": "boss"}}), true, "serve.auth.default_role")]

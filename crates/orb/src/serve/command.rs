@@ -19,7 +19,7 @@ use crate::commands::{Output, Session};
 use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory::daemon_target::DaemonSection;
-use crate::provider_factory::{KUBERNETES_TYPES, ProviderContext, build_kubernetes_provider};
+use crate::provider_factory::{ProviderContext, build_kubernetes_provider, is_kubernetes};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -101,18 +101,23 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let entry = context::select_provider(&session.global, &loaded)?.clone();
     let socket_path = socket_path(session, &args, &loaded)?;
     // The Kubernetes provider is built as its concrete type so the daemon can run its watch
-    // cache and background tasks on it; any other provider (or a Kubernetes config that does
-    // not build, which /readyz then reports) is served without them.
+    // cache and background tasks on it; any other provider is served without them. A
+    // Kubernetes config that does not build stops the server here, with every problem
+    // (seed 001: the config raises at start-up), instead of serving without its safeguards.
     let context = ProviderContext {
         config_dir: session.dirs.config_dir.path.clone(),
         work_dir: session.dirs.work_dir.path.clone(),
     };
-    let kubernetes =
-        if KUBERNETES_TYPES.contains(&entry.provider_type.trim().to_ascii_lowercase().as_str()) {
-            build_kubernetes_provider(&entry, &context, &loaded.config.other).ok()
-        } else {
-            None
-        };
+    let kubernetes = if is_kubernetes(&entry) {
+        let provider = build_kubernetes_provider(&entry, &context, &loaded.config.other)
+            .map_err(|e| Failure::provider(format!("orb serve cannot start: {e}")))?;
+        for opt_out in provider.security_opt_outs() {
+            eprintln!("orb serve: {opt_out}");
+        }
+        Some(provider)
+    } else {
+        None
+    };
     // Every auth problem is reported before anything starts.
     let inbound_auth_enabled = match &kubernetes {
         Some(provider) => provider.config().inbound_auth_enabled,
@@ -126,6 +131,14 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         eprintln!("warning: {warning}");
     }
     let auth_source = auth_plan.as_ref().map(|plan| plan.switched_on_by);
+    if auth_plan.as_ref().is_some_and(|plan| plan.implicit_default) {
+        eprintln!(
+            "orb serve: no role mapping configured, so every caller the TokenReview accepts is \
+             a {} (read only); map service accounts to operator in config.json serve.auth.roles \
+             or with --auth-role WHO=operator to let them request machines",
+            auth_config::DEFAULT_ROLE.as_str()
+        );
+    }
     let auth = match auth_plan {
         Some(plan) => Some(authenticator(plan, kubernetes.as_ref()).await?),
         None => None,

@@ -48,14 +48,8 @@ impl Daemon {
             .kube_client()
             .await
             .map_err(|e| format!("cannot build the Kubernetes client: {e}"))?;
-        if config.watch_enabled {
-            let cache = Arc::new(PodCache::new(
-                &config.label_prefix,
-                provider.watch_scope(),
-                config.stale_cache_timeout(),
-                config.periodic_resync_interval(),
-                provider.metrics().clone(),
-            ));
+        if let Some(cache) = PodCache::for_provider(&provider) {
+            let cache = Arc::new(cache);
             provider.attach_pod_cache(cache.clone());
             let rx = shutdown_rx.clone();
             let client = client.clone();

@@ -96,7 +96,7 @@ fn call_env(state: &AppState) -> CliResult<HfEnv> {
             .and_then(|path| context::load_catalog_from(&path, &source.entry))
         {
             Ok(catalog) => {
-                let warnings = catalog.warnings.clone();
+                let warnings = catalog.notes();
                 (catalog, warnings, None)
             }
             Err(failure) => (
@@ -105,7 +105,7 @@ fn call_env(state: &AppState) -> CliResult<HfEnv> {
                 Some(failure),
             ),
         },
-        None => (base.catalog.clone(), base.catalog.warnings.clone(), None),
+        None => (base.catalog.clone(), base.catalog.notes(), None),
     };
     let provider = match base.provider.get() {
         Ok(provider) => ProviderHandle::ready(provider),

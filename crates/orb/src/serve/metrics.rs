@@ -89,7 +89,13 @@ pub struct Metrics {
     requests_by_status: Family<StatusLabels, Gauge>,
     http_total: Family<HttpLabels, Counter>,
     http_seconds: Family<HttpLabels, Histogram, fn() -> Histogram>,
+    /// Why nothing is exported (`metrics_enabled=false`); `None` when metrics are on.
+    disabled: Option<&'static str>,
 }
+
+/// The comment `/metrics` carries instead of series when the provider's metrics are off.
+pub const METRICS_DISABLED: &str = "metrics are disabled: the Kubernetes provider's \
+     metrics_enabled is false (ORB_K8S_METRICS_ENABLED); set it to true to export them";
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -98,6 +104,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// No metrics at all (seed 001: `metrics_enabled=false` disables metric emission
+    /// entirely): nothing is registered and the exposition is one comment saying why.
+    pub fn disabled() -> Self {
+        Self {
+            registry: Mutex::new(Registry::default()),
+            disabled: Some(METRICS_DISABLED),
+            ..Self::new()
+        }
+    }
+
+    /// Whether anything is exported.
+    pub fn enabled(&self) -> bool {
+        self.disabled.is_none()
+    }
+
     /// The HTTP layer's metrics plus the Kubernetes provider's (`orb_k8s_*`).
     pub fn with_kubernetes(k8s: &orb_k8s::daemon::K8sMetrics) -> Self {
         let metrics = Self::new();
@@ -173,6 +194,7 @@ impl Metrics {
             requests_by_status,
             http_total,
             http_seconds,
+            disabled: None,
         }
     }
 
@@ -230,6 +252,9 @@ impl Metrics {
 
     /// The OpenMetrics exposition (ends with `# EOF`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        if let Some(why) = self.disabled {
+            return Ok(format!("# {why}\n# EOF\n"));
+        }
         let mut out = String::new();
         let registry = self
             .registry
@@ -279,5 +304,15 @@ mod tests {
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    }
+
+    #[test]
+    fn disabled_metrics_export_nothing_and_say_why() {
+        let metrics = Metrics::disabled();
+        metrics.record_acquire("pod", Outcome::Accepted, Duration::from_millis(5));
+        metrics.set_request_counts([(RequestStatus::Complete, 3)]);
+        let text = metrics.encode().unwrap();
+        assert_eq!(text, format!("# {METRICS_DISABLED}\n# EOF\n"));
+        assert!(!metrics.enabled() && Metrics::new().enabled());
     }
 }

@@ -92,7 +92,8 @@ impl AppState {
     }
 
     /// A state whose broker runs on `provider` (the same object, as its concrete type): the
-    /// provider's own metrics are exported and its background tasks show in `/readyz`.
+    /// provider's own metrics are exported (none at all with `metrics_enabled=false`) and its
+    /// background tasks show in `/readyz`.
     pub fn with_kubernetes(
         broker: Broker,
         options: ServeOptions,
@@ -101,7 +102,11 @@ impl AppState {
         Self {
             inner: Arc::new(Inner {
                 broker,
-                metrics: Metrics::with_kubernetes(provider.metrics()),
+                metrics: if provider.config().metrics_enabled {
+                    Metrics::with_kubernetes(provider.metrics())
+                } else {
+                    Metrics::disabled()
+                },
                 options,
                 kubernetes: Some(provider),
                 template_source: OnceLock::new(),

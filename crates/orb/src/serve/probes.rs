@@ -111,6 +111,16 @@ fn kubernetes_checks(k8s: &orb_k8s::K8sProvider) -> Vec<(String, Check)> {
                 detail: Some(detail),
             },
         ));
+    } else if !k8s.config().watch_enabled {
+        checks.push((
+            "watch_cache".to_string(),
+            Check {
+                status: OK.into(),
+                detail: Some(
+                    "off (watch_enabled=false): every status read LISTs the request's pods".into(),
+                ),
+            },
+        ));
     }
     checks.push(circuit_breakers_check(&k8s.circuit_states()));
     checks
@@ -258,6 +268,10 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     )
 )]
 pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, Problem> {
+    if !state.metrics().enabled() {
+        let text = state.metrics().encode().unwrap_or_default();
+        return Ok(([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text));
+    }
     let requests = state
         .broker()
         .store

@@ -120,7 +120,7 @@ impl From<BrokerError> for Problem {
             BrokerError::UnknownTemplate { .. } => {
                 Self::unprocessable("unknown-template", "Unknown template", detail)
             }
-            BrokerError::InvalidTemplate(_) => {
+            BrokerError::InvalidTemplate(_) | BrokerError::RefusedTemplate(_) => {
                 Self::unprocessable("invalid-template", "Template is not usable", detail)
             }
             BrokerError::CountRejected(_) => {

@@ -12,6 +12,7 @@ use super::AppState;
 use super::extract::ApiJson;
 use super::model::{InvalidTemplate, TemplateInfo, ValidationReport};
 use super::problem::Problem;
+use crate::template_checks::check_template;
 
 async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<TemplateInfo>, Problem> {
     let broker = state.broker();
@@ -35,12 +36,16 @@ async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<Templ
             };
             let max = t.max_machines_or(default_max);
             let entry = template_entry(t, max, &usage);
+            let problems = match (state.kubernetes(), t.problems().is_empty()) {
+                (Some(provider), true) => check_template(Some(provider.as_ref()), t).problems,
+                _ => t.problems().iter().map(ToString::to_string).collect(),
+            };
             TemplateInfo {
                 template_id: t.template_id.clone(),
                 provider_api: t.api().to_string(),
                 max_machines: max,
                 available_number: entry.get("availableNumber").and_then(Value::as_i64),
-                problems: t.problems().iter().map(ToString::to_string).collect(),
+                problems,
                 template: serde_json::to_value(t).unwrap_or(Value::Null),
             }
         })
@@ -136,13 +141,21 @@ pub async fn validate_templates(
                         .into_iter()
                         .map(|w| format!("template {:?}: {w}", template.template_id)),
                 );
-                let problems = template.problems();
-                if problems.is_empty() {
+                // The same check as `orb templates validate`: load-time refusal, the
+                // template's problems, then the provider's acquire planning and audit.
+                let verdict = check_template(state.kubernetes().map(|p| p.as_ref()), &template);
+                warnings.extend(
+                    verdict
+                        .warnings
+                        .iter()
+                        .map(|w| format!("template {:?}: {w}", template.template_id)),
+                );
+                if verdict.usable() {
                     valid.push(template.template_id);
                 } else {
                     invalid.push(InvalidTemplate {
                         template_id: Some(template.template_id),
-                        problems: problems.iter().map(ToString::to_string).collect(),
+                        problems: verdict.problems,
                     });
                 }
             }

@@ -9,7 +9,7 @@ use std::path::Path;
 use orb_core::config::ProviderEntry;
 use orb_core::template::Template;
 use orb_k8s::K8sProvider;
-use orb_k8s::config::{ConfigLayers, K8sProviderConfig, layer_from_config_value};
+use orb_k8s::config::{ConfigLayers, layer_from_config_value};
 use orb_k8s::native_spec::{PREVIEW_REQUEST_ID, app_native_spec_enabled};
 pub(crate) use orb_k8s::spec::BodyPath;
 use serde_json::{Value, json};
@@ -22,6 +22,8 @@ use crate::provider_factory::KUBERNETES_TYPES;
 /// native spec context an acquire gets.
 pub(crate) struct K8sTarget {
     provider: K8sProvider,
+    /// The provider configuration's own warnings, printed with the command's output.
+    warnings: Vec<String>,
 }
 
 impl K8sTarget {
@@ -45,10 +47,25 @@ impl K8sTarget {
             .map_err(|e| misconfigured(e.to_string()))?;
         let application_enabled = app_native_spec_enabled(&loaded.config.other)
             .map_err(|e| Failure::invalid(format!("{label}: {e}")))?;
+        let warnings = resolved
+            .warnings
+            .iter()
+            .map(|w| format!("provider {:?}: {w}", entry.name))
+            .collect();
         let provider = K8sProvider::new(resolved)
             .map_err(|e| misconfigured(e.to_string()))?
             .with_native_spec_context(application_enabled, Some(config_dir.to_path_buf()));
-        Ok(Some(Self { provider }))
+        Ok(Some(Self { provider, warnings }))
+    }
+
+    /// The provider configuration's warnings (e.g. an ignored `namespace`), never dropped.
+    pub(crate) fn config_warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The provider, built exactly as for an acquire (its client is built on first use).
+    pub(crate) fn provider(&self) -> &K8sProvider {
+        &self.provider
     }
 }
 
@@ -58,8 +75,6 @@ pub(crate) struct RenderedBodies {
     pub bodies: Vec<Value>,
     /// Ignored fields, "native_spec is ignored because …", audit findings in warn mode.
     pub warnings: Vec<String>,
-    /// The template's effective provider config (its kubeconfig is used for `--server`).
-    pub config: K8sProviderConfig,
 }
 
 pub(crate) enum Rendering {
@@ -82,7 +97,6 @@ pub(crate) fn render_bodies(target: &K8sTarget, template: &Template, count: u32)
             path: planned.workload.path,
             bodies: planned.workload.bodies(),
             warnings: planned.workload.warnings,
-            config: planned.config,
         })),
         Err(failure) => Rendering::Fails {
             problems: vec![failure.source.to_string()],
