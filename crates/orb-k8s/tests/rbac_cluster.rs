@@ -117,7 +117,7 @@ async fn every_handler_works_with_only_the_documented_role() {
         let report = wait_verdict(&admin_view, &input, "fulfilled").await;
         let running = ids_with(&report, MachineStatus::Running);
         let done_kind = if api == ProviderApi::Job {
-            MachineStatus::Terminated
+            MachineStatus::Stopped
         } else {
             MachineStatus::Running
         };

@@ -341,7 +341,8 @@ async fn cli_statefulset_request_wait_status_and_return_the_tail() {
 async fn cli_job_finishes_on_wait_and_returning_one_host_deletes_the_whole_job() {
     let orb = Orb::new("e2e-cli-job").await;
 
-    // A Job request is complete once every pod exited 0; its hosts then show as terminated.
+    // A Job request is complete once every pod exited 0; its hosts then show as stopped (their
+    // pods are still there until the Job is returned).
     let finished = orb.json(&[
         "machines",
         "request",
@@ -355,7 +356,7 @@ async fn cli_job_finishes_on_wait_and_returning_one_host_deletes_the_whole_job()
     let finished_machines = finished["machines"].as_array().unwrap();
     assert_eq!(finished_machines.len(), 3);
     for m in finished_machines {
-        assert_eq!(m["status"], "terminated", "{m}");
+        assert_eq!(m["status"], "stopped", "{m}");
         assert!(m["private_ip"].as_str().is_some(), "{m}");
     }
     let finished_pods = set_of(&machine_names(&finished));

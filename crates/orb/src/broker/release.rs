@@ -144,10 +144,20 @@ impl Broker {
             .filter(|m| m.status != MachineStatus::Returned)
             .cloned()
             .collect();
+        // Live machines need the provider; machines orb saw gone only benefit from it (it
+        // removes leftovers), so without one they are simply already gone.
+        let any_live = to_release.iter().any(|m| m.status.is_live());
         let provider = if to_release.is_empty() {
             None
-        } else {
+        } else if any_live {
             Some(self.provider.get()?)
+        } else {
+            self.provider.get().ok()
+        };
+        let to_release = if provider.is_some() {
+            to_release
+        } else {
+            Vec::new()
         };
 
         let now = self.now();

@@ -340,3 +340,56 @@ async fn an_image_pull_backoff_machine_is_returned_through_hostfactory_and_its_p
     let done = w.wait_finished(&ret).await;
     assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
 }
+
+/// `orb serve` records what happens to a machine after its request completed, with nobody
+/// asking: a pod deleted outside orb reads `terminated` in the store within seconds (the
+/// follow loop reacts to the watch cache), although HostFactory no longer polls the request.
+#[tokio::test]
+async fn orb_serve_records_a_machine_lost_after_its_request_completed_without_a_poll() {
+    let mut w = World::new("lc-serve-follow", Setup::new(Kind::Pod)).await;
+    let server = w.server();
+    let (code, view) = server.call(
+        "POST",
+        "/api/v1/machines/request?wait=true&timeout=60",
+        Some(&json!({"template_id": "subject", "count": 2})),
+    );
+    assert_eq!(code, 200, "{view}");
+    assert_eq!(view["request"]["status"], "complete", "{view}");
+    let lost = machine_ids(&view)[0].clone();
+    w.delete_pod(&lost).await;
+    // Read the store as it is (no refresh): only the daemon can have changed it.
+    let stored = wait_for(
+        "orb serve to store the lost machine",
+        Duration::from_secs(30),
+        || async {
+            let machines = w.json(&["machines", "list", "--all"]);
+            let m = machines
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["machine_id"] == lost.as_str())
+                .cloned()
+                .unwrap();
+            if m["status"] == "terminated" {
+                Check::Done(m)
+            } else {
+                Check::NotYet(m.to_string())
+            }
+        },
+    )
+    .await;
+    let reason = stored["status_reason"].as_str().unwrap_or("");
+    assert!(reason.contains("no longer exists"), "{reason}");
+    let (_, request) = w.server().call(
+        "GET",
+        &format!(
+            "/api/v1/requests/{}",
+            view["request"]["request_id"].as_str().unwrap()
+        ),
+        None,
+    );
+    assert_eq!(
+        request["request"]["status"], "complete",
+        "the request keeps its status"
+    );
+}
