@@ -16,6 +16,7 @@
 
 mod codec;
 mod error;
+mod limits;
 mod machines;
 mod migrate;
 mod requests;
@@ -27,6 +28,7 @@ use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 
 pub use error::StoreError;
+pub use limits::{TemplateLimit, TemplateUsage};
 pub use machines::MachineFilter;
 pub use requests::RequestFilter;
 

@@ -346,13 +346,43 @@ async fn a_template_the_provider_refuses_up_front_leaves_no_request_behind() {
     assert!(f.provider.calls().is_empty(), "{:?}", f.provider.calls());
 }
 
+/// An unfinished acquire reserves what it asked for until its machines are stored: a second
+/// request cannot slip under maxNumber in between.
+#[tokio::test]
+async fn an_unfinished_acquire_reserves_its_count_against_max_number() {
+    let f = fixture().await;
+    let mut pending = orb_core::request::Request::new(
+        RequestId::new_acquire(),
+        RequestType::Acquire,
+        Some("worker".into()),
+        "kube",
+        "k8s",
+        3,
+        (f.broker.clock)(),
+    );
+    pending.status = RequestStatus::InProgress;
+    f.broker
+        .store
+        .insert_request(&mut pending, &mut [])
+        .await
+        .unwrap();
+    let err = f.broker.request_machines("worker", 2).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("0 exist and unfinished requests will create 3 more"),
+        "{err}"
+    );
+    f.broker.request_machines("worker", 1).await.unwrap();
+}
+
 #[tokio::test]
 async fn live_machines_count_against_max_number() {
     let f = fixture().await;
     f.broker.request_machines("worker", 3).await.unwrap();
     let err = f.broker.request_machines("worker", 2).await.unwrap_err();
     assert!(
-        err.to_string().contains("3 are live, so at most 1 more"),
+        err.to_string()
+            .contains("3 exist and unfinished requests will create 0 more, so at most 1 more"),
         "{err}"
     );
     f.broker.request_machines("worker", 1).await.unwrap();
@@ -747,7 +777,7 @@ async fn a_failed_machine_counts_against_max_number_until_it_is_gone() {
     )
     .await;
     let refused = f.broker.request_machines("worker", 1).await.unwrap_err();
-    assert!(refused.to_string().contains("4 are live"), "{refused}");
+    assert!(refused.to_string().contains("4 exist"), "{refused}");
     observe(
         &f,
         &view,
