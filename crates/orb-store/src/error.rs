@@ -49,6 +49,14 @@ pub enum StoreError {
         reserved: i64,
         requested: i64,
     },
+    #[error(
+        "cannot use the claim file {path}: {source}; check that the directory next to the \
+         database is writable"
+    )]
+    Claim {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{entity} {id} already exists; ids must be unique")]
     AlreadyExists { entity: &'static str, id: String },
     #[error(
@@ -66,7 +74,7 @@ impl StoreError {
         move |source| StoreError::from_sqlx(context, source)
     }
 
-    fn from_sqlx(context: &'static str, source: sqlx::Error) -> StoreError {
+    pub(crate) fn from_sqlx(context: &'static str, source: sqlx::Error) -> StoreError {
         match source {
             sqlx::Error::PoolTimedOut => StoreError::Unavailable { context },
             source => StoreError::Database { context, source },

@@ -65,6 +65,9 @@ impl Broker {
             },
             now,
         )?;
+        // Held while the objects are created and recorded: a process that finds this acquire
+        // unrecorded and the claim free knows nobody works on it any more, and resumes it.
+        let _claim = self.store.try_claim(&request.request_id).await?;
         // maxNumber is checked again where it counts: in the transaction that stores the
         // request, which concurrent acquires of the template cannot interleave with.
         let limit = (max >= 0).then(|| TemplateLimit {

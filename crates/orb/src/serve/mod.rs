@@ -10,6 +10,7 @@ pub mod daemon;
 mod events;
 mod extract;
 pub mod hostfactory;
+pub mod listener;
 mod machines;
 pub mod metrics;
 pub mod model;
@@ -250,7 +251,64 @@ fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
     };
     routes
         .layer(middleware::from_fn_with_state(state.clone(), count_http))
+        .layer(middleware::map_response(problem_for_plain_errors))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
         .with_state(state)
+}
+
+/// How long a client may take to send a request body.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Refusals that axum or a layer answered in plain text or with no body at all (405, 413, a
+/// path that is not UTF-8, a body that stopped coming) become problem documents like every
+/// other refusal of the API; headers such as `Allow` stay.
+async fn problem_for_plain_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let detail = match status.as_u16() {
+        405 => format!(
+            "this route does not take that method{}; GET /api/v1/openapi.json lists the routes",
+            parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .map(|a| format!(" (it takes {a})"))
+                .unwrap_or_default()
+        ),
+        413 => format!(
+            "the request body is too large{}; send fewer items per call",
+            if text.is_empty() {
+                String::new()
+            } else {
+                format!(" ({text})")
+            }
+        ),
+        408 => "the request body did not arrive in time; send it whole, promptly".to_string(),
+        _ if !text.is_empty() => text,
+        _ => reason.to_string(),
+    };
+    let slug = reason.to_ascii_lowercase().replace(' ', "-");
+    let mut problem = problem::Problem::new(status, &slug, reason, detail).into_response();
+    for keep in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(value) = parts.headers.get(&keep) {
+            problem.headers_mut().insert(keep, value.clone());
+        }
+    }
+    problem
 }
 
 async fn not_found(request: Request) -> problem::Problem {
