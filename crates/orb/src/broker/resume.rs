@@ -139,3 +139,38 @@ impl Broker {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orb_core::request::RequestStatus;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::nothing_recorded(RequestStatus::InProgress, true, 0, true)]
+    #[case::pending(RequestStatus::Pending, true, 0, true)]
+    #[case::recorded(RequestStatus::InProgress, false, 0, false)]
+    #[case::has_machines(RequestStatus::InProgress, true, 2, false)]
+    #[case::finished(RequestStatus::Failed, true, 0, false)]
+    fn an_acquire_is_unrecorded_until_the_provider_answer_is_stored(
+        #[case] status: RequestStatus,
+        #[case] no_data: bool,
+        #[case] machines: usize,
+        #[case] expected: bool,
+    ) {
+        let mut r = Request::new(
+            RequestId::new_acquire(),
+            RequestType::Acquire,
+            Some("t".into()),
+            "k",
+            "k8s",
+            1,
+            Timestamp::from_second(1_767_225_600).unwrap(),
+        );
+        r.status = status;
+        if !no_data {
+            r.provider_data = serde_json::json!({"namespace": "batch"});
+        }
+        assert_eq!(is_unrecorded_acquire(&r, machines), expected);
+    }
+}

@@ -76,6 +76,7 @@ struct Inner {
     kubernetes: Option<Arc<orb_k8s::K8sProvider>>,
     template_source: OnceLock<hostfactory::TemplateSource>,
     version_check: version_gate::VersionCheckCache,
+    reachability: version_gate::ReachabilityCache,
 }
 
 impl AppState {
@@ -88,6 +89,7 @@ impl AppState {
                 kubernetes: None,
                 template_source: OnceLock::new(),
                 version_check: Default::default(),
+                reachability: Default::default(),
             }),
         }
     }
@@ -112,6 +114,7 @@ impl AppState {
                 kubernetes: Some(provider),
                 template_source: OnceLock::new(),
                 version_check: Default::default(),
+                reachability: Default::default(),
             }),
         }
     }
@@ -144,6 +147,10 @@ impl AppState {
     }
 
     /// `/readyz`'s cached `kubernetes_version` check.
+    pub fn reachability(&self) -> &version_gate::ReachabilityCache {
+        &self.inner.reachability
+    }
+
     pub fn version_check(&self) -> &version_gate::VersionCheckCache {
         &self.inner.version_check
     }
@@ -266,11 +273,13 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// other refusal of the API; headers such as `Allow` stay.
 async fn problem_for_plain_errors(response: Response) -> Response {
     let status = response.status();
-    let is_problem = response
+    // Only bodies nobody wrote for a client: empty or plain text. JSON (problems, the health
+    // report of a failing /readyz) stays as it is.
+    let plain = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        .is_none_or(|v| v.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
         return response;
     }
     let (parts, body) = response.into_parts();

@@ -271,3 +271,43 @@ async fn an_apiserver_blackout_mid_acquire_is_ridden_out() {
     proxy.set_plan(FaultPlan::default());
     finished_whole(&w, &id).await;
 }
+
+/// `/readyz` tells the truth while the apiserver does not answer: failing (503, with the
+/// `apiserver` check saying why), and ready again once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn readyz_fails_while_the_apiserver_does_not_answer() {
+    let cluster = kube_fixture::TestCluster::connect().await;
+    let proxy = FaultProxy::start(&cluster).await;
+    let mut w = World::new("lc-readyz", setup().through(proxy.kubeconfig_path())).await;
+    let server = w.server();
+    let ready = |want: u16| {
+        let addr = server.addr.clone();
+        async move {
+            wait_for(&format!("/readyz {want}"), Duration::from_secs(30), || {
+                let addr = addr.clone();
+                async move {
+                    let (code, body) =
+                        tokio::task::spawn_blocking(move || http(&addr, "GET", "/readyz", None))
+                            .await
+                            .unwrap();
+                    if code == want {
+                        Check::Done(body)
+                    } else {
+                        Check::NotYet(format!("{code}: {body}"))
+                    }
+                }
+            })
+            .await
+        }
+    };
+    ready(200).await;
+    proxy.set_plan(FaultPlan {
+        reset_rate: 1.0,
+        ..FaultPlan::default()
+    });
+    let down = ready(503).await;
+    assert_eq!(down["checks"]["apiserver"]["status"], "failing", "{down}");
+    proxy.set_plan(FaultPlan::default());
+    let up = ready(200).await;
+    assert_eq!(up["checks"]["apiserver"]["status"], "ok", "{up}");
+}
