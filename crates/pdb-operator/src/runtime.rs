@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use crate::controller::discovery::{Discovered, discover};
 use crate::controller::pdb_cache::watch_pdbs;
 use crate::controller::policies::{PolicyTrigger, run_status_writer, watch_policies};
-use crate::controller::{Context, Scope, apps, gang};
+use crate::controller::{Context, Scope, apps, gang, lws};
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
 use crate::metrics::{CONTENT_TYPE, Metrics};
 
@@ -180,8 +180,8 @@ pub async fn sweep_deleted_workloads(ctx: &Context) {
     use k8s_openapi::api::scheduling::v1beta1::Workload;
     let c = &ctx.client;
     let lws: Api<kube::api::DynamicObject> = match &ctx.scope {
-        Scope::AllNamespaces => Api::all_with(c.clone(), &gang::lws_resource()),
-        Scope::Namespace(ns) => Api::namespaced_with(c.clone(), ns, &gang::lws_resource()),
+        Scope::AllNamespaces => Api::all_with(c.clone(), &lws::lws_resource()),
+        Scope::Namespace(ns) => Api::namespaced_with(c.clone(), ns, &lws::lws_resource()),
     };
     let alive = [
         ("Deployment", names_of(ctx.scope.api::<Deployment>(c)).await),
@@ -263,11 +263,24 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let trigger = PolicyTrigger::default();
     let status_changed = Arc::new(tokio::sync::Notify::new());
     let policy_api: Api<PDBPolicy> = opts.scope.api(&client);
-    let (ns_store, ns_watch) = watch_policies(policy_api, trigger.clone(), status_changed.clone());
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: crate::names::keys::OPERATOR_NAME.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let (ns_store, ns_watch) = watch_policies(
+        policy_api,
+        trigger.clone(),
+        status_changed.clone(),
+        recorder.clone(),
+    );
     let (cl_store, cl_watch) = watch_policies(
         Api::<ClusterPDBPolicy>::all(client.clone()),
         trigger.clone(),
         status_changed.clone(),
+        recorder,
     );
     tasks.spawn(async move {
         ns_watch.await;
@@ -348,7 +361,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
                     lws_on = true;
                     let (c, t) = (ctx.clone(), trigger.subscribe());
                     tasks.spawn(async move {
-                        gang::run_leader_worker_sets(c, t, n).await;
+                        lws::run_leader_worker_sets(c, t, n).await;
                         Err(RunError::Task("leaderworkerset-pdb controller ended".into()))
                     });
                     update(&health, |h| h.controllers.push("leaderworkerset-pdb"));

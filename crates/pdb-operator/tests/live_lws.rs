@@ -58,7 +58,7 @@ async fn create_lws_with_pods(
     groups: u32,
     size: u32,
 ) -> DynamicObject {
-    let ar = pdb_operator::controller::gang::lws_resource();
+    let ar = pdb_operator::controller::lws::lws_resource();
     let lws_api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &ar);
     let lws: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
