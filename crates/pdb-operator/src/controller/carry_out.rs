@@ -335,16 +335,16 @@ fn log_skip(ctx: &Context, s: &Subject, none: &NoPdb) {
                     .contains(&(e.reason.to_string(), e.message.clone()))
             })
     });
-    let (reason, message) = none
+    let (reason, note) = none
         .event
         .as_ref()
         .map_or(("-", "-"), |e| (e.reason, e.message.as_str()));
     if same {
         tracing::debug!(kind = s.kind.kind(), namespace = %s.namespace, workload = %s.name,
-            cause = none.cause, reason, message, "no PodDisruptionBudget (unchanged)");
+            cause = none.cause, reason, note, "no PodDisruptionBudget (unchanged)");
     } else {
         tracing::info!(kind = s.kind.kind(), namespace = %s.namespace, workload = %s.name,
-            cause = none.cause, reason, message, "no PodDisruptionBudget");
+            cause = none.cause, reason, note, "no PodDisruptionBudget");
     }
 }
 
