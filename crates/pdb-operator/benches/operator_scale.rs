@@ -22,20 +22,20 @@
 //! BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default). `--probe` only checks
 //! that the apiserver answers (exit 0) or not (exit 1).
 
-use std::collections::HashMap;
+#[path = "operator_scale/bare_loop.rs"]
+mod bare_loop;
+#[path = "operator_scale/burst.rs"]
+mod burst;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
+use burst::{Burst, WAIT_ALL, burst, create_namespace, delete_namespace};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
 use serde_json::json;
@@ -44,7 +44,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const P99_TARGET_MS: f64 = 1000.0;
 const RESYNC_TARGET_S: f64 = 10.0;
 const RSS_TARGET_MIB: f64 = 64.0;
-const WAIT_ALL: Duration = Duration::from_secs(600);
+/// The operator's burst p99 against the bare loop's best.
+const BARE_RATIO_TARGET: f64 = 1.2;
+
+/// `BENCH_BARE_CONCURRENCY`: the bare loop's concurrencies to try (0 = no limit); empty = none.
+fn bare_concurrencies() -> Vec<usize> {
+    std::env::var("BENCH_BARE_CONCURRENCY")
+        .unwrap_or_else(|_| "32,128,0".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect()
+}
+
+fn concurrency_text(c: usize) -> String {
+    if c == 0 {
+        "unlimited".into()
+    } else {
+        c.to_string()
+    }
+}
 
 fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -218,60 +236,6 @@ async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
     }
 }
 
-fn deployment(name: &str) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"bench": "yes"}},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name, "bench": "yes"}},
-                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
-            }
-        }
-    }))
-    .unwrap()
-}
-
-/// When each `<deployment>-pdb` was first seen on the watch.
-type Seen = Arc<Mutex<HashMap<String, Instant>>>;
-
-/// Watches the namespace's PDBs; returns once the watch's initial list is done.
-async fn watch_pdbs(client: &Client, namespace: &str, seen: Seen) -> tokio::task::JoinHandle<()> {
-    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let mut ready = Some(ready_tx);
-        let stream = watcher(api, watcher::Config::default());
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            let now = Instant::now();
-            match ev {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                    let mut s = seen.lock().unwrap();
-                    s.entry(p.name_any()).or_insert(now);
-                }
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(tx) = ready.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => eprintln!("bench: PDB watch error (retrying): {e}"),
-            }
-        }
-    });
-    ready_rx
-        .await
-        .expect("PDB watch ended before its first list");
-    task
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 async fn wait_ready(op: &mut Operator, log: &std::path::Path) {
     let t0 = Instant::now();
     loop {
@@ -365,11 +329,32 @@ async fn run(client: Client, namespace: &str) {
     install_crd(&client, &PDBPolicy::crd()).await;
     install_crd(&client, &ClusterPDBPolicy::crd()).await;
 
+    // The limit first, each run on a fresh namespace deleted (pods and all) before the next.
+    let bare_runs = if rate == 0.0 {
+        bare_concurrencies()
+    } else {
+        Vec::new()
+    };
+    let mut bare: Vec<(usize, Burst)> = Vec::new();
+    for c in bare_runs {
+        let ns = format!("{namespace}-bare-{c}");
+        create_namespace(&client, &ns).await;
+        let looping = bare_loop::start(client.clone(), &ns, c);
+        let b = burst(&client, &ns, deployments, in_flight, rate, "the bare loop").await;
+        looping.abort();
+        delete_namespace(&client, &ns).await;
+        eprintln!(
+            "bench: bare loop, concurrency {}: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
+            concurrency_text(c),
+            b.p50(),
+            b.p99(),
+            b.all_pdbs_seconds
+        );
+        bare.push((c, b));
+    }
+
     let mut op = start_operator(namespace, &log);
     wait_ready(&mut op, &log).await;
-    let seen: Seen = Arc::default();
-    let watch = watch_pdbs(&client, namespace, seen.clone()).await;
-
     let policies: Api<PDBPolicy> = Api::namespaced(client.clone(), namespace);
     let policy: PDBPolicy = serde_json::from_value(json!({
         "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
@@ -382,69 +367,17 @@ async fn run(client: Client, namespace: &str) {
         .create(&PostParams::default(), &policy)
         .await
         .expect("creating the PDBPolicy");
-
-    // Creates, `in_flight` at a time; each create's return time is the latency's start.
-    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let names: Vec<String> = (0..deployments).map(|i| format!("bench-{i:04}")).collect();
-    let t_create = Instant::now();
-    let created: Vec<(String, Instant)> =
-        futures::stream::iter(names.clone().into_iter().enumerate())
-            .map(|(i, name)| {
-                let api = api.clone();
-                async move {
-                    if rate > 0.0 {
-                        let start = t_create + Duration::from_secs_f64(i as f64 / rate);
-                        tokio::time::sleep_until(start.into()).await;
-                    }
-                    api.create(&PostParams::default(), &deployment(&name))
-                        .await
-                        .map(|_| (name, Instant::now()))
-                }
-            })
-            .buffer_unordered(in_flight)
-            .try_collect()
-            .await
-            .expect("creating a Deployment");
-    let create_seconds = t_create.elapsed().as_secs_f64();
-
-    let t_wait = Instant::now();
-    loop {
-        let have = {
-            let s = seen.lock().unwrap();
-            names
-                .iter()
-                .filter(|n| s.contains_key(&format!("{n}-pdb")))
-                .count()
-        };
-        if have == deployments {
-            break;
-        }
-        assert!(
-            t_wait.elapsed() < WAIT_ALL,
-            "{have} of {deployments} PDBs after {} s; see {}",
-            WAIT_ALL.as_secs(),
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let all_pdbs_seconds = t_create.elapsed().as_secs_f64();
-    watch.abort();
-    let mut latencies: Vec<f64> = {
-        let s = seen.lock().unwrap();
-        created
-            .iter()
-            .map(|(n, t)| {
-                let at = s[&format!("{n}-pdb")];
-                at.saturating_duration_since(*t).as_secs_f64() * 1000.0
-            })
-            .collect()
-    };
-    latencies.sort_by(f64::total_cmp);
-    let (p50, p99, max) = (
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        *latencies.last().unwrap(),
-    );
+    let first = burst(
+        &client,
+        namespace,
+        deployments,
+        in_flight,
+        rate,
+        &log.display().to_string(),
+    )
+    .await;
+    let (create_seconds, all_pdbs_seconds) = (first.create_seconds, first.all_pdbs_seconds);
+    let (p50, p99, max) = (first.p50(), first.p99(), first.max());
 
     // Let the gauge catch up with the last reconcile, then read memory.
     wait_managed(&op, namespace, deployments, &log).await;
@@ -521,9 +454,64 @@ async fn run(client: Client, namespace: &str) {
             .join(" "),
         log.display()
     );
+    // The limit: the bare loop's best run (lowest p99).
+    let best = bare.iter().min_by(|a, b| a.1.p99().total_cmp(&b.1.p99()));
+    let ratio = best.map(|(_, b)| p99 / b.p99());
+    if let Some((c, b)) = best {
+        println!();
+        println!(
+            "Side by side, the same burst ({deployments} Deployments, {in_flight} creates in flight), each on a fresh namespace:"
+        );
+        print!("| created -> PDB seen |");
+        for (c, _) in &bare {
+            print!(" bare loop, {} at once |", concurrency_text(*c));
+        }
+        println!(
+            " pdb-operator | operator / best bare (concurrency {}) |",
+            concurrency_text(*c)
+        );
+        println!("|---|{}---:|---:|", "---:|".repeat(bare.len()));
+        let row = |label: &str, f: &dyn Fn(&Burst) -> f64, op: f64, unit: &str| {
+            print!("| {label} |");
+            for (_, r) in &bare {
+                print!(" {:.0} {unit} |", f(r));
+            }
+            println!(" {op:.0} {unit} | {:.2} |", op / f(b));
+        };
+        row("p50", &|r| r.p50(), p50, "ms");
+        row("p99", &|r| r.p99(), p99, "ms");
+        row("max", &|r| r.max(), max, "ms");
+        print!("| creates took |");
+        for (_, r) in &bare {
+            print!(" {:.1} s |", r.create_seconds);
+        }
+        println!(" {create_seconds:.1} s | |");
+        print!("| last PDB after |");
+        for (_, r) in &bare {
+            print!(" {:.1} s |", r.all_pdbs_seconds);
+        }
+        println!(" {all_pdbs_seconds:.1} s | |");
+        println!(
+            "operator burst p99 / bare-loop limit p99 = {:.2} (target <= {BARE_RATIO_TARGET:.1}): {}",
+            p99 / b.p99(),
+            met(p99 / b.p99() <= BARE_RATIO_TARGET)
+        );
+    }
+    let bare_json: Vec<serde_json::Value> = bare
+        .iter()
+        .map(|(c, b)| {
+            json!({"concurrency": c, "latency_p50_ms": b.p50(), "latency_p99_ms": b.p99(),
+                   "latency_max_ms": b.max(), "create_seconds": b.create_seconds,
+                   "all_pdbs_seconds": b.all_pdbs_seconds})
+        })
+        .collect();
     println!(
         "BENCH_JSON {}",
         json!({
+            "bare_loop": bare_json,
+            "bare_best_concurrency": best.map(|(c, _)| *c),
+            "bare_best_p99_ms": best.map(|(_, b)| b.p99()),
+            "p99_over_bare": ratio,
             "deployments": deployments,
             "create_concurrency": in_flight,
             "create_rate": rate,
@@ -552,6 +540,8 @@ async fn run(client: Client, namespace: &str) {
                 "p99_met": p99 <= P99_TARGET_MS,
                 "resync_met": resync_seconds <= RESYNC_TARGET_S,
                 "rss_met": rss_max <= RSS_TARGET_MIB,
+                "bare_ratio_max": BARE_RATIO_TARGET,
+                "bare_ratio_met": ratio.map(|r| r <= BARE_RATIO_TARGET),
             }
         })
     );
