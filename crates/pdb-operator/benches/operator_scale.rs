@@ -1,26 +1,34 @@
-//! The real `pdb-operator` binary against 1,000 Deployments on a local control plane.
+//! The real `pdb-operator` binary against 1,000 Deployments on a local control plane, next to
+//! the limit: a bare loop that applies one PDB per Deployment on the same burst.
 //!
-//! 1. Installs the PDBPolicy CRDs, starts `pdb-operator run` as a child process (leader
-//!    election off, `--watch-namespace` = a fresh namespace, so other tests' workloads on the
-//!    same cluster are neither touched nor counted), creates a `standard` PDBPolicy matching
-//!    `bench=yes` and then 1,000 Deployments (2 replicas, label `bench=yes`), 32 creates in flight.
-//!    Latency of one Deployment = the time this process receives the watch event of its
-//!    `<name>-pdb` minus the time its create call returned (one clock, this process's).
-//! 2. Resident memory: VmRSS of the operator once all 1,000 PDBs exist.
+//! 1. Installs the PDBPolicy CRDs. Per round (`BENCH_ROUNDS`, 1): for each concurrency of
+//!    `BENCH_BARE_CONCURRENCY` (`32,128,0`; 0 = no limit; empty = no bare runs; only for a
+//!    burst) a fresh namespace, the bare loop (`operator_scale/bare_loop.rs`) watching it, and
+//!    the burst; then the namespace is deleted and its pods waited out. Then the operator:
+//!    `pdb-operator run` as a child process (leader election off, `--watch-namespace` = a fresh
+//!    namespace, so other tests' workloads are neither touched nor counted), a `standard`
+//!    PDBPolicy matching `bench=yes`, and the same burst: 1,000 Deployments (2 replicas, label
+//!    `bench=yes`), 32 creates in flight. Latency of one Deployment = the time this process
+//!    receives the watch event of its `<name>-pdb` minus the time its create call returned (one
+//!    clock, this process's), whoever writes the PDB.
+//! 2. Resident memory: VmRSS of the last round's operator once all 1,000 PDBs exist.
 //! 3. Full resync: kills the operator and starts a fresh one with the 1,000 Deployments and
 //!    PDBs in place; the figure is the time from spawning the process until its
 //!    `pdb_operator_deployments_managed` gauge for the namespace reaches 1,000 (every Deployment
 //!    reconciled and its PDB found up to date), read from `/metrics` every 50 ms.
 //!
-//! Prints a table and one `BENCH_JSON {...}` line for bench/run.sh.
+//! Prints a table, the bare runs and the operator side by side per round with the operator's
+//! p99 over the round's best bare p99 (the median over rounds is the figure), and one
+//! `BENCH_JSON {...}` line for bench/run.sh.
 //!
 //!   cargo bench -p pdb-operator --bench operator_scale
 //!
 //! Environment: KUBECONFIG (default: the repo's .state/control-plane/admin.kubeconfig; the bench
 //! never starts or stops a control plane), BENCH_DEPLOYMENTS (1000), BENCH_CREATE_CONCURRENCY
 //! (32), BENCH_CREATE_RATE (Deployments per second; 0, the default, creates them in one burst),
-//! BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default). `--probe` only checks
-//! that the apiserver answers (exit 0) or not (exit 1).
+//! BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default), BENCH_ROUNDS,
+//! BENCH_BARE_CONCURRENCY. `--probe` only checks that the apiserver answers (exit 0) or not
+//! (exit 1).
 
 #[path = "operator_scale/bare_loop.rs"]
 mod bare_loop;
@@ -318,43 +326,52 @@ fn main() {
     }
 }
 
-async fn run(client: Client, namespace: &str) {
-    let deployments = env_num("BENCH_DEPLOYMENTS", 1000);
-    let in_flight = env_num("BENCH_CREATE_CONCURRENCY", 32).max(1);
-    // Creates per second; 0 = a burst, as fast as `in_flight` creates at a time go.
-    let rate = env_num("BENCH_CREATE_RATE", 0) as f64;
-    let log = std::env::temp_dir().join(format!("{namespace}.log"));
-    let _ = std::fs::remove_file(&log);
+/// One figure of a burst (p50, p99, max).
+type Figure = fn(&Burst) -> f64;
 
-    install_crd(&client, &PDBPolicy::crd()).await;
-    install_crd(&client, &ClusterPDBPolicy::crd()).await;
+/// One round of bursts: the bare loop at each concurrency, then the operator.
+struct Round {
+    bare: Vec<(usize, Burst)>,
+    operator: Burst,
+}
 
-    // The limit first, each run on a fresh namespace deleted (pods and all) before the next.
-    let bare_runs = if rate == 0.0 {
-        bare_concurrencies()
-    } else {
-        Vec::new()
-    };
-    let mut bare: Vec<(usize, Burst)> = Vec::new();
-    for c in bare_runs {
-        let ns = format!("{namespace}-bare-{c}");
-        create_namespace(&client, &ns).await;
-        let looping = bare_loop::start(client.clone(), &ns, c);
-        let b = burst(&client, &ns, deployments, in_flight, rate, "the bare loop").await;
-        looping.abort();
-        delete_namespace(&client, &ns).await;
-        eprintln!(
-            "bench: bare loop, concurrency {}: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
-            concurrency_text(c),
-            b.p50(),
-            b.p99(),
-            b.all_pdbs_seconds
-        );
-        bare.push((c, b));
+impl Round {
+    /// The bare loop's best run of the round (lowest p99): the limit.
+    fn best_bare(&self) -> Option<&(usize, Burst)> {
+        self.bare
+            .iter()
+            .min_by(|a, b| a.1.p99().total_cmp(&b.1.p99()))
     }
 
-    let mut op = start_operator(namespace, &log);
-    wait_ready(&mut op, &log).await;
+    fn ratio(&self) -> Option<f64> {
+        self.best_bare().map(|(_, b)| self.operator.p99() / b.p99())
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 0 {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    })
+}
+
+/// Starts the operator on `namespace` with the bench's `standard` policy and runs one burst.
+async fn operator_burst(
+    client: &Client,
+    namespace: &str,
+    log: &std::path::Path,
+    deployments: usize,
+    in_flight: usize,
+    rate: f64,
+) -> (Operator, Burst) {
+    let mut op = start_operator(namespace, log);
+    wait_ready(&mut op, log).await;
     let policies: Api<PDBPolicy> = Api::namespaced(client.clone(), namespace);
     let policy: PDBPolicy = serde_json::from_value(json!({
         "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
@@ -367,8 +384,8 @@ async fn run(client: Client, namespace: &str) {
         .create(&PostParams::default(), &policy)
         .await
         .expect("creating the PDBPolicy");
-    let first = burst(
-        &client,
+    let b = burst(
+        client,
         namespace,
         deployments,
         in_flight,
@@ -376,6 +393,74 @@ async fn run(client: Client, namespace: &str) {
         &log.display().to_string(),
     )
     .await;
+    (op, b)
+}
+
+async fn run(client: Client, namespace: &str) {
+    let deployments = env_num("BENCH_DEPLOYMENTS", 1000);
+    let in_flight = env_num("BENCH_CREATE_CONCURRENCY", 32).max(1);
+    // Creates per second; 0 = a burst, as fast as `in_flight` creates at a time go.
+    let rate = env_num("BENCH_CREATE_RATE", 0) as f64;
+    let log = std::env::temp_dir().join(format!("{namespace}.log"));
+    let _ = std::fs::remove_file(&log);
+
+    install_crd(&client, &PDBPolicy::crd()).await;
+    install_crd(&client, &ClusterPDBPolicy::crd()).await;
+
+    // Each round: the bare loop at each concurrency, then the operator, each on a fresh
+    // namespace deleted (pods and all) before the next, so every burst starts on the same
+    // cluster. The last round's operator namespace stays for the memory and resync figures.
+    let rounds_wanted = env_num("BENCH_ROUNDS", 1).max(1);
+    let bare_runs = if rate == 0.0 {
+        bare_concurrencies()
+    } else {
+        Vec::new()
+    };
+    let mut rounds: Vec<Round> = Vec::new();
+    let mut last_op = None;
+    for r in 0..rounds_wanted {
+        let mut bare = Vec::new();
+        for &c in &bare_runs {
+            let ns = format!("{namespace}-r{r}-bare-{c}");
+            create_namespace(&client, &ns).await;
+            let looping = bare_loop::start(client.clone(), &ns, c);
+            let b = burst(&client, &ns, deployments, in_flight, rate, "the bare loop").await;
+            looping.abort();
+            delete_namespace(&client, &ns).await;
+            eprintln!(
+                "bench: round {r}, bare loop, concurrency {}: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
+                concurrency_text(c),
+                b.p50(),
+                b.p99(),
+                b.all_pdbs_seconds
+            );
+            bare.push((c, b));
+        }
+        let last = r + 1 == rounds_wanted;
+        let ns = if last {
+            namespace.to_string()
+        } else {
+            let ns = format!("{namespace}-r{r}-operator");
+            create_namespace(&client, &ns).await;
+            ns
+        };
+        let (op, operator) = operator_burst(&client, &ns, &log, deployments, in_flight, rate).await;
+        eprintln!(
+            "bench: round {r}, pdb-operator: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
+            operator.p50(),
+            operator.p99(),
+            operator.all_pdbs_seconds
+        );
+        if last {
+            last_op = Some(op);
+        } else {
+            drop(op);
+            delete_namespace(&client, &ns).await;
+        }
+        rounds.push(Round { bare, operator });
+    }
+    let op = last_op.expect("at least one round");
+    let first = &rounds.last().expect("at least one round").operator;
     let (create_seconds, all_pdbs_seconds) = (first.create_seconds, first.all_pdbs_seconds);
     let (p50, p99, max) = (first.p50(), first.p99(), first.max());
 
@@ -454,61 +539,81 @@ async fn run(client: Client, namespace: &str) {
             .join(" "),
         log.display()
     );
-    // The limit: the bare loop's best run (lowest p99).
-    let best = bare.iter().min_by(|a, b| a.1.p99().total_cmp(&b.1.p99()));
-    let ratio = best.map(|(_, b)| p99 / b.p99());
-    if let Some((c, b)) = best {
+    // Side by side per round, and the ratio of the operator's p99 to the round's best bare p99.
+    let ratio = median(rounds.iter().filter_map(Round::ratio).collect());
+    if !bare_runs.is_empty() {
         println!();
         println!(
-            "Side by side, the same burst ({deployments} Deployments, {in_flight} creates in flight), each on a fresh namespace:"
+            "Side by side, the same burst ({deployments} Deployments, {in_flight} creates in flight), each on a fresh namespace, {} round(s):",
+            rounds.len()
         );
-        print!("| created -> PDB seen |");
-        for (c, _) in &bare {
+        print!("| round, created -> PDB seen |");
+        for c in &bare_runs {
             print!(" bare loop, {} at once |", concurrency_text(*c));
         }
-        println!(
-            " pdb-operator | operator / best bare (concurrency {}) |",
-            concurrency_text(*c)
-        );
-        println!("|---|{}---:|---:|", "---:|".repeat(bare.len()));
-        let row = |label: &str, f: &dyn Fn(&Burst) -> f64, op: f64, unit: &str| {
-            print!("| {label} |");
-            for (_, r) in &bare {
-                print!(" {:.0} {unit} |", f(r));
+        println!(" pdb-operator | operator / best bare |");
+        println!("|---|{}---:|---:|", "---:|".repeat(bare_runs.len()));
+        for (i, r) in rounds.iter().enumerate() {
+            let best = r.best_bare().map(|(_, b)| b);
+            let rows: [(&str, Figure); 3] = [
+                ("p50", Burst::p50),
+                ("p99", Burst::p99),
+                ("max", Burst::max),
+            ];
+            for (label, f) in rows {
+                print!("| {i}: {label} |");
+                for (_, b) in &r.bare {
+                    print!(" {:.0} ms |", f(b));
+                }
+                let op = f(&r.operator);
+                let vs = best.map_or(String::new(), |b| format!("{:.2}", op / f(b)));
+                println!(" {op:.0} ms | {vs} |");
             }
-            println!(" {op:.0} {unit} | {:.2} |", op / f(b));
-        };
-        row("p50", &|r| r.p50(), p50, "ms");
-        row("p99", &|r| r.p99(), p99, "ms");
-        row("max", &|r| r.max(), max, "ms");
-        print!("| creates took |");
-        for (_, r) in &bare {
-            print!(" {:.1} s |", r.create_seconds);
+            print!("| {i}: creates took / last PDB after |");
+            for (_, b) in &r.bare {
+                print!(" {:.1} / {:.1} s |", b.create_seconds, b.all_pdbs_seconds);
+            }
+            println!(
+                " {:.1} / {:.1} s | |",
+                r.operator.create_seconds, r.operator.all_pdbs_seconds
+            );
         }
-        println!(" {create_seconds:.1} s | |");
-        print!("| last PDB after |");
-        for (_, r) in &bare {
-            print!(" {:.1} s |", r.all_pdbs_seconds);
+        if let Some(ratio) = ratio {
+            println!(
+                "operator burst p99 / bare-loop limit p99 = {ratio:.2} (median of {} round(s); target <= {BARE_RATIO_TARGET:.1}): {}",
+                rounds.len(),
+                met(ratio <= BARE_RATIO_TARGET)
+            );
         }
-        println!(" {all_pdbs_seconds:.1} s | |");
-        println!(
-            "operator burst p99 / bare-loop limit p99 = {:.2} (target <= {BARE_RATIO_TARGET:.1}): {}",
-            p99 / b.p99(),
-            met(p99 / b.p99() <= BARE_RATIO_TARGET)
-        );
     }
-    let bare_json: Vec<serde_json::Value> = bare
+    let rounds_json: Vec<serde_json::Value> = rounds
         .iter()
-        .map(|(c, b)| {
-            json!({"concurrency": c, "latency_p50_ms": b.p50(), "latency_p99_ms": b.p99(),
-                   "latency_max_ms": b.max(), "create_seconds": b.create_seconds,
-                   "all_pdbs_seconds": b.all_pdbs_seconds})
+        .map(|r| {
+            let bare: Vec<serde_json::Value> = r
+                .bare
+                .iter()
+                .map(|(c, b)| {
+                    json!({"concurrency": c, "latency_p50_ms": b.p50(), "latency_p99_ms": b.p99(),
+                           "latency_max_ms": b.max(), "create_seconds": b.create_seconds,
+                           "all_pdbs_seconds": b.all_pdbs_seconds})
+                })
+                .collect();
+            json!({"bare_loop": bare,
+                   "bare_best_concurrency": r.best_bare().map(|(c, _)| *c),
+                   "operator_p50_ms": r.operator.p50(), "operator_p99_ms": r.operator.p99(),
+                   "operator_max_ms": r.operator.max(),
+                   "operator_create_seconds": r.operator.create_seconds,
+                   "operator_all_pdbs_seconds": r.operator.all_pdbs_seconds,
+                   "p99_over_bare": r.ratio()})
         })
         .collect();
+    let last_round = rounds.last().expect("at least one round");
+    let best = last_round.best_bare();
     println!(
         "BENCH_JSON {}",
         json!({
-            "bare_loop": bare_json,
+            "rounds": rounds_json,
+            "bare_loop": rounds_json.last().map(|r| r["bare_loop"].clone()),
             "bare_best_concurrency": best.map(|(c, _)| *c),
             "bare_best_p99_ms": best.map(|(_, b)| b.p99()),
             "p99_over_bare": ratio,

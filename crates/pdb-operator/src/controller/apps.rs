@@ -127,12 +127,20 @@ fn stateful_set_pod_labels(s: &StatefulSet) -> std::collections::BTreeMap<String
 }
 
 /// PDB changes that can alter a decision: not the disruption controller's status updates, and
-/// not the echo of our own write.
+/// not the echo of our own write. From the shared PDB watch when there is one, else a watch of
+/// its own.
 pub(crate) fn pdb_changes(
     ctx: &Context,
 ) -> impl Stream<Item = Result<PodDisruptionBudget, watcher::Error>> + Send + 'static {
-    let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
-    let events = watcher(pdbs, watcher::Config::default()).default_backoff();
+    let events = match &ctx.pdb_events {
+        Some(shared) => shared.subscribe().boxed(),
+        None => {
+            let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
+            watcher(pdbs, watcher::Config::default())
+                .default_backoff()
+                .boxed()
+        }
+    };
     let recent = ctx.recent_writes.clone();
     meaningful_changes(events, pdb_fingerprint)
         .filter(move |r| std::future::ready(!matches!(r, Ok(p) if recent.is_echo(p))))

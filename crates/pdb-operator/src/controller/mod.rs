@@ -96,6 +96,8 @@ pub struct Context {
     pub status_changed: Arc<tokio::sync::Notify>,
     /// PDBs of the scope from a shared watch (`None`: each reconcile LISTs its namespace).
     pub pdbs: Option<Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
+    /// The shared PDB watch's events (`None`: each controller watches PDBs itself).
+    pub pdb_events: Option<pdb_cache::PdbEvents>,
     /// Our PDB writes the `pdbs` cache may not show yet.
     pub recent_writes: Arc<pdb_cache::RecentWrites>,
     /// Workloads waiting for a reconcile (`pdb_operator_reconcile_queue_length`).
@@ -104,8 +106,10 @@ pub struct Context {
     announcing: Arc<tokio::sync::Semaphore>,
 }
 
-/// Announcements posted at once at most.
-const ANNOUNCING: usize = 8;
+/// Announcements posted at once at most. Few: in a burst of new workloads every PDB write is
+/// followed by a `PDBCreated` post, and these compete with the PDB writes at the apiserver; two
+/// at a time let them trail the burst by a few seconds instead.
+const ANNOUNCING: usize = 2;
 
 impl Context {
     pub fn new(
@@ -129,6 +133,7 @@ impl Context {
             cluster_policies: stores.1,
             status_changed: Arc::default(),
             pdbs: None,
+            pdb_events: None,
             recent_writes: Arc::default(),
             queue: Arc::new(queue::WorkQueue::new(
                 metrics.reconcile_queue_length.clone(),
@@ -297,7 +302,7 @@ where
 }
 
 /// How long a workload's reconcile waits for more changes of the same object. Short: status-only
-/// updates and the echoes of our own writes never trigger (see `triggers`), so this only folds
-/// together changes that land within a few milliseconds (a create and the controller's first
-/// annotation), and every new workload pays it once before its PDB is written.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
+/// updates, the Deployment controller's revision annotation and the echoes of our own writes
+/// never trigger (see `triggers`), so this only folds together triggers that arrive at the same
+/// moment from different watches, and every new workload pays it once before its PDB is written.
+pub const DEBOUNCE: Duration = Duration::from_millis(10);
