@@ -193,6 +193,8 @@ pub async fn sweep_deleted_workloads(ctx: &Context) {
         Scope::AllNamespaces => Api::all_with(c.clone(), &lws::lws_resource()),
         Scope::Namespace(ns) => Api::namespaced_with(c.clone(), ns, &lws::lws_resource()),
     };
+    // Outcomes recorded after this point are kept even if the lists below miss them.
+    let since = ctx.outcomes.mark();
     let alive = [
         ("Deployment", names_of(ctx.scope.api::<Deployment>(c)).await),
         (
@@ -202,17 +204,18 @@ pub async fn sweep_deleted_workloads(ctx: &Context) {
         ("Workload", names_of(ctx.scope.api::<Workload>(c)).await),
         ("LeaderWorkerSet", names_of(lws).await),
     ];
+    let alive: Vec<(&str, Option<std::collections::HashSet<(String, String)>>)> = alive
+        .into_iter()
+        .map(|(kind, names)| (kind, names.map(|n| n.into_iter().collect())))
+        .collect();
     let removed = ctx.outcomes.retain(
+        since,
         |k| {
             alive
                 .iter()
                 .find(|(kind, _)| *kind == k.kind)
                 .and_then(|(_, names)| names.as_ref())
-                .is_none_or(|names| {
-                    names
-                        .iter()
-                        .any(|(ns, n)| *ns == k.namespace && *n == k.name)
-                })
+                .is_none_or(|names| names.contains(&(k.namespace.clone(), k.name.clone())))
         },
         &ctx.metrics,
     );
