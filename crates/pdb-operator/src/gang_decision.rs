@@ -132,7 +132,8 @@ fn settling(groups: &[&PodGroupView], pods: &[&PodView], now: Timestamp) -> Opti
 /// no PDB yet → wait (silent); no live pods → `WorkloadPDBDeferred` (retry 30 s); pods of an
 /// existing LeaderWorkerSet → nothing when its PDB covers them, else
 /// `WorkloadLeaderWorkerSetUncovered`; no exact selector → `WorkloadSelectorUnresolvable` (retry
-/// 30 s); no possible budget → `WorkloadSkipped`; otherwise the PDB, with `BudgetClamped` when
+/// 30 s); a single-mode gang below minCount that never had a PDB → `WorkloadPDBDeferred` (it
+/// has not formed); no possible budget → `WorkloadSkipped`; otherwise the PDB, with `BudgetClamped` when
 /// the drain clamp lowered it and `WorkloadDrainBlocked` when the gang is short of pods so the
 /// budget allows no eviction.
 pub fn desired_pdb_for_gang(
@@ -338,6 +339,26 @@ pub fn desired_pdb_for_gang(
         }
         GroupBudget::Impossible { why, steps: s } => {
             steps.extend(s);
+            // A single-mode gang with a group below minCount and no PDB yet has not formed (the
+            // scheduler is still waiting for its pods): minCount is not what leaves nothing
+            // evictable, the missing pods are.
+            let forming: Vec<String> = now_groups
+                .iter()
+                .filter(|g| g.live < g.min_count)
+                .map(|g| format!("{} ({} of minCount {})", g.name, g.live, g.min_count))
+                .collect();
+            if mode == DisruptionMode::Single && facts.record.is_none() && !forming.is_empty() {
+                let msg = format!(
+                    "Workload {name} has not formed yet: {} live; PDB deferred until its groups reach minCount, retrying every 30s",
+                    forming.join(", ")
+                );
+                return retry(
+                    EventNote::warning(reasons::WORKLOAD_PDB_DEFERRED, msg),
+                    events,
+                    "gang_forming",
+                    steps,
+                );
+            }
             let cause = if mode == DisruptionMode::All {
                 "single_group"
             } else {

@@ -632,3 +632,30 @@ fn deferral_counts_finished_pods() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_single_mode_gang_below_min_count_without_a_pdb_is_deferred_not_skipped() {
+    match decide(&gang(3, "single"), &groups(1, 3), &pods(&[2]), "standard") {
+        Decision::NoPdb(n) => {
+            let e = n.event.unwrap();
+            assert_eq!(e.reason, reasons::WORKLOAD_PDB_DEFERRED);
+            assert!(
+                e.message.contains("trainer-workers-0 (2 of minCount 3)"),
+                "{}",
+                e.message
+            );
+            assert_eq!(n.retry_after, Some(RETRY_AFTER));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A formed gang whose minCount covers every pod is still skipped (W9).
+    assert_eq!(
+        reason(decide(
+            &gang(3, "single"),
+            &groups(1, 3),
+            &pods(&[3]),
+            "standard"
+        )),
+        Some(reasons::WORKLOAD_SKIPPED)
+    );
+}

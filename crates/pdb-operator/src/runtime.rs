@@ -183,6 +183,9 @@ where
     )
 }
 
+/// `(namespace, name)` of the workloads of one kind that exist.
+type NameSet = std::collections::HashSet<(String, String)>;
+
 /// Forgets outcomes (and so gauge series) of workloads that no longer exist. A kind whose
 /// list fails (API absent, transient error) is left alone.
 pub async fn sweep_deleted_workloads(ctx: &Context) {
@@ -204,7 +207,7 @@ pub async fn sweep_deleted_workloads(ctx: &Context) {
         ("Workload", names_of(ctx.scope.api::<Workload>(c)).await),
         ("LeaderWorkerSet", names_of(lws).await),
     ];
-    let alive: Vec<(&str, Option<std::collections::HashSet<(String, String)>>)> = alive
+    let alive: Vec<(&str, Option<NameSet>)> = alive
         .into_iter()
         .map(|(kind, names)| (kind, names.map(|n| n.into_iter().collect())))
         .collect();

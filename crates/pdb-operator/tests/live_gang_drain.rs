@@ -221,7 +221,7 @@ async fn a_starting_gang_does_not_flap() {
             json!({"app": "rise", "role": role, "index": i.to_string()}),
         )
         .await;
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
     }
     let pdb = wait_pdb(&pdbs, "rise-pdb", "minAvailable 3", |p| {
         min_available(p) == Some(json!(3))
@@ -231,7 +231,8 @@ async fn a_starting_gang_does_not_flap() {
         serde_json::to_value(&pdb.spec.unwrap().selector).unwrap(),
         json!({"matchLabels": {"app": "rise"}})
     );
-    // Give a flapping operator the time to show it.
+    // The announcement trails the write; then give a flapping operator the time to show it.
+    wait_event(c, n, "rise", "PDBCreated").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     for (reason, want) in [
         ("PDBCreated", 1),

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -319,11 +319,31 @@ pub async fn run_workloads(
             g.status = None;
         })
         .reflect(group_writer);
+    // Pods are watched from the first Workload on: a cluster that serves the Workload API but
+    // runs no gangs (most, today) would otherwise send the operator every pod change for
+    // nothing (in the bench's burst, 2,000 pods starting).
+    let (first_seen, first_workload) = tokio::sync::watch::channel(false);
+    let workloads = workloads.inspect(move |ev| {
+        if matches!(
+            ev,
+            Ok(watcher::Event::Apply(_) | watcher::Event::InitApply(_))
+        ) {
+            first_seen.send_if_modified(|seen| !std::mem::replace(seen, true));
+        }
+    });
     let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = watcher(ctx.scope.api(&ctx.client), watcher::Config::default())
-        .default_backoff()
-        .modify(slim_pod)
-        .reflect(pod_writer);
+    let pods_api: Api<Pod> = ctx.scope.api(&ctx.client);
+    let mut pod_writer = Some(pod_writer);
+    let pod_events = futures::stream::once(async move {
+        let mut first_workload = first_workload;
+        let _ = first_workload.wait_for(|seen| *seen).await;
+    })
+    .flat_map(move |()| {
+        watcher(pods_api.clone(), watcher::Config::default())
+            .default_backoff()
+            .modify(slim_pod)
+            .reflect(pod_writer.take().expect("the pod watch starts once"))
+    });
     let (for_pods, for_pdbs) = (store.clone(), store.clone());
     let (kind, queue) = (WorkloadKind::Workload, ctx.queue.clone());
     let by_group = |g: PodGroup| {
