@@ -156,6 +156,34 @@ pub fn decide_gang(
 pub struct GangCaches {
     pub groups: Store<PodGroup>,
     pub pods: Store<Pod>,
+    /// True once both stores hold their first list. Reconciles wait on this, not on
+    /// `Store::wait_until_ready`: that future wakes only the last of several waiters (kube-runtime
+    /// 5's `DelayedInit` keeps one waker), which left the first Workload of a fresh operator
+    /// waiting forever while the others went ahead.
+    pub ready: tokio::sync::watch::Receiver<bool>,
+}
+
+impl GangCaches {
+    /// Caches over `groups` and `pods`, and one task that waits (alone) for their first lists.
+    fn new(groups: Store<PodGroup>, pods: Store<Pod>) -> Self {
+        let (tx, ready) = tokio::sync::watch::channel(false);
+        let (g, p) = (groups.clone(), pods.clone());
+        tokio::spawn(async move {
+            let _ = g.wait_until_ready().await;
+            let _ = p.wait_until_ready().await;
+            let _ = tx.send(true);
+        });
+        Self {
+            groups,
+            pods,
+            ready,
+        }
+    }
+
+    async fn wait_until_ready(&self) {
+        let mut ready = self.ready.clone();
+        let _ = ready.wait_for(|r| *r).await;
+    }
 }
 
 /// What the Workload controller's reconciles share: the operator's context and its caches.
@@ -178,8 +206,7 @@ async fn reconcile_workload(w: Arc<Workload>, g: Arc<GangContext>) -> Result<Act
         let api: Api<Workload> = Api::namespaced(ctx.client.clone(), &ns);
         strip_legacy_finalizer(&api, &w.metadata).await?;
         // Deciding before the first list of pods would find no pods and warn.
-        let _ = g.caches.groups.wait_until_ready().await;
-        let _ = g.caches.pods.wait_until_ready().await;
+        g.caches.wait_until_ready().await;
         let objects = GangObjects::from_caches(&g.caches, &ns);
         let pdbs: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
         let name = pdb_name(&view.meta.name);
@@ -398,7 +425,7 @@ pub async fn run_workloads(
         error_policy(WorkloadKind::Workload),
         Arc::new(GangContext {
             ctx,
-            caches: GangCaches { groups, pods },
+            caches: GangCaches::new(groups, pods),
         }),
     );
     drain_controller(kind, queue, stream).await;
@@ -418,6 +445,28 @@ mod tests {
             "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_reconcile_waiting_for_the_caches_is_woken() {
+        let (groups, mut group_writer) = reflector::store::<PodGroup>();
+        let (pods, mut pod_writer) = reflector::store::<Pod>();
+        let caches = GangCaches::new(groups, pods);
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let c = caches.clone();
+                tokio::spawn(async move { c.wait_until_ready().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        group_writer.apply_watcher_event(&watcher::Event::InitDone);
+        pod_writer.apply_watcher_event(&watcher::Event::InitDone);
+        for w in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), w)
+                .await
+                .expect("a waiter was never woken")
+                .unwrap();
+        }
     }
 
     #[test]
