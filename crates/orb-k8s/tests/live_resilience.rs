@@ -4,8 +4,9 @@
 //! and resets are retried, client errors are not; an open breaker stops calls until its
 //! half-open probe succeeds.
 //!
-//! Run: `cargo test -p orb-k8s --test live_resilience --no-run`, then the printed binary
-//! with `--test-threads=2` (KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig).
+//! Run: `cargo test -p orb-k8s --test live_resilience --no-run`, then the printed binary with
+//! `--include-ignored --test-threads=2`
+//! (KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig).
 
 #[allow(dead_code)]
 #[path = "cluster/common.rs"]

@@ -6,7 +6,7 @@
 //! - One high-risk field per kind: acquire is Rejected and no Pod, Deployment, StatefulSet,
 //!   Job (or Service) exists in the namespace.
 //!
-//! Run: `KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig cargo test -p orb-k8s -- --test-threads=4`
+//! Run: `KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig cargo test -p orb-k8s -- --include-ignored --test-threads=4`
 
 #[allow(dead_code)]
 #[path = "cluster/common.rs"]
