@@ -4,7 +4,9 @@
 //! says what was expected and what was last seen.
 //!
 //! The fixture never fakes the cluster: if no control plane answers, `TestCluster::connect`
-//! fails the test with instructions instead of skipping it.
+//! fails the test with instructions instead of skipping it. Tests that use it carry
+//! `#[ignore = "needs the local control plane; ..."]`, so plain `cargo test` lists them as
+//! ignored and passes; `./scripts/test.sh` (or `cargo test -- --include-ignored`) runs them.
 
 pub mod fault_proxy;
 mod nodes;

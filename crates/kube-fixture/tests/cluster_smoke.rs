@@ -66,6 +66,7 @@ async fn create_deployment(api: &Api<Deployment>, name: &str, replicas: i32) {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn deployment_of_three_reaches_three_ready_pods() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("smoke-deploy").await;
@@ -100,6 +101,7 @@ async fn deployment_of_three_reaches_three_ready_pods() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn scale_down_removes_exactly_the_pod_with_lowest_deletion_cost() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("smoke-cost").await;
@@ -141,6 +143,7 @@ async fn scale_down_removes_exactly_the_pod_with_lowest_deletion_cost() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn statefulset_scale_down_removes_the_highest_ordinal() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("smoke-sts").await;
@@ -171,6 +174,7 @@ async fn statefulset_scale_down_removes_the_highest_ordinal() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn job_with_two_completions_reaches_complete() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("smoke-job").await;
@@ -210,6 +214,7 @@ async fn job_with_two_completions_reaches_complete() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn workload_api_is_served_and_accepts_a_workload_and_a_podgroup() {
     let cluster = TestCluster::connect().await;
     let resources = cluster
@@ -269,6 +274,7 @@ async fn workload_api_is_served_and_accepts_a_workload_and_a_podgroup() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn pdb_refuses_an_eviction_that_would_break_min_available() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("smoke-pdb").await;

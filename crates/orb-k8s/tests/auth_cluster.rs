@@ -103,6 +103,7 @@ fn provider_config(
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn context_selects_a_user_whose_exec_plugin_supplies_the_token() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("auth-exec").await;

@@ -4,8 +4,9 @@
 //! and resets are retried, client errors are not; an open breaker stops calls until its
 //! half-open probe succeeds.
 //!
-//! Run: `cargo test -p orb-k8s --test live_resilience --no-run`, then the printed binary
-//! with `--test-threads=2` (KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig).
+//! Run: `cargo test -p orb-k8s --test live_resilience --no-run`, then the printed binary with
+//! `--include-ignored --test-threads=2`
+//! (KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig).
 
 #[allow(dead_code)]
 #[path = "cluster/common.rs"]
@@ -127,6 +128,7 @@ async fn acquire_to_the_end(h: &Harness, api: ProviderApi, count: u32) -> Result
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn acquires_of_every_handler_end_cleanly_under_twenty_percent_faults_and_latency() {
     let (h, proxy) = harness_through(
         "chaos",
@@ -207,6 +209,7 @@ fn config_map(name: &str) -> ConfigMap {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn throttling_server_errors_and_resets_are_retried_and_retry_after_is_honoured() {
     let (h, proxy) = harness_through(
         "retry",
@@ -266,6 +269,7 @@ async fn throttling_server_errors_and_resets_are_retried_and_retry_after_is_hono
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn client_errors_are_answers_and_are_not_retried() {
     let (h, proxy) = harness_through(
         "noretry",
@@ -318,6 +322,7 @@ async fn client_errors_are_answers_and_are_not_retried() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn watch_requests_pass_through_the_retry_layer_untouched() {
     let (h, proxy) = harness_through(
         "watchpass",
@@ -342,6 +347,7 @@ async fn watch_requests_pass_through_the_retry_layer_untouched() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn the_pod_breaker_opens_fails_fast_and_closes_after_a_good_probe() {
     let (h, proxy) = harness_through(
         "breaker",

@@ -6,7 +6,7 @@
 //! - One high-risk field per kind: acquire is Rejected and no Pod, Deployment, StatefulSet,
 //!   Job (or Service) exists in the namespace.
 //!
-//! Run: `KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig cargo test -p orb-k8s -- --test-threads=4`
+//! Run: `KUBECONFIG=/work/main/.state/control-plane/admin.kubeconfig cargo test -p orb-k8s -- --include-ignored --test-threads=4`
 
 #[allow(dead_code)]
 #[path = "cluster/common.rs"]
@@ -129,6 +129,7 @@ async fn request_pods(h: &Harness, request_id: &RequestId) -> Vec<Pod> {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn seed_full_pod_override_is_acquired_with_the_operators_fields_and_fulfils() {
     let h = native_harness("nacq-pod", true, true).await;
     let template = full_pod_override(h.ns.name());
@@ -173,6 +174,7 @@ async fn seed_full_pod_override_is_acquired_with_the_operators_fields_and_fulfil
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn seed_partial_deployment_override_is_acquired_with_its_strategy_and_fulfils() {
     let h = native_harness("nacq-deploy", true, true).await;
     let template = partial_deployment_override(h.ns.name());
@@ -216,6 +218,7 @@ async fn seed_partial_deployment_override_is_acquired_with_its_strategy_and_fulf
 #[case::provider_switch_off(false, true)]
 #[case::application_switch_off(true, false)]
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn with_a_switch_off_the_typed_object_is_created_without_the_native_fields(
     #[case] provider_on: bool,
     #[case] application_on: bool,
@@ -285,6 +288,7 @@ where
 #[case::statefulset("StatefulSet", "spec.template.spec.volumes[0].hostPath")]
 #[case::job("Job", "spec.template.spec.containers[0].securityContext.runAsUser")]
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_high_risk_native_field_is_rejected_and_nothing_is_created(
     #[case] kind: &str,
     #[case] path: &str,
@@ -329,6 +333,7 @@ async fn a_high_risk_native_field_is_rejected_and_nothing_is_created(
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_native_statefulset_is_acquired_with_its_headless_service_and_fulfils() {
     let h = native_harness("nacq-sts", true, true).await;
     let template = seed_template(json!({

@@ -101,6 +101,7 @@ fn karpenter_event(name: &str, node: &str, node_uid: &str) -> Event {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn machines_carry_node_facts_and_karpenter_disruptions() {
     let h = harness("node-watch", json!({})).await;
     let client = h.cluster.client.clone();

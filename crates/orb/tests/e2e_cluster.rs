@@ -323,21 +323,25 @@ async fn cli_round_trip(kind: &str) {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn cli_pod_request_wait_status_and_return_one() {
     cli_round_trip("pod").await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn cli_deployment_request_wait_status_and_return_one() {
     cli_round_trip("deployment").await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn cli_statefulset_request_wait_status_and_return_the_tail() {
     cli_round_trip("statefulset").await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn cli_job_finishes_on_wait_and_returning_one_host_deletes_the_whole_job() {
     let orb = Orb::new("e2e-cli-job").await;
 
@@ -417,6 +421,7 @@ async fn cli_job_finishes_on_wait_and_returning_one_host_deletes_the_whole_job()
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn cli_statefulset_refuses_a_non_tail_return_then_returns_the_same_hosts_with_the_tail() {
     let orb = Orb::new("e2e-cli-sts-refused").await;
     let (acquire, names) = request_three_running(&orb, "statefulset-worker");
@@ -585,21 +590,25 @@ async fn hostfactory_round_trip(kind: &str, template: &str) {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn hostfactory_pod_round_trip() {
     hostfactory_round_trip("pod", "pod-worker").await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn hostfactory_deployment_round_trip() {
     hostfactory_round_trip("deployment", "deployment-worker").await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn hostfactory_statefulset_round_trip() {
     hostfactory_round_trip("statefulset", "statefulset-worker").await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn hostfactory_job_round_trip() {
     hostfactory_round_trip("job", "job-long").await;
 }

@@ -200,6 +200,7 @@ fn submitted_id(ran: &Ran) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn each_hostfactory_operation_answers_the_same_through_the_daemon_as_directly() {
     let setup = Setup::new("hf-daemon").await;
     let daemon = Daemon::start(setup.path());
@@ -314,6 +315,7 @@ async fn each_hostfactory_operation_answers_the_same_through_the_daemon_as_direc
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_daemon_that_does_not_answer_is_skipped_with_a_note_and_the_same_stdout() {
     let setup = Setup::new("hf-nodaemon").await;
     let request = json!({"template": {"templateId": "pod-worker", "machineCount": 1}});

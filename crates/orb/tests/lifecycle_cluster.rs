@@ -653,22 +653,27 @@ macro_rules! matrix {
                     mod $kind {
                         use super::*;
                         #[tokio::test]
+                        #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
                         async fn status() {
                             cell(State::$variant, Kind::$kvariant, Op::Status).await;
                         }
                         #[tokio::test]
+                        #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
                         async fn return_by_id() {
                             cell(State::$variant, Kind::$kvariant, Op::ReturnById).await;
                         }
                         #[tokio::test]
+                        #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
                         async fn return_by_request() {
                             cell(State::$variant, Kind::$kvariant, Op::ReturnByRequest).await;
                         }
                         #[tokio::test]
+                        #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
                         async fn cancel() {
                             cell(State::$variant, Kind::$kvariant, Op::Cancel).await;
                         }
                         #[tokio::test]
+                        #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
                         async fn pod_timeout_gc() {
                             cell(State::$variant, Kind::$kvariant, Op::PodTimeout).await;
                         }

@@ -63,6 +63,7 @@ impl Drop for Cleanup {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn serve_watchers_put_node_facts_on_stored_machines_and_disruptions_in_reclaims() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-nodes").await;

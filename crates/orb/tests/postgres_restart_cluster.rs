@@ -188,6 +188,7 @@ fn assert_store_unavailable(what: &str, code: u16, problem: &Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the_request_after() {
     let Some(pg) = PrivatePostgres::start() else {
         return;

@@ -241,6 +241,7 @@ fn orphan_count(provider: &K8sProvider, kind: &'static str, action: &'static str
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn reconciliation_adopts_stored_requests_and_reports_every_kind_of_orphan() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("reconcile").await;
@@ -316,6 +317,7 @@ async fn reconciliation_adopts_stored_requests_and_reports_every_kind_of_orphan(
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn report_only_gc_counts_orphans_and_deletes_nothing() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("gc-report").await;
@@ -348,6 +350,7 @@ async fn report_only_gc_counts_orphans_and_deletes_nothing() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn auto_cleanup_deletes_old_orphans_of_all_kinds_and_spares_young_adopted_and_unmanaged() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("gc-delete").await;
@@ -437,6 +440,7 @@ async fn daemon(s: &Setup) -> Daemon {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn of_two_replicas_one_leads_runs_the_gc_and_hands_over_when_it_stops() {
     let Some(url) = postgres_url() else { return };
     let cluster = TestCluster::connect().await;
@@ -517,6 +521,7 @@ async fn of_two_replicas_one_leads_runs_the_gc_and_hands_over_when_it_stops() {
 /// daemons configured alike except for it, each with an old orphan and auto cleanup on;
 /// the enabled one deletes its orphan, the other never touches (or even counts) its own.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn orphan_gc_runs_only_when_orphan_gc_enabled() {
     let cluster = TestCluster::connect().await;
     let ns_on = cluster.namespace("gc-on").await;

@@ -39,6 +39,7 @@ async fn get(
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn service_account_tokens_are_checked_by_token_review_and_mapped_to_roles() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-auth").await;

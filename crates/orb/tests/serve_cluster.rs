@@ -57,6 +57,7 @@ async fn follow(env: &Env, id: &str) -> (Vec<String>, Value) {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_rest_request_runs_pods_and_a_rest_return_removes_them() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve").await;

@@ -33,6 +33,7 @@ fn pod_names(pods: &[Pod]) -> BTreeSet<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_server_killed_mid_acquire_finishes_the_request_after_restart_without_orphans_or_duplicates()
  {
     let cluster = TestCluster::connect().await;
@@ -152,6 +153,7 @@ async fn a_server_killed_mid_acquire_finishes_the_request_after_restart_without_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn two_replicas_on_postgres_acquire_and_return_concurrently_without_processing_twice() {
     let Some(url) = postgres_url() else { return };
     let cluster = TestCluster::connect().await;

@@ -27,6 +27,7 @@ fn metrics(server: &Server) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-cache").await;
@@ -88,6 +89,7 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
 /// `watch_enabled=false`: no watch cache runs, every status read LISTs, and `/readyz`
 /// says so; requests still complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn watch_enabled_false_runs_no_cache_and_status_still_works() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-nowatch").await;

@@ -4,7 +4,9 @@
 //! ServiceAccount token.
 //!
 //! Needs the helm binary in `ORB_HELM`:
-//! `export ORB_HELM="$(tools/control-plane/build-helm.sh | tail -n1)"`.
+//! `export ORB_HELM="$(tools/control-plane/build-helm.sh | tail -n1)"`. Plain `cargo test` lists
+//! the helm tests as ignored (a newcomer has no helm yet); `./scripts/test.sh` builds helm and runs
+//! them, and one that runs without `ORB_HELM` still fails instead of skipping.
 
 mod common;
 
@@ -145,6 +147,7 @@ fn chart_crds_are_the_generated_crds() {
 }
 
 #[test]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn helm_lint_passes() {
     let chart = chart_dir();
     let (ok, stdout, stderr) = helm(&["lint", "--strict", chart.to_str().unwrap()]);
@@ -152,6 +155,7 @@ fn helm_lint_passes() {
 }
 
 #[test]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn default_render_grants_exactly_the_rules_of_deploy_rbac() {
     // Release "pdb-operator" in pdb-operator-system gives deploy/'s object names.
     let rendered = render("pdb-operator", "pdb-operator-system", &[]);
@@ -187,6 +191,7 @@ fn default_render_grants_exactly_the_rules_of_deploy_rbac() {
 }
 
 #[test]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn default_render_runs_the_operator_like_deploy_does() {
     let rendered = render("pdb-operator", "pdb-operator-system", &[]);
     let args = container_args(&rendered, "pdb-operator");
@@ -232,6 +237,7 @@ fn default_render_runs_the_operator_like_deploy_does() {
 }
 
 #[test]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn default_render_ships_the_admission_policy_of_deploy() {
     let rendered = render("pdb-operator", "pdb-operator-system", &[]);
     let shipped: Vec<Value> =
@@ -264,6 +270,7 @@ fn default_render_ships_the_admission_policy_of_deploy() {
 }
 
 #[test]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn values_override_name_namespace_scope_and_scheduling() {
     let rendered = render(
         "rel",
@@ -312,6 +319,7 @@ fn values_override_name_namespace_scope_and_scheduling() {
 }
 
 #[test]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn several_replicas_without_leader_election_are_refused() {
     let chart = chart_dir();
     let (ok, _, stderr) = helm(&[
@@ -390,6 +398,7 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn chart_installs_and_its_service_account_runs_the_operator() {
     let cluster = TestCluster::connect().await;
     // CRDs are shared by every test: installed from the chart's crds/ (same content as the

@@ -55,6 +55,7 @@ async fn patch_deployment(api: &Api<Deployment>, name: &str, patch: Value) {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn annotated_deployment_gets_its_class_budget_and_follows_changes() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -162,6 +163,7 @@ async fn annotated_deployment_gets_its_class_budget_and_follows_changes() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn evictions_are_allowed_or_refused_exactly_as_the_budget_says() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -198,6 +200,7 @@ async fn evictions_are_allowed_or_refused_exactly_as_the_budget_says() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn statefulset_of_three_high_availability_allows_exactly_one_eviction() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -247,6 +250,7 @@ fn policy(name: &str, spec: Value) -> PDBPolicy {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn policy_sets_the_budget_reports_status_and_its_deletion_removes_the_pdb() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -329,6 +333,7 @@ async fn policy_sets_the_budget_reports_status_and_its_deletion_removes_the_pdb(
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn cluster_policy_limited_to_the_namespace_applies_and_tie_goes_to_the_namespaced_one() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -404,6 +409,7 @@ async fn cluster_policy_limited_to_the_namespace_applies_and_tie_goes_to_the_nam
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn users_pdb_over_the_same_pods_is_never_touched_and_no_second_pdb_is_written() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -475,6 +481,7 @@ fn window_around_now() -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn maintenance_window_relaxes_the_pdb_and_restores_it_afterwards() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;

@@ -87,6 +87,7 @@ fn assert_row(text: &str, label: &str, value: &str) {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -181,6 +182,7 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
 /// (done here by the test, as no JobSet controller runs on this cluster). The budget keeps
 /// group 0 at its size, so the first eviction from group 1 is refused.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn seed_example_evicted_across_groups() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -209,6 +211,7 @@ async fn seed_example_evicted_across_groups() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn workload_before_its_pods_is_deferred_then_protected() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -293,6 +296,7 @@ async fn workload_before_its_pods_is_deferred_then_protected() {
 
 /// Rows of seed 003's shape table, each a Workload with its own label in one namespace.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn declared_shapes_give_the_documented_budgets_or_events() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;

@@ -45,6 +45,7 @@ async fn wait_get(addr: SocketAddr, path: &str, accept: impl Fn(u16, &str) -> bo
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn leader_serves_health_readiness_and_true_metrics_while_a_standby_waits() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;

@@ -61,21 +61,25 @@ async fn request_status_return(api: ProviderApi) {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn pod_request_status_return() {
     request_status_return(ProviderApi::Pod).await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn deployment_request_status_return() {
     request_status_return(ProviderApi::Deployment).await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn statefulset_request_status_return() {
     request_status_return(ProviderApi::StatefulSet).await;
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn job_request_status_and_whole_job_return() {
     let h = harness("e2e-job", json!({})).await;
     let t = template("batch", Some(ProviderApi::Job));

@@ -14,6 +14,7 @@ use crate::common::*;
 const KWOK_FAIL_LABEL: &str = "pod-container-running-failed.stage.kwok.x-k8s.io";
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn job_of_two_completes_and_the_request_is_fulfilled() {
     let h = harness("job-ok", json!({})).await;
     let mut t = template("batch", Some(ProviderApi::Job));
@@ -48,6 +49,7 @@ async fn job_of_two_completes_and_the_request_is_fulfilled() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn job_with_a_failing_pod_fails_the_request_with_the_reason() {
     let h = harness("job-fail", json!({})).await;
     let mut t = template("batch", Some(ProviderApi::Job));
@@ -65,6 +67,7 @@ async fn job_with_a_failing_pod_fails_the_request_with_the_reason() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_job_template_asking_for_on_failure_is_rejected_and_nothing_is_created() {
     let h = harness("job-policy", json!({})).await;
     let mut t = template("batch", Some(ProviderApi::Job));

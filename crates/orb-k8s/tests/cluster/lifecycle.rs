@@ -21,6 +21,7 @@ fn unschedulable(id: &str, api: ProviderApi) -> orb_core::template::Template {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn an_unschedulable_pod_times_out_from_creation_and_is_deleted() {
     let h = harness("timeout-pod", json!({"pod_timeout_seconds": 2})).await;
     let t = unschedulable("stuck", ProviderApi::Pod);
@@ -58,6 +59,7 @@ async fn an_unschedulable_pod_times_out_from_creation_and_is_deleted() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_timed_out_deployment_pod_is_scaled_away_not_recreated() {
     let h = harness("timeout-deploy", json!({"pod_timeout_seconds": 2})).await;
     let t = unschedulable("stuck", ProviderApi::Deployment);
@@ -85,6 +87,7 @@ async fn a_timed_out_deployment_pod_is_scaled_away_not_recreated() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn timed_out_pods_are_kept_when_delete_timed_out_pods_is_off() {
     let h = harness(
         "timeout-keep",
@@ -103,6 +106,7 @@ async fn timed_out_pods_are_kept_when_delete_timed_out_pods_is_off() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn cancel_deletes_every_kind_labelled_with_the_request() {
     let h = harness("cancel", json!({})).await;
     // One request id used by three handlers, as a mixed leftover would look.
@@ -203,6 +207,7 @@ async fn cancel_deletes_every_kind_labelled_with_the_request() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_namespace_outside_the_managed_list_is_refused_before_anything_is_created() {
     let cluster = kube_fixture::TestCluster::connect().await;
     let ns = cluster.namespace("scope").await;
@@ -234,6 +239,7 @@ async fn a_namespace_outside_the_managed_list_is_refused_before_anything_is_crea
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn the_handler_follows_provider_api_at_request_time() {
     let h = harness("dispatch", json!({})).await;
     let mut t = template("retarget", None);
@@ -253,6 +259,7 @@ async fn the_handler_follows_provider_api_at_request_time() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn reclaims_report_a_pod_deleted_outside_orb_and_leave_the_others() {
     let h = harness("reclaim", json!({})).await;
     let t = template("bare", None);
@@ -280,6 +287,7 @@ async fn reclaims_report_a_pod_deleted_outside_orb_and_leave_the_others() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_high_risk_deployment_pod_spec_is_rejected_before_anything_is_created() {
     let h = harness("audit", json!({})).await;
     let mut t = template("risky", Some(ProviderApi::Deployment));

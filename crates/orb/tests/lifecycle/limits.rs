@@ -100,6 +100,7 @@ async fn check(w: &World, template: &str, accepted: usize, refused: usize, messa
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn twenty_cli_processes_never_exceed_max_number_on_sqlite() {
     let w = World::new("lc-limit-sqlite", Setup::new(Kind::Pod)).await;
     let template = limited_template(&w, 60);
@@ -108,6 +109,7 @@ async fn twenty_cli_processes_never_exceed_max_number_on_sqlite() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn twenty_cli_processes_never_exceed_max_number_on_postgres() {
     let Some(url) = postgres_url() else { return };
     let w = World::new("lc-limit-pg", Setup::new(Kind::Pod)).await;
@@ -117,6 +119,7 @@ async fn twenty_cli_processes_never_exceed_max_number_on_postgres() {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn twenty_posts_to_two_serve_replicas_never_exceed_max_number() {
     let Some(url) = postgres_url() else { return };
     let w = World::new("lc-limit-replicas", Setup::new(Kind::Pod)).await;

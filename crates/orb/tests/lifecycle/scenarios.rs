@@ -26,6 +26,7 @@ fn status_of(view: &serde_json::Value, id: &str) -> String {
 /// the request is running (HostFactory `running`, machines `running`) past the deadline, and
 /// complete once the Job is.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_job_running_past_its_deadline_stays_running_and_completes_with_the_job() {
     let setup = Setup::new(Kind::Job)
         .annotate("pod-complete.stage.kwok.x-k8s.io/delay", "60s")
@@ -85,6 +86,7 @@ async fn a_job_running_past_its_deadline_stays_running_and_completes_with_the_jo
 
 /// A Job that fails after its deadline (every pod had started) ends failed, not complete.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_job_failing_after_its_deadline_ends_failed() {
     let setup = Setup::new(Kind::Job)
         .annotate("kwok.orb-rs.io/fail-after", "25s")
@@ -107,6 +109,7 @@ async fn a_job_failing_after_its_deadline_ends_failed() {
 /// machines removes exactly those two (the ReplicaSet alone would have removed the Pending
 /// ones first), keeps the other Running pods as they are, and lowers replicas to 6.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_deployment_return_among_pending_pods_removes_exactly_the_named_machines() {
     let setup = Setup::new(Kind::Deployment).on_node_with_room(6);
     let w = World::new("lc-deploy-pending", setup).await;
@@ -200,6 +203,7 @@ async fn a_deployment_return_among_pending_pods_removes_exactly_the_named_machin
 /// A return whose pod cannot go (a finalizer holds it) ends at its deadline with the reason,
 /// and frees the machine: a second return is accepted and finishes once the pod can go.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_return_that_cannot_finish_ends_at_its_deadline_and_frees_its_machine() {
     let setup = Setup::new(Kind::Pod).grace(12);
     let w = World::new("lc-stuck-return", setup).await;
@@ -249,6 +253,7 @@ async fn a_return_that_cannot_finish_ends_at_its_deadline_and_frees_its_machine(
 /// pod that never finds room is timed out and deleted about 300 s after it was created, with
 /// the scheduler's reason, and the request fails saying so.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_pod_pending_past_the_default_pod_timeout_is_timed_out_and_deleted() {
     let setup = Setup::new(Kind::Pod).on_node_with_room(0).grace(600);
     let w = World::new("lc-default-timeout", setup).await;
@@ -300,6 +305,7 @@ async fn a_pod_pending_past_the_default_pod_timeout_is_timed_out_and_deleted() {
 /// ImagePullBackOff through HostFactory: the host is reported failed with the reason, HostFactory
 /// gets it back from getReturnRequests, and requestReturnMachines deletes its pod.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn an_image_pull_backoff_machine_is_returned_through_hostfactory_and_its_pod_deleted() {
     let setup = Setup::new(Kind::Pod).annotate("kwok.orb-rs.io/waiting-reason", "ImagePullBackOff");
     let mut w = World::new("lc-imagepull-hf", setup).await;
@@ -345,6 +351,7 @@ async fn an_image_pull_backoff_machine_is_returned_through_hostfactory_and_its_p
 /// asking: a pod deleted outside orb reads `terminated` in the store within seconds (the
 /// follow loop reacts to the watch cache), although HostFactory no longer polls the request.
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn orb_serve_records_a_machine_lost_after_its_request_completed_without_a_poll() {
     let mut w = World::new("lc-serve-follow", Setup::new(Kind::Pod)).await;
     let server = w.server();

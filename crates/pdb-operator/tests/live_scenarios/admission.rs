@@ -7,6 +7,7 @@ use super::*;
 // Scenarios 36 and 37: defaulting and admission on the real apiserver.
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn the_apiserver_defaults_policies_and_rejects_invalid_ones() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -265,6 +266,7 @@ fn has_warning(warnings: &[String], sentence: &str) -> bool {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn policy_warnings_reach_the_user_and_a_deleted_policy_is_announced() {
     use pdb_operator::validation::{CHANGED_CLASS_WARNING, DELETE_WARNING};
     let s = scenario("pdbop-warn").await;

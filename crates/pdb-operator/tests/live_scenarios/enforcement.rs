@@ -6,6 +6,7 @@ use super::*;
 // Scenarios 18–23 and 36 (flexible default minimum): every enforcement mode on real objects.
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn strict_flexible_and_advisory_policies_treat_annotations_as_the_decision_table_says() {
     let s = scenario_with_metrics("pdbop-enforce").await;
     let (c, n, addr) = (&s.cluster.client, s.ns.name(), s.addr);

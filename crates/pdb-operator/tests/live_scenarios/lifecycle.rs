@@ -7,6 +7,7 @@ use super::*;
 // Scenarios 9 and 35: garbage collection and the reference operator's leftovers.
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn deleted_workloads_lose_their_pdb_by_gc_and_legacy_finalizers_are_stripped() {
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -129,6 +130,7 @@ async fn deleted_workloads_lose_their_pdb_by_gc_and_legacy_finalizers_are_stripp
 // Scenarios 33 and 34 (policy-driven StatefulSet).
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn deployment_and_statefulset_sharing_a_name_get_one_pdb_and_statefulsets_follow_policies() {
     let s = scenario("pdbop-samename").await;
     let (c, n) = (&s.cluster.client, s.ns.name());
@@ -248,6 +250,7 @@ fn hhmm(t: jiff::Timestamp) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn idle_workload_is_relaxed_and_restored_at_the_window_bounds_without_any_change() {
     let s = scenario_with_metrics("pdbop-idle").await;
     let (c, n, addr) = (&s.cluster.client, s.ns.name(), s.addr);
