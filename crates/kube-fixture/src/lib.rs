@@ -6,6 +6,7 @@
 //! The fixture never fakes the cluster: if no control plane answers, `TestCluster::connect`
 //! fails the test with instructions instead of skipping it.
 
+pub mod audit;
 pub mod fault_proxy;
 mod nodes;
 
