@@ -146,11 +146,14 @@ fn chart_crds_are_the_generated_crds() {
 
 #[test]
 fn chart_version_follows_the_cargo_version() {
-    let chart: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(chart["version"], env!("CARGO_PKG_VERSION"), "Chart.yaml version");
+    let chart: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(
+        chart["version"],
+        env!("CARGO_PKG_VERSION"),
+        "Chart.yaml version"
+    );
     assert_eq!(
         chart["appVersion"],
         env!("CARGO_PKG_VERSION"),
