@@ -58,13 +58,36 @@ pub fn audit_log(kubeconfig: &Path) -> PathBuf {
         .join("logs/audit.log")
 }
 
-/// The distinct requests of `username` that the authorizer refused, from the audit log's
-/// text (one JSON event per line).
-pub fn denials_in(log: &str, username: &str) -> BTreeSet<Denial> {
-    log.lines()
+/// What the audit log says about one account: how many of its requests it recorded, and the
+/// distinct ones the authorizer refused.
+#[derive(Debug, Default)]
+pub struct AuditView {
+    pub recorded: usize,
+    pub refused: BTreeSet<Denial>,
+}
+
+/// [`AuditView`] of `username` from the audit log's text (one JSON event per line).
+pub fn view_in(log: &str, username: &str) -> AuditView {
+    let events: Vec<Value> = log
+        .lines()
         .filter(|line| line.contains(username))
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|event| event["user"]["username"] == username)
+        .collect();
+    AuditView {
+        recorded: events.len(),
+        refused: refusals(&events),
+    }
+}
+
+/// The distinct requests of `username` that the authorizer refused.
+pub fn denials_in(log: &str, username: &str) -> BTreeSet<Denial> {
+    view_in(log, username).refused
+}
+
+fn refusals(events: &[Value]) -> BTreeSet<Denial> {
+    events
+        .iter()
         .filter(|event| event["annotations"]["authorization.k8s.io/decision"] == "forbid")
         .map(|event| {
             let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
@@ -82,11 +105,12 @@ pub fn denials_in(log: &str, username: &str) -> BTreeSet<Denial> {
 
 /// The refused requests of ServiceAccount `namespace:name` so far. Panics when the control
 /// plane writes no audit log (one started by an older `cp`).
-pub async fn denials(
-    cluster: &TestCluster,
-    namespace: &str,
-    name: &str,
-) -> BTreeSet<Denial> {
+pub async fn denials(cluster: &TestCluster, namespace: &str, name: &str) -> BTreeSet<Denial> {
+    view(cluster, namespace, name).await.refused
+}
+
+/// [`AuditView`] of ServiceAccount `namespace:name` so far.
+pub async fn view(cluster: &TestCluster, namespace: &str, name: &str) -> AuditView {
     let path = audit_log(&cluster.kubeconfig);
     // The apiserver writes an event once the answer is complete; give the last ones a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -111,7 +135,7 @@ pub async fn denials(
         )
     });
     text.push_str(&current);
-    denials_in(&text, &format!("system:serviceaccount:{namespace}:{name}"))
+    view_in(&text, &format!("system:serviceaccount:{namespace}:{name}"))
 }
 
 /// What to say when RBAC refused ServiceAccount `namespace:name` the requests `refused`
@@ -144,8 +168,15 @@ pub async fn assert_nothing_refused(
     name: &str,
     granted_by: &str,
 ) {
-    let refused = denials(cluster, namespace, name).await;
-    if let Some(report) = refusal_report(&refused, namespace, name, granted_by) {
+    let seen = view(cluster, namespace, name).await;
+    // An empty list means something only if the log records this account at all.
+    assert!(
+        seen.recorded > 0,
+        "the audit log {} recorded no request of ServiceAccount {namespace}:{name}; is the \
+         control plane's audit policy (tools/control-plane/audit-policy.yaml) in place?",
+        audit_log(&cluster.kubeconfig).display()
+    );
+    if let Some(report) = refusal_report(&seen.refused, namespace, name, granted_by) {
         panic!("{report}");
     }
 }
@@ -175,6 +206,12 @@ not json
                 "watch pods in namespace t"
             ]
         );
+    }
+
+    #[test]
+    fn every_recorded_request_of_the_account_is_counted() {
+        assert_eq!(view_in(LOG, "system:serviceaccount:t:orb").recorded, 4);
+        assert_eq!(view_in(LOG, "system:serviceaccount:t:nobody").recorded, 0);
     }
 
     #[test]

@@ -8,7 +8,10 @@
 
 pub mod audit;
 pub mod fault_proxy;
+pub mod helm;
 mod nodes;
+pub mod pod_sandbox;
+pub mod pod_template;
 
 pub use nodes::{TEST_NODE_KEY, TestNode};
 
