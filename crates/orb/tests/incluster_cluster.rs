@@ -7,7 +7,8 @@
 //!
 //! The cluster scenarios then show the chart's RBAC is enough: acquire and return with each
 //! handler, status from the watch cache, orphan GC deleting orphans, TokenReview auth, the node
-//! and events watches, and two replicas on PostgreSQL with the leader Lease. Every request
+//! and events watches, two replicas on PostgreSQL with the leader Lease, and the other two
+//! namespace modes (a Role in each listed namespace, the ClusterRole of ["*"]). Every request
 //! RBAC refused the ServiceAccount is read from the apiserver's audit log and fails the test
 //! by verb and resource; the last test removes one verb and shows that it does.
 //!
@@ -555,6 +556,64 @@ async fn two_replicas_on_postgres_share_the_store_and_one_holds_the_lease() {
     .await;
 
     assert_nothing_refused(&cluster, &n, &n, GRANTED_BY).await;
+}
+
+/// A Pod request in `target` and the return of one machine, then status from the watch cache
+/// and nothing refused: what the chart's RBAC of one namespace mode must allow.
+async fn acquire_and_return_in(server: &Server, target: &str, cluster: &TestCluster, ns: &str) {
+    let done = acquire(server, "unused", "worker", 2).await;
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), target);
+    let machine = done["machines"][0]["machine_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pods.get(&machine)
+        .await
+        .unwrap_or_else(|e| panic!("machine {machine} is no pod in {target}: {e}"));
+    give_back(server, "unused", &machine).await;
+    let text = metrics(server);
+    assert_eq!(sample(&text, "orb_k8s_cache_serving "), Some(1.0), "{text}");
+    assert_nothing_refused(cluster, ns, ns, GRANTED_BY).await;
+}
+
+fn worker_in(namespace: &str) -> Value {
+    json!([{"templateId": "worker", "providerApi": "Pod", "maxNumber": 10, "namespace": namespace,
+            "imageId": "busybox:1.36", "command": ["sh", "-c", "sleep 3600"]}])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_namespaces_get_a_role_each_and_orb_works_in_all_of_them() {
+    let images = Images::from_env();
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("orb-ic-multi").await;
+    let other = cluster.namespace("orb-ic-other").await;
+    let (n, o) = (ns.name().to_string(), other.name().to_string());
+    let _release = install(
+        &cluster,
+        &n,
+        json!({"port": free_port(), "provider": {"config": {"namespaces": [n, o]}},
+               "templates": worker_in(&o)}),
+    );
+    let orb = start_pod(&cluster, &n, &format!("{n}-0"), &images, None).await;
+    acquire_and_return_in(&orb.server, &o, &cluster, &n).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_namespace_runs_on_the_cluster_role() {
+    let images = Images::from_env();
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("orb-ic-all").await;
+    let other = cluster.namespace("orb-ic-any").await;
+    let (n, o) = (ns.name().to_string(), other.name().to_string());
+    // No orphan GC here: with ["*"] it would judge every other test's managed objects.
+    let _release = install(
+        &cluster,
+        &n,
+        json!({"port": free_port(), "provider": {"config": {"namespaces": ["*"]}},
+               "templates": worker_in(&o)}),
+    );
+    let orb = start_pod(&cluster, &n, &format!("{n}-0"), &images, None).await;
+    acquire_and_return_in(&orb.server, &o, &cluster, &n).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
