@@ -85,6 +85,18 @@ if [[ -f $dir/complete ]]; then
   exit 0
 fi
 
+# One build at a time on this machine: checkouts with other sources share the release target
+# directory, and one must not replace the binaries while another copies them into its images.
+mkdir -p "$cache_root"
+exec 9>"$cache_root/build-images.lock"
+flock 9
+if [[ -f $dir/complete ]]; then
+  echo "build-images: images for these sources were built meanwhile ($dir)" >&2
+  retag_from_cache
+  echo "$dir"
+  exit 0
+fi
+
 echo "build-images: building static release binaries for $target (cached in $release_target)" >&2
 t0=$(date +%s)
 CARGO_TARGET_DIR="$release_target" CARGO_INCREMENTAL=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
