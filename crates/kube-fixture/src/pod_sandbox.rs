@@ -227,7 +227,7 @@ impl PodRoot {
     /// pod's user in the pod's root. The child's pid is the program's (everything execs).
     pub fn command(&self, spec: &ProcessSpec) -> Command {
         assert_eq!(
-            nix_uid(),
+            effective_uid(),
             0,
             "running an image in a pod sandbox needs root (mount and unshare); run the test as root"
         );
@@ -283,7 +283,7 @@ hostname "$host"
 exec setpriv --no-new-privs -- /usr/bin/env -i "$@"
 "#;
 
-fn nix_uid() -> u32 {
+fn effective_uid() -> u32 {
     std::fs::metadata("/proc/self")
         .map(|m| m.uid())
         .unwrap_or(u32::MAX)
