@@ -18,6 +18,7 @@ TARGETS = {
     "operator_p99_ms": ("operator p99 <= 1 s over 1,000 workloads", 1000.0),
     "operator_resync_s": ("operator resync <= 10 s", 10.0),
     "operator_rss_mib": ("operator <= 64 MB resident", 64.0),
+    "operator_bare_ratio": ("operator burst p99 <= 1.2x the bare PDB loop", 1.2),
 }
 
 
@@ -170,6 +171,13 @@ def main():
             what, limit = TARGETS[key]
             verdicts.append({"target": what, "figure": figure, "value": value,
                              "limit": limit, "met": value <= limit})
+        if operator.get("p99_over_bare") is not None:
+            what, limit = TARGETS["operator_bare_ratio"]
+            c = operator["bare_best_concurrency"]
+            figure = (f"burst p99 / bare loop p99 ({'unlimited' if c == 0 else c} at once), "
+                      f"{n} Deployments")
+            verdicts.append({"target": what, "figure": figure, "value": operator["p99_over_bare"],
+                             "limit": limit, "met": operator["p99_over_bare"] <= limit})
 
     print(f"\n## orb-rs benchmarks, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {a.commit}, "
           f"{os.cpu_count()} cores\n")
@@ -221,6 +229,12 @@ def main():
         print(f"| full resync (fresh process -> {n} managed) | {r['resync_seconds']:.2f} s |")
         print(f"| VmRSS after {n} reconciled / after the resync | "
               f"{r['rss_mib']:.1f} / {r['rss_after_resync_mib']:.1f} MiB |")
+        for b in r.get("bare_loop") or []:
+            c = "unlimited" if b["concurrency"] == 0 else b["concurrency"]
+            print(f"| bare PDB loop ({c} at once), same burst: p50 / p99 | "
+                  f"{b['latency_p50_ms']:.0f} / {b['latency_p99_ms']:.0f} ms |")
+        if r.get("p99_over_bare") is not None:
+            print(f"| **operator p99 / best bare-loop p99** | **{r['p99_over_bare']:.2f}** |")
     if not runs:
         print("\n(pdb-operator at 1,000 Deployments not run)")
     print("\n| target | figure | value | limit | met |")

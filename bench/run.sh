@@ -7,8 +7,9 @@
 #   - acquire of 100/500/1,000 machines per handler vs a bare kube-rs loop, and release of 500
 #     pods, on the local control plane (orb-k8s acquire_pods; BENCH_ACQUIRE_HANDLERS,
 #     BENCH_ACQUIRE_COUNTS, BENCH_ACQUIRE_ROUNDS, BENCH_RELEASE_COUNT, BENCH_POLL_MS);
-#   - the real pdb-operator at 1,000 Deployments: create->PDB p50/p99, full resync, resident
-#     memory (pdb-operator operator_scale; skipped when no control plane answers).
+#   - the real pdb-operator at 1,000 Deployments: create->PDB p50/p99 next to a bare PDB loop on
+#     the same burst (BENCH_OPERATOR_ROUNDS rounds, default 3), full resync, resident memory
+#     (pdb-operator operator_scale; skipped when no control plane answers).
 # Prints one table and writes bench/results/<UTC date>.json.
 #
 #   bench/run.sh                  everything
@@ -117,8 +118,9 @@ else
   # Twice: 1,000 Deployments in one burst (the apiserver's throughput decides), then 1,000
   # arriving at a steady ${BENCH_OPERATOR_RATE:-20} a second (the operator's latency decides).
   settle
-  echo "bench: pdb-operator at 1,000 Deployments in one burst ($KUBECONFIG)" >&2
-  "${exe[operator_scale]}" --bench 2>&1 | tee "$raw/operator.txt" >&2
+  echo "bench: pdb-operator at 1,000 Deployments in one burst, next to the bare PDB loop ($KUBECONFIG)" >&2
+  BENCH_ROUNDS="${BENCH_OPERATOR_ROUNDS:-3}" "${exe[operator_scale]}" --bench 2>&1 |
+    tee "$raw/operator.txt" >&2
   settle
   echo "bench: pdb-operator at 1,000 Deployments, ${BENCH_OPERATOR_RATE:-20} a second" >&2
   BENCH_CREATE_RATE="${BENCH_OPERATOR_RATE:-20}" "${exe[operator_scale]}" --bench 2>&1 |

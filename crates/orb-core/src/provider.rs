@@ -41,9 +41,14 @@ pub enum ProviderError {
     /// plan, audit rejection). Nothing was created. CLI exit code 2.
     #[error("{0}")]
     Rejected(String),
-    /// The cluster could not be reached or refused us (network, auth, quota). CLI exit code 3.
+    /// The cluster refused us (auth, quota) or cannot be used. CLI exit code 3.
     #[error("{0}")]
     Unavailable(String),
+    /// The cluster did not answer (network, timeout, server errors past the retries, an open
+    /// circuit breaker): the call may or may not have happened, and trying again later is
+    /// right. An acquire cut off this way is resumed, not failed. CLI exit code 3.
+    #[error("{0}")]
+    Interrupted(String),
     /// The provider itself is misconfigured or not built in. CLI exit code 3.
     #[error("{0}")]
     Misconfigured(String),

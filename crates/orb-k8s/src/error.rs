@@ -67,6 +67,19 @@ impl K8sError {
         }
     }
 
+    /// The cluster did not give an answer that stands: no reply (network, timeout), a
+    /// throttle or server error that outlasted the retries, or an open circuit breaker. The
+    /// call may or may not have been carried out; trying again later is the right move.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Api { code: None, .. } | Self::CircuitOpen { .. } => true,
+            Self::Api {
+                code: Some(code), ..
+            } => *code == 429 || (500..=599).contains(code),
+            _ => false,
+        }
+    }
+
     pub fn code(&self) -> Option<u16> {
         match self {
             Self::Api { code, .. } => *code,
@@ -100,7 +113,43 @@ impl From<K8sError> for ProviderError {
             | K8sError::Audit(_)
             | K8sError::Refused(_) => ProviderError::Rejected(text),
             K8sError::Client(_) => ProviderError::Misconfigured(text),
+            _ if error.is_transient() => ProviderError::Interrupted(text),
             K8sError::Api { .. } | K8sError::CircuitOpen { .. } => ProviderError::Unavailable(text),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn api(code: Option<u16>) -> K8sError {
+        K8sError::Api {
+            operation: "creating pod p".into(),
+            code,
+            detail: "x".into(),
+        }
+    }
+
+    /// Only an answer that did not come (or that says "later") interrupts an acquire; a real
+    /// refusal fails it.
+    #[rstest]
+    #[case::no_answer(api(None), "interrupted")]
+    #[case::throttled(api(Some(429)), "interrupted")]
+    #[case::server_error(api(Some(503)), "interrupted")]
+    #[case::breaker(K8sError::CircuitOpen { handler: "pod", failures: 5, retry_in_secs: 60 }, "interrupted")]
+    #[case::forbidden(api(Some(403)), "unavailable")]
+    #[case::invalid(api(Some(422)), "rejected")]
+    #[case::refused(K8sError::Refused("no".into()), "rejected")]
+    #[case::client(K8sError::Client("bad kubeconfig".into()), "misconfigured")]
+    fn errors_reach_the_broker_as_what_they_are(#[case] error: K8sError, #[case] want: &str) {
+        let got = match ProviderError::from(error) {
+            ProviderError::Interrupted(_) => "interrupted",
+            ProviderError::Unavailable(_) => "unavailable",
+            ProviderError::Rejected(_) => "rejected",
+            ProviderError::Misconfigured(_) => "misconfigured",
+        };
+        assert_eq!(got, want);
     }
 }

@@ -35,6 +35,28 @@ pub enum StoreError {
         id: String,
         expected_version: i64,
     },
+    /// A new acquire would take its template past `maxNumber`; nothing was stored.
+    #[error(
+        "template {template_id:?} allows {max} machines (maxNumber); {live} exist and unfinished \
+         requests will create {reserved} more, so at most {} more can be requested, not \
+         {requested}; ask for fewer, return some, or raise maxNumber",
+        (max - live - reserved).max(0)
+    )]
+    LimitExceeded {
+        template_id: String,
+        max: i64,
+        live: i64,
+        reserved: i64,
+        requested: i64,
+    },
+    #[error(
+        "cannot use the claim file {path}: {source}; check that the directory next to the \
+         database is writable"
+    )]
+    Claim {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{entity} {id} already exists; ids must be unique")]
     AlreadyExists { entity: &'static str, id: String },
     #[error(
@@ -52,7 +74,7 @@ impl StoreError {
         move |source| StoreError::from_sqlx(context, source)
     }
 
-    fn from_sqlx(context: &'static str, source: sqlx::Error) -> StoreError {
+    pub(crate) fn from_sqlx(context: &'static str, source: sqlx::Error) -> StoreError {
         match source {
             sqlx::Error::PoolTimedOut => StoreError::Unavailable { context },
             source => StoreError::Database { context, source },

@@ -14,8 +14,10 @@
 //!   in between, the write fails with [`StoreError::Conflict`] and nothing is changed.
 #![forbid(unsafe_code)]
 
+mod claims;
 mod codec;
 mod error;
+mod limits;
 mod machines;
 mod migrate;
 mod requests;
@@ -26,7 +28,9 @@ use std::time::Duration;
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 
+pub use claims::Claim;
 pub use error::StoreError;
+pub use limits::{TemplateLimit, TemplateUsage};
 pub use machines::MachineFilter;
 pub use requests::RequestFilter;
 
@@ -43,6 +47,8 @@ pub enum Backend {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    claims: claims::ClaimBackend,
+    held: claims::HeldClaims,
 }
 
 /// How long a PostgreSQL call waits for a pooled connection. sqlx's default is 30 s, spent
@@ -90,7 +96,12 @@ impl Store {
                 .map_err(StoreError::db("enable SQLite WAL journal"))?;
         }
         migrate::run(&pool).await?;
-        Ok(Self { pool, backend })
+        Ok(Self {
+            pool,
+            backend,
+            claims: claims::ClaimBackend::for_url(url, backend),
+            held: Default::default(),
+        })
     }
 
     /// Opens (creating if needed) a SQLite database file, creating its directory too.

@@ -15,6 +15,9 @@ const MACHINE_COLUMNS: &str = "machine_id, name, request_id, return_request_id, 
 /// Statuses of machines whose objects are gone (see `MachineStatus::is_live`).
 const GONE: &str = "('terminated', 'returned')";
 
+/// Keys per statement of a lookup by id (each is bound twice: id and name).
+pub const KEYS_PER_QUERY: usize = 1_000;
+
 /// The order machine lists come back in.
 const ORDER: &str = "created_at, machine_id";
 
@@ -302,15 +305,30 @@ impl Store {
 
     /// Machines whose `machine_id` or `name` is one of `keys` (HostFactory may name a host
     /// either way).
+    ///
+    /// Looked up in chunks of [`KEYS_PER_QUERY`]: one statement with tens of thousands of
+    /// parameters goes past SQLite's limit of 32,766 bound variables.
     pub async fn find_machines(&self, keys: &[String]) -> Result<Vec<Machine>> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
+        let mut found: Vec<Machine> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for chunk in keys.chunks(KEYS_PER_QUERY) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let list = marks.join(", ");
+            let condition = format!("machine_id IN ({list}) OR name IN ({list})");
+            for m in self
+                .select_machines(&condition, chunk, "look up machines")
+                .await?
+            {
+                // A machine named by id in one chunk and by host name in another is one.
+                if seen.insert(m.machine_id.clone()) {
+                    found.push(m);
+                }
+            }
         }
-        let marks: Vec<String> = (1..=keys.len()).map(|i| format!("${i}")).collect();
-        let list = marks.join(", ");
-        let condition = format!("machine_id IN ({list}) OR name IN ({list})");
-        self.select_machines(&condition, keys, "look up machines")
-            .await
+        if keys.len() > KEYS_PER_QUERY {
+            found = in_list_order(found);
+        }
+        Ok(found)
     }
 
     /// The machines matching `condition` (with `$1`.. bound to `binds`), in list order: read

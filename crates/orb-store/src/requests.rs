@@ -56,7 +56,7 @@ fn decode(row: &AnyRow) -> Result<Request> {
     })
 }
 
-async fn insert_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<()> {
+pub(crate) async fn insert_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<()> {
     let sql = format!(
         "INSERT INTO requests ({REQUEST_COLUMNS}) VALUES \
          ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"

@@ -303,6 +303,17 @@ async fn lookups_and_filters(store: &Store) {
         .await
         .unwrap();
     assert_eq!(by_id[0].machine_id, live, "found by id, unknown ignored");
+    // Far more keys than one statement may bind (SQLite stops at 32,766 variables).
+    let mut many: Vec<String> = (0..40_000).map(|i| format!("nobody-{i}")).collect();
+    many.insert(20_000, live.clone());
+    many.push(format!("{live}.host"));
+    let found = store.find_machines(&many).await.unwrap();
+    assert_eq!(
+        found.len(),
+        1,
+        "one machine, named twice in different chunks"
+    );
+    assert_eq!(found[0].machine_id, live);
     assert_eq!(by_id[0].return_request_id.as_ref(), Some(&ret.request_id));
 
     let live_of_template = store

@@ -14,3 +14,4 @@ pub mod render;
 pub mod scripts;
 pub mod serve;
 pub mod template_checks;
+pub mod usage;

@@ -35,9 +35,11 @@ pub struct LogPlan {
 /// The plan for a call with `-v` given `verbose` times; `env_filter` is `RUST_LOG` or
 /// `ORB_LOG` when set.
 pub fn plan(log_dir: &Path, verbose: u8, hostfactory: bool, env_filter: Option<String>) -> LogPlan {
+    // sqlx reports every statement slower than a second (a SQLite lock wait, a busy
+    // PostgreSQL) as a warning: noise for a broker's user, so only its errors get through.
     let (file_default, stderr_default) = match verbose {
-        0 => ("info", "warn"),
-        1 => ("info", "info"),
+        0 => ("info,sqlx=error", "warn,sqlx=error"),
+        1 => ("info,sqlx=error", "info,sqlx=error"),
         _ => ("debug", "debug"),
     };
     let file_filter = env_filter.clone().unwrap_or_else(|| file_default.into());
@@ -143,8 +145,8 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
-    #[case::quiet(0, false, None, "info", Some("warn"))]
-    #[case::verbose(1, false, None, "info", Some("info"))]
+    #[case::quiet(0, false, None, "info,sqlx=error", Some("warn,sqlx=error"))]
+    #[case::verbose(1, false, None, "info,sqlx=error", Some("info,sqlx=error"))]
     #[case::very_verbose(2, false, None, "debug", Some("debug"))]
     #[case::hostfactory_keeps_stderr_clean(2, true, None, "debug", None)]
     #[case::rust_log_wins(

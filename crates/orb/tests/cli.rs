@@ -404,9 +404,11 @@ async fn hostfactory_status_of_stored_requests() {
         .await
         .unwrap()
         .unwrap();
+    // STUCK never recorded anything and nobody holds its claim: the read resumed it, and
+    // with no provider that can be built the resume failed it, with the reason.
     assert_eq!(
         stored.status,
-        RequestStatus::Timeout,
+        RequestStatus::Failed,
         "the settled state was stored"
     );
 }

@@ -10,6 +10,10 @@
 mod lifecycle;
 mod support;
 
+#[path = "lifecycle/crashes.rs"]
+mod crashes;
+#[path = "lifecycle/limits.rs"]
+mod limits;
 #[path = "lifecycle/scenarios.rs"]
 mod scenarios;
 

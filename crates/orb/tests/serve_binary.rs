@@ -199,3 +199,170 @@ fn cli_commands_needing_the_provider_refuse_an_invalid_config_too() {
     // The configuration is refused before the store is even opened: nothing half-created.
     assert!(!root.path().join("work/orb.db").exists());
 }
+
+/// A started `orb serve` on the offline config: the child, its address, its stderr.
+fn started(
+    root: &tempfile::TempDir,
+) -> (
+    std::process::Child,
+    String,
+    BufReader<std::process::ChildStderr>,
+) {
+    let mut child = orb(root, &["serve", "--listen", "127.0.0.1:0", "--no-socket"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    while addr.is_none() {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "orb serve ended early"
+        );
+        addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(String::from);
+    }
+    (child, addr.unwrap(), stderr)
+}
+
+fn send(addr: &str, raw: &str) -> (u16, serde_json::Value, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream.write_all(raw.as_bytes()).unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        code,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+        head.to_string(),
+    )
+}
+
+fn sigterm(child: &mut std::process::Child) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+}
+
+/// Clients that open connections and never finish their request head do not hold the server:
+/// it keeps answering others, and closes them after its header read timeout (15 s).
+#[test]
+fn connections_that_never_finish_their_headers_are_cut_off() {
+    let root = config_root();
+    let (mut child, addr, _stderr) = started(&root);
+    let stalled: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n").unwrap();
+            s
+        })
+        .collect();
+    let reply = http_get(&addr, "/livez");
+    assert!(
+        reply.starts_with("HTTP/1.1 200"),
+        "still answering: {reply}"
+    );
+    let started_at = std::time::Instant::now();
+    for mut s in stalled {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = [0u8; 512];
+        // Closed by the server: end of stream (or a reset), never a hang.
+        let _ = s.read(&mut buf);
+    }
+    let waited = started_at.elapsed();
+    assert!(
+        waited < Duration::from_secs(25),
+        "stalled connections closed after the header timeout, not kept: {waited:?}"
+    );
+    sigterm(&mut child);
+    assert!(child.wait().unwrap().success());
+}
+
+/// SIGTERM stops the server within its shutdown grace even with a client that keeps a
+/// connection open and silent.
+#[test]
+fn sigterm_stops_the_server_despite_a_silent_connection() {
+    let root = config_root();
+    let (mut child, addr, _stderr) = started(&root);
+    let mut silent = TcpStream::connect(&addr).unwrap();
+    silent
+        .write_all(
+            b"POST /api/v1/machines/request HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let at = std::time::Instant::now();
+    sigterm(&mut child);
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert!(
+        at.elapsed() < Duration::from_secs(15),
+        "stopped within the grace: {:?}",
+        at.elapsed()
+    );
+}
+
+/// Every refusal is a problem document: a method a route does not take (405, with Allow),
+/// an unknown query parameter, a path that is not UTF-8; and a return naming 32,767 machines
+/// is answered for what it names (none of them is orb's), not with a store error.
+#[test]
+fn refusals_are_problem_documents_and_huge_id_lists_are_answered() {
+    let root = config_root();
+    let (mut child, addr, _stderr) = started(&root);
+    let (code, body, head) = send(
+        &addr,
+        "PUT /api/v1/templates HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(code, 405, "{head}");
+    assert_eq!(body["status"], 405, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("GET"), "{body}");
+    assert!(head.to_ascii_lowercase().contains("allow:"), "{head}");
+    let (code, body, _) = send(
+        &addr,
+        "GET /api/v1/machines?bogus=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["type"], "urn:orb:problem:invalid-query", "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("bogus"), "{body}");
+    let (code, body, _) = send(
+        &addr,
+        "GET /api/v1/requests/%FF%FE HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["status"], 400, "{body}");
+
+    let ids: Vec<String> = (0..32_767).map(|i| format!("orb-nobody-{i:05}")).collect();
+    let payload = json!({"machine_ids": ids}).to_string();
+    let (code, body, _) = send(
+        &addr,
+        &format!(
+            "POST /api/v1/machines/return HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
+            payload.len()
+        ),
+    );
+    assert!(
+        (400..500).contains(&code),
+        "a client error for machines orb does not manage, not a store failure: {code} {body}"
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("does not manage"),
+        "{body}"
+    );
+    sigterm(&mut child);
+    assert!(child.wait().unwrap().success());
+}

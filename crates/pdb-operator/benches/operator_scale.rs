@@ -1,50 +1,60 @@
-//! The real `pdb-operator` binary against 1,000 Deployments on a local control plane.
+//! The real `pdb-operator` binary against 1,000 Deployments on a local control plane, next to
+//! the limit: a bare loop that applies one PDB per Deployment on the same burst.
 //!
-//! 1. Installs the PDBPolicy CRDs, starts `pdb-operator run` as a child process (leader
-//!    election off, `--watch-namespace` = a fresh namespace, so other tests' workloads on the
-//!    same cluster are neither touched nor counted), creates a `standard` PDBPolicy matching
-//!    `bench=yes` and then 1,000 Deployments (2 replicas, label `bench=yes`), 32 creates in flight.
-//!    Latency of one Deployment = the time this process receives the watch event of its
-//!    `<name>-pdb` minus the time its create call returned (one clock, this process's).
-//! 2. Resident memory: VmRSS of the operator once all 1,000 PDBs exist.
+//! 1. Installs the PDBPolicy CRDs. Per round (`BENCH_ROUNDS`, 1): for each concurrency of
+//!    `BENCH_BARE_CONCURRENCY` (`32,128,0`; 0 = no limit; empty = no bare runs; only for a
+//!    burst) a fresh namespace, the bare loop (`operator_scale/bare_loop.rs`) watching it, and
+//!    the burst; then the namespace is deleted and its pods waited out. Then the operator:
+//!    `pdb-operator run` as a child process (leader election off, `--watch-namespace` = a fresh
+//!    namespace, so other tests' workloads are neither touched nor counted), a `standard`
+//!    PDBPolicy matching `bench=yes`, and the same burst: 1,000 Deployments (2 replicas, label
+//!    `bench=yes`), 32 creates in flight. Latency of one Deployment = the time this process
+//!    receives the watch event of its `<name>-pdb` minus the time its create call returned (one
+//!    clock, this process's), whoever writes the PDB.
+//! 2. Resident memory: VmRSS of the last round's operator once all 1,000 PDBs exist.
 //! 3. Full resync: kills the operator and starts a fresh one with the 1,000 Deployments and
 //!    PDBs in place; the figure is the time from spawning the process until its
 //!    `pdb_operator_deployments_managed` gauge for the namespace reaches 1,000 (every Deployment
 //!    reconciled and its PDB found up to date), read from `/metrics` every 50 ms.
 //!
-//! Prints a table and one `BENCH_JSON {...}` line for bench/run.sh.
+//! Prints a table, the bare runs and the operator side by side per round with the operator's
+//! p99 over the round's best bare p99 (the median over rounds is the figure), and one
+//! `BENCH_JSON {...}` line for bench/run.sh.
 //!
 //!   cargo bench -p pdb-operator --bench operator_scale
 //!
 //! Environment: KUBECONFIG (default: the repo's .state/control-plane/admin.kubeconfig; the bench
 //! never starts or stops a control plane), BENCH_DEPLOYMENTS (1000), BENCH_CREATE_CONCURRENCY
 //! (32), BENCH_CREATE_RATE (Deployments per second; 0, the default, creates them in one burst),
-//! BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default). `--probe` only checks
-//! that the apiserver answers (exit 0) or not (exit 1).
+//! BENCH_MAX_CONCURRENT_RECONCILES (unset: the operator's default), BENCH_ROUNDS,
+//! BENCH_BARE_CONCURRENCY. `--probe` only checks that the apiserver answers (exit 0) or not
+//! (exit 1).
 
-use std::collections::HashMap;
+#[path = "operator_scale/bare_loop.rs"]
+mod bare_loop;
+#[path = "operator_scale/burst.rs"]
+mod burst;
+#[path = "operator_scale/rounds.rs"]
+mod rounds;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
+use burst::{Burst, WAIT_ALL, burst, create_namespace, delete_namespace};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
+use rounds::{BARE_RATIO_TARGET, Round, bare_concurrencies, concurrency_text, rounds_json};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const P99_TARGET_MS: f64 = 1000.0;
 const RESYNC_TARGET_S: f64 = 10.0;
 const RSS_TARGET_MIB: f64 = 64.0;
-const WAIT_ALL: Duration = Duration::from_secs(600);
 
 fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -218,60 +228,6 @@ async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
     }
 }
 
-fn deployment(name: &str) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"bench": "yes"}},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name, "bench": "yes"}},
-                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
-            }
-        }
-    }))
-    .unwrap()
-}
-
-/// When each `<deployment>-pdb` was first seen on the watch.
-type Seen = Arc<Mutex<HashMap<String, Instant>>>;
-
-/// Watches the namespace's PDBs; returns once the watch's initial list is done.
-async fn watch_pdbs(client: &Client, namespace: &str, seen: Seen) -> tokio::task::JoinHandle<()> {
-    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let mut ready = Some(ready_tx);
-        let stream = watcher(api, watcher::Config::default());
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            let now = Instant::now();
-            match ev {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                    let mut s = seen.lock().unwrap();
-                    s.entry(p.name_any()).or_insert(now);
-                }
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(tx) = ready.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => eprintln!("bench: PDB watch error (retrying): {e}"),
-            }
-        }
-    });
-    ready_rx
-        .await
-        .expect("PDB watch ended before its first list");
-    task
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 async fn wait_ready(op: &mut Operator, log: &std::path::Path) {
     let t0 = Instant::now();
     loop {
@@ -354,22 +310,17 @@ fn main() {
     }
 }
 
-async fn run(client: Client, namespace: &str) {
-    let deployments = env_num("BENCH_DEPLOYMENTS", 1000);
-    let in_flight = env_num("BENCH_CREATE_CONCURRENCY", 32).max(1);
-    // Creates per second; 0 = a burst, as fast as `in_flight` creates at a time go.
-    let rate = env_num("BENCH_CREATE_RATE", 0) as f64;
-    let log = std::env::temp_dir().join(format!("{namespace}.log"));
-    let _ = std::fs::remove_file(&log);
-
-    install_crd(&client, &PDBPolicy::crd()).await;
-    install_crd(&client, &ClusterPDBPolicy::crd()).await;
-
-    let mut op = start_operator(namespace, &log);
-    wait_ready(&mut op, &log).await;
-    let seen: Seen = Arc::default();
-    let watch = watch_pdbs(&client, namespace, seen.clone()).await;
-
+/// Starts the operator on `namespace` with the bench's `standard` policy and runs one burst.
+async fn operator_burst(
+    client: &Client,
+    namespace: &str,
+    log: &std::path::Path,
+    deployments: usize,
+    in_flight: usize,
+    rate: f64,
+) -> (Operator, Burst) {
+    let mut op = start_operator(namespace, log);
+    wait_ready(&mut op, log).await;
     let policies: Api<PDBPolicy> = Api::namespaced(client.clone(), namespace);
     let policy: PDBPolicy = serde_json::from_value(json!({
         "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
@@ -382,69 +333,85 @@ async fn run(client: Client, namespace: &str) {
         .create(&PostParams::default(), &policy)
         .await
         .expect("creating the PDBPolicy");
+    let b = burst(
+        client,
+        namespace,
+        deployments,
+        in_flight,
+        rate,
+        &log.display().to_string(),
+    )
+    .await;
+    (op, b)
+}
 
-    // Creates, `in_flight` at a time; each create's return time is the latency's start.
-    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let names: Vec<String> = (0..deployments).map(|i| format!("bench-{i:04}")).collect();
-    let t_create = Instant::now();
-    let created: Vec<(String, Instant)> =
-        futures::stream::iter(names.clone().into_iter().enumerate())
-            .map(|(i, name)| {
-                let api = api.clone();
-                async move {
-                    if rate > 0.0 {
-                        let start = t_create + Duration::from_secs_f64(i as f64 / rate);
-                        tokio::time::sleep_until(start.into()).await;
-                    }
-                    api.create(&PostParams::default(), &deployment(&name))
-                        .await
-                        .map(|_| (name, Instant::now()))
-                }
-            })
-            .buffer_unordered(in_flight)
-            .try_collect()
-            .await
-            .expect("creating a Deployment");
-    let create_seconds = t_create.elapsed().as_secs_f64();
+async fn run(client: Client, namespace: &str) {
+    let deployments = env_num("BENCH_DEPLOYMENTS", 1000);
+    let in_flight = env_num("BENCH_CREATE_CONCURRENCY", 32).max(1);
+    // Creates per second; 0 = a burst, as fast as `in_flight` creates at a time go.
+    let rate = env_num("BENCH_CREATE_RATE", 0) as f64;
+    let log = std::env::temp_dir().join(format!("{namespace}.log"));
+    let _ = std::fs::remove_file(&log);
 
-    let t_wait = Instant::now();
-    loop {
-        let have = {
-            let s = seen.lock().unwrap();
-            names
-                .iter()
-                .filter(|n| s.contains_key(&format!("{n}-pdb")))
-                .count()
-        };
-        if have == deployments {
-            break;
-        }
-        assert!(
-            t_wait.elapsed() < WAIT_ALL,
-            "{have} of {deployments} PDBs after {} s; see {}",
-            WAIT_ALL.as_secs(),
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let all_pdbs_seconds = t_create.elapsed().as_secs_f64();
-    watch.abort();
-    let mut latencies: Vec<f64> = {
-        let s = seen.lock().unwrap();
-        created
-            .iter()
-            .map(|(n, t)| {
-                let at = s[&format!("{n}-pdb")];
-                at.saturating_duration_since(*t).as_secs_f64() * 1000.0
-            })
-            .collect()
+    install_crd(&client, &PDBPolicy::crd()).await;
+    install_crd(&client, &ClusterPDBPolicy::crd()).await;
+
+    // Each round: the bare loop at each concurrency, then the operator, each on a fresh
+    // namespace deleted (pods and all) before the next, so every burst starts on the same
+    // cluster. The last round's operator namespace stays for the memory and resync figures.
+    let rounds_wanted = env_num("BENCH_ROUNDS", 1).max(1);
+    let bare_runs = if rate == 0.0 {
+        bare_concurrencies()
+    } else {
+        Vec::new()
     };
-    latencies.sort_by(f64::total_cmp);
-    let (p50, p99, max) = (
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        *latencies.last().unwrap(),
-    );
+    let mut rounds: Vec<Round> = Vec::new();
+    let mut last_op = None;
+    for r in 0..rounds_wanted {
+        let mut bare = Vec::new();
+        for &c in &bare_runs {
+            let ns = format!("{namespace}-r{r}-bare-{c}");
+            create_namespace(&client, &ns).await;
+            let looping = bare_loop::start(client.clone(), &ns, c);
+            let b = burst(&client, &ns, deployments, in_flight, rate, "the bare loop").await;
+            looping.abort();
+            delete_namespace(&client, &ns).await;
+            eprintln!(
+                "bench: round {r}, bare loop, concurrency {}: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
+                concurrency_text(c),
+                b.p50(),
+                b.p99(),
+                b.all_pdbs_seconds
+            );
+            bare.push((c, b));
+        }
+        let last = r + 1 == rounds_wanted;
+        let ns = if last {
+            namespace.to_string()
+        } else {
+            let ns = format!("{namespace}-r{r}-operator");
+            create_namespace(&client, &ns).await;
+            ns
+        };
+        let (op, operator) = operator_burst(&client, &ns, &log, deployments, in_flight, rate).await;
+        eprintln!(
+            "bench: round {r}, pdb-operator: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
+            operator.p50(),
+            operator.p99(),
+            operator.all_pdbs_seconds
+        );
+        if last {
+            last_op = Some(op);
+        } else {
+            drop(op);
+            delete_namespace(&client, &ns).await;
+        }
+        rounds.push(Round { bare, operator });
+    }
+    let op = last_op.expect("at least one round");
+    let first = &rounds.last().expect("at least one round").operator;
+    let (create_seconds, all_pdbs_seconds) = (first.create_seconds, first.all_pdbs_seconds);
+    let (p50, p99, max) = (first.p50(), first.p99(), first.max());
 
     // Let the gauge catch up with the last reconcile, then read memory.
     wait_managed(&op, namespace, deployments, &log).await;
@@ -521,9 +488,19 @@ async fn run(client: Client, namespace: &str) {
             .join(" "),
         log.display()
     );
+    // Side by side per round, and the ratio of the operator's p99 to the round's best bare p99.
+    let ratio = rounds::print_side_by_side(&rounds, &bare_runs, deployments, in_flight);
+    let rounds_json = rounds_json(&rounds);
+    let last_round = rounds.last().expect("at least one round");
+    let best = last_round.best_bare();
     println!(
         "BENCH_JSON {}",
         json!({
+            "rounds": rounds_json,
+            "bare_loop": rounds_json.last().map(|r| r["bare_loop"].clone()),
+            "bare_best_concurrency": best.map(|(c, _)| *c),
+            "bare_best_p99_ms": best.map(|(_, b)| b.p99()),
+            "p99_over_bare": ratio,
             "deployments": deployments,
             "create_concurrency": in_flight,
             "create_rate": rate,
@@ -552,6 +529,8 @@ async fn run(client: Client, namespace: &str) {
                 "p99_met": p99 <= P99_TARGET_MS,
                 "resync_met": resync_seconds <= RESYNC_TARGET_S,
                 "rss_met": rss_max <= RSS_TARGET_MIB,
+                "bare_ratio_max": BARE_RATIO_TARGET,
+                "bare_ratio_met": ratio.map(|r| r <= BARE_RATIO_TARGET),
             }
         })
     );

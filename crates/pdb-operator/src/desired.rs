@@ -466,6 +466,7 @@ pub fn desired_pdb_for_leader_worker_set(
         GroupBudget::Groups {
             min_available,
             steps: s,
+            ..
         } => {
             steps.extend(s);
             BudgetRule::MinAvailable(BudgetValue::Count(min_available))

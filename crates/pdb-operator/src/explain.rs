@@ -11,9 +11,13 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
 use crate::controller::apps::decide;
-use crate::controller::gang::{decide_gang, decide_lws, gang_inputs, lws_resource, lws_view};
+use crate::controller::gang::{GangObjects, decide_gang, leader_worker_set_facts};
+use crate::controller::lws::{decide_lws, lws_resource, lws_view};
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
 use crate::desired::{ViewError, WorkloadView};
+use crate::gang_decision::{gang_summary, leader_worker_set_names};
+use crate::gang_record::GangRecord;
+use crate::pdb::is_owned_by;
 use crate::pdb::pdb_name;
 use crate::plan::render_decision;
 use crate::workload_api::GangWorkloadView;
@@ -160,14 +164,24 @@ pub async fn explain(
             )
             .await?;
             let v = GangWorkloadView::from_workload(&w)?;
-            let inputs = gang_inputs(&client, namespace).await?;
+            let objects = GangObjects::list(&client, namespace).await?;
+            let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
+                .list(&ListParams::default())
+                .await?
+                .items;
+            let record = pdbs
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(pdb_name(&name).as_str()))
+                .filter(|p| is_owned_by(p, &v.uid))
+                .map(GangRecord::from_pdb);
+            let names = leader_worker_set_names(&v, &objects.groups, &objects.pods);
+            let lws = leader_worker_set_facts(&client, namespace, names, &pdbs).await?;
             let _ = writeln!(
                 out,
-                "\nWorkload {namespace}/{name} ({} pod groups, {} pods in namespace)",
-                inputs.groups.len(),
-                inputs.pods.len()
+                "\nWorkload {namespace}/{name} ({})",
+                gang_summary(&v, &objects.groups, &objects.pods)
             );
-            decide_gang(&v, &inputs, &policies, false).0
+            decide_gang(&v, &objects, record, lws, &policies, false).0
         }
     };
     render_decision(&mut out, &decision);

@@ -12,6 +12,9 @@ pub enum GroupBudget {
     /// Integer minAvailable over all pods.
     Groups {
         min_available: u32,
+        /// Set when the drain-safety clamp lowered a pod-level value (Workload single mode);
+        /// the text becomes a `BudgetClamped` event.
+        clamped: Option<String>,
         steps: Vec<Step>,
     },
     /// Group size 1: the pod-level budget with the drain clamp applied.
@@ -84,6 +87,7 @@ pub fn budget_for_leader_worker_set(rule: BudgetRule, groups: u32, size: u32) ->
     ));
     GroupBudget::Groups {
         min_available,
+        clamped: None,
         steps,
     }
 }
@@ -106,7 +110,8 @@ impl std::fmt::Display for DisruptionMode {
     }
 }
 
-/// One PodGroup as observed: its pods right now and its gang minCount.
+/// One PodGroup as the budget sees it: its size (see [`crate::gang_record::group_sizes`]: the
+/// live pods, the most ever seen, and minCount, whichever is highest) and its gang minCount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservedGroup {
     pub name: String,
@@ -165,6 +170,7 @@ pub fn budget_for_gang(
             }
             GroupBudget::Groups {
                 min_available,
+                clamped: None,
                 steps,
             }
         }
@@ -188,18 +194,22 @@ pub fn budget_for_gang(
             if let BudgetRule::MinAvailable(BudgetValue::Percent(p)) = rule {
                 steps.push(step(format!("ceil({p}% × {total})"), requested));
             }
-            let clamped = requested.min(total - 1);
-            if clamped != requested {
-                steps.push(step("clamped to pods - 1", clamped));
-            }
+            let capped = requested.min(total - 1);
+            let clamped = (capped != requested).then(|| {
+                steps.push(step("clamped to pods - 1", capped));
+                format!(
+                    "{rule} over {total} gang pods would block every voluntary eviction; kept {capped} so one pod can be drained"
+                )
+            });
             let floor = total - slack as u32;
-            let min_available = clamped.max(floor);
+            let min_available = capped.max(floor);
             steps.push(step(
                 format!("floored at pods - slack ({floor})"),
                 min_available,
             ));
             GroupBudget::Groups {
                 min_available,
+                clamped,
                 steps,
             }
         }
@@ -325,6 +335,7 @@ mod tests {
         let GroupBudget::Groups {
             steps,
             min_available,
+            ..
         } = got
         else {
             panic!("expected a budget")
@@ -352,6 +363,30 @@ mod tests {
             panic!()
         };
         assert!(why.contains("minCount 4"), "{why}");
+    }
+
+    #[rstest]
+    #[case::w10_mission_critical(&[8], 3, 90, true)]
+    #[case::w6_standard(&[6], 3, 50, false)]
+    #[case::floor_decides(&[4, 4, 4], 3, 50, false)]
+    fn single_mode_reports_the_drain_clamp(
+        #[case] sizes: &[u32],
+        #[case] min_count: u32,
+        #[case] percent: u32,
+        #[case] want_clamp: bool,
+    ) {
+        let got = budget_for_gang(
+            min(Percent(percent)),
+            DisruptionMode::Single,
+            &groups(sizes, min_count),
+        );
+        let GroupBudget::Groups { clamped, .. } = &got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(clamped.is_some(), want_clamp, "{got:?}");
+        if let Some(why) = clamped {
+            assert!(why.contains("one pod can be drained"), "{why}");
+        }
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub mod desired;
 pub mod enforcement;
 pub mod explain;
 pub mod gang;
+pub mod gang_decision;
+pub mod gang_record;
 pub mod metrics;
 pub mod names;
 pub mod pdb;

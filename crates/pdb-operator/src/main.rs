@@ -82,8 +82,9 @@ struct RunArgs {
     /// How often to look for the Workload API and the LeaderWorkerSet CRD, in seconds.
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     discovery_interval: u64,
-    /// Reconciles running at once per controller.
-    #[arg(long, default_value_t = 5)]
+    /// Reconciles running at once per controller (each mostly waits for one apiserver write;
+    /// the reference operator's default was 5).
+    #[arg(long, default_value_t = pdb_operator::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES)]
     max_concurrent_reconciles: u16,
 }
 

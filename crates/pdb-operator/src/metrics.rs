@@ -45,6 +45,9 @@ pub struct Metrics {
     pub multi_policy_matches: Counters,
     pub policy_tie_breaks: Counters,
     pub reconcile_queue_length: Gauge,
+    pub retry_attempts: Counters,
+    pub retry_exhausted: Counters,
+    pub retry_success_after_retry: Counters,
     pub webhook_status: Gauges,
 }
 
@@ -98,6 +101,18 @@ impl Metrics {
             m::POLICY_TIE_BREAKS_TOTAL,
             "Resolutions where the top priority was shared",
         );
+        let retry_attempts = counter(
+            m::RETRY_ATTEMPTS_TOTAL,
+            "API writes that failed transiently and were tried again, by attempt that failed",
+        );
+        let retry_exhausted = counter(
+            m::RETRY_EXHAUSTED_TOTAL,
+            "API writes that failed on every attempt (the reconcile is retried in 30 s)",
+        );
+        let retry_success_after_retry = counter(
+            m::RETRY_SUCCESS_AFTER_RETRY_TOTAL,
+            "API writes that succeeded after at least one retry",
+        );
         let mut gauge = |name: &str, help: &str| {
             let g = Gauges::default();
             r.register(name, help, g.clone());
@@ -139,7 +154,7 @@ impl Metrics {
         let reconcile_queue_length = Gauge::default();
         r.register(
             m::RECONCILE_QUEUE_LENGTH,
-            "Reconciles currently running",
+            "Workloads waiting for a reconcile: triggered by a change and not started yet",
             reconcile_queue_length.clone(),
         );
         info.get_or_create(&vec![
@@ -183,6 +198,9 @@ impl Metrics {
             multi_policy_matches,
             policy_tie_breaks,
             reconcile_queue_length,
+            retry_attempts,
+            retry_exhausted,
+            retry_success_after_retry,
             webhook_status,
         }
     }
@@ -219,6 +237,9 @@ mod tests {
             &metrics.policy_conflicts,
             &metrics.multi_policy_matches,
             &metrics.policy_tie_breaks,
+            &metrics.retry_attempts,
+            &metrics.retry_exhausted,
+            &metrics.retry_success_after_retry,
         ] {
             c.get_or_create(&one).inc();
         }

@@ -18,6 +18,9 @@ pub mod keys {
     pub const LAST_MODIFIED: &str = "pdboperator.io/last-modified";
     pub const MAINTENANCE_MODE: &str = "pdboperator.io/maintenance-mode";
     pub const MAINTENANCE_START: &str = "pdboperator.io/maintenance-start";
+    /// On a Workload's PDB: the highest count of live pods seen in each PodGroup
+    /// (`<podgroup>=<n>,...`), so a drain or a restart never shrinks the gang the budget is for.
+    pub const GANG_SIZES: &str = "pdboperator.io/gang-sizes";
     /// Legacy finalizer of the reference operator; never added, stripped when found.
     pub const LEGACY_WORKLOAD_FINALIZER: &str = "pdboperator.io/pdb-cleanup";
     /// Legacy finalizer of the reference policy controller; never added, stripped when found.
@@ -49,6 +52,11 @@ pub mod reasons {
     pub const WORKLOAD_SELECTOR_UNRESOLVABLE: &str = "WorkloadSelectorUnresolvable";
     pub const WORKLOAD_UNSUPPORTED: &str = "WorkloadUnsupported";
     pub const WORKLOAD_SKIPPED: &str = "WorkloadSkipped";
+    /// A gang has fewer live pods than its PDB was written for: no eviction is possible until
+    /// they are back (Warning; says which groups and how to reset on purpose).
+    pub const WORKLOAD_DRAIN_BLOCKED: &str = "WorkloadDrainBlocked";
+    /// The gang's pods belong to a LeaderWorkerSet that has no PDB (Warning).
+    pub const WORKLOAD_LWS_UNCOVERED: &str = "WorkloadLeaderWorkerSetUncovered";
     pub const POLICY_ENFORCED: &str = "PolicyEnforced";
     pub const BELOW_MINIMUM: &str = "BelowMinimum";
     pub const ANNOTATION_ACCEPTED: &str = "AnnotationAccepted";
@@ -104,8 +112,15 @@ pub mod metrics {
     pub const MULTI_POLICY_MATCHES_TOTAL: &str = "pdb_operator_multi_policy_matches_total";
     /// counter {namespace, resolution_method}; resolution_method is `alphabetical`.
     pub const POLICY_TIE_BREAKS_TOTAL: &str = "pdb_operator_policy_tie_breaks_total";
-    /// gauge: real work-queue depth.
+    /// gauge: workloads waiting for a reconcile (triggered by a change, not started yet).
     pub const RECONCILE_QUEUE_LENGTH: &str = "pdb_operator_reconcile_queue_length";
+    /// counter {operation, error_type, attempt}: a write failed transiently and is tried again.
+    pub const RETRY_ATTEMPTS_TOTAL: &str = "pdb_operator_retry_attempts_total";
+    /// counter {operation, final_error_type}: every attempt failed; the reconcile retries in 30 s.
+    pub const RETRY_EXHAUSTED_TOTAL: &str = "pdb_operator_retry_exhausted_total";
+    /// counter {operation, attempts_required}: a write that succeeded after a retry.
+    pub const RETRY_SUCCESS_AFTER_RETRY_TOTAL: &str =
+        "pdb_operator_retry_success_after_retry_total";
     /// gauge {status, reason}
     pub const WEBHOOK_STATUS: &str = "pdb_operator_webhook_status";
 
@@ -113,7 +128,7 @@ pub mod metrics {
     pub const RECONCILE_BUCKETS: [f64; 8] = [0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0];
 
     /// Every metric this operator registers; alert rules must reference only these.
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 24] = [
         PDBS_CREATED_TOTAL,
         PDBS_UPDATED_TOTAL,
         PDBS_DELETED_TOTAL,
@@ -134,6 +149,9 @@ pub mod metrics {
         MULTI_POLICY_MATCHES_TOTAL,
         POLICY_TIE_BREAKS_TOTAL,
         RECONCILE_QUEUE_LENGTH,
+        RETRY_ATTEMPTS_TOTAL,
+        RETRY_EXHAUSTED_TOTAL,
+        RETRY_SUCCESS_AFTER_RETRY_TOTAL,
         WEBHOOK_STATUS,
     ];
 }

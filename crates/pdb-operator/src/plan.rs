@@ -17,6 +17,8 @@ use crate::desired::{
     Decision, LeaderWorkerSetView, Policies, WorkloadView, desired_pdb_for_leader_worker_set,
     desired_pdb_for_workload,
 };
+use crate::gang_decision::{GangFacts, LeaderWorkerSetFact, gang_summary, leader_worker_set_names};
+use crate::pdb::pdb_name;
 use crate::resolve::WorkloadMeta;
 use crate::validation::{PolicyScope, validate_policy_spec};
 use crate::workload_api::{GangWorkloadView, PodGroupView, PodView, desired_pdb_for_gang};
@@ -248,6 +250,9 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
         );
         render_decision(&mut out, &desired_pdb_for_workload(&v, &policies, now));
     }
+    // (namespace, name) of each LeaderWorkerSet in the file → whether it gets a PDB, for the
+    // Workloads whose pods it owns.
+    let mut lws_pdbs = std::collections::BTreeMap::new();
     for (index, lws) in &o.leader_worker_sets {
         let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
             serde_json::from_value(lws["metadata"].clone()).unwrap_or_default();
@@ -278,10 +283,10 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             view.replicas.unwrap_or(1),
             view.size.unwrap_or(1)
         );
-        render_decision(
-            &mut out,
-            &desired_pdb_for_leader_worker_set(&view, &policies, now),
-        );
+        let decision = desired_pdb_for_leader_worker_set(&view, &policies, now);
+        let pdb = matches!(decision, Decision::Apply(_)).then(|| pdb_name(&view.meta.name));
+        lws_pdbs.insert((view.meta.namespace.clone(), view.meta.name.clone()), pdb);
+        render_decision(&mut out, &decision);
     }
     for w in &o.workloads {
         let view = GangWorkloadView::from_workload(w).map_err(|e| PlanError::Malformed {
@@ -309,15 +314,30 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             .collect();
         let _ = writeln!(
             out,
-            "\nWorkload {}/{} ({} pod groups, {} pods in namespace)",
+            "\nWorkload {}/{} ({})",
             ns,
             view.meta.name,
-            groups.len(),
-            pods.len()
+            gang_summary(&view, &groups, &pods)
         );
+        let leader_worker_sets = leader_worker_set_names(&view, &groups, &pods)
+            .into_iter()
+            .map(|n| {
+                let fact = match lws_pdbs.get(&(ns.clone(), n.clone())) {
+                    Some(pdb) => LeaderWorkerSetFact::Present { pdb: pdb.clone() },
+                    None => LeaderWorkerSetFact::Absent,
+                };
+                (n, fact)
+            })
+            .collect();
+        let facts = GangFacts {
+            pod_groups: &groups,
+            pods: &pods,
+            record: None,
+            leader_worker_sets,
+        };
         render_decision(
             &mut out,
-            &desired_pdb_for_gang(&view, &groups, &pods, &policies, now),
+            &desired_pdb_for_gang(&view, &facts, &policies, now),
         );
     }
     if !o.ignored.is_empty() {

@@ -2,6 +2,10 @@
 //! CRD was upgraded is still caught) plus the checks CEL cannot do — the IANA zone, and that a
 //! namespaced policy lists only its own namespace (CEL cannot see metadata.namespace). The
 //! first problem becomes the `Validated=False/PolicyInvalid` condition message.
+//!
+//! The warnings are shown to whoever creates, changes or deletes a policy by the Warn-only
+//! ValidatingAdmissionPolicy `pdb-operator-policy-warnings` in `deploy/admission-policy.yaml`,
+//! which carries the same sentences (a test keeps them equal).
 
 use crate::budget::BudgetValue;
 use crate::class::AvailabilityClass;
@@ -27,6 +31,21 @@ pub struct PolicyReport {
 impl PolicyReport {
     pub fn is_valid(&self) -> bool {
         self.errors.is_empty()
+    }
+}
+
+/// Warning on an update that changes `availabilityClass` or `enforcement`.
+pub const CHANGED_CLASS_WARNING: &str = "availabilityClass or enforcement changed: every workload this policy selects gets its PDB recomputed now";
+
+/// Warning on deleting a policy.
+pub const DELETE_WARNING: &str = "deleting this policy: the workloads it selected fall back to their annotations or other policies, and their PDBs are deleted where nothing applies any more";
+
+/// Warnings of an update from `old` to `new` (besides [`validate_policy_spec`]'s for `new`).
+pub fn update_warnings(old: &PDBPolicySpec, new: &PDBPolicySpec) -> Vec<String> {
+    if old.availability_class != new.availability_class || old.enforcement != new.enforcement {
+        vec![CHANGED_CLASS_WARNING.to_string()]
+    } else {
+        Vec::new()
     }
 }
 
@@ -217,6 +236,21 @@ mod tests {
             spec(json!({"enforcement": ""})).enforcement,
             EnforcementMode::Advisory
         );
+    }
+
+    #[test]
+    fn changing_class_or_enforcement_warns() {
+        let old = spec(json!({}));
+        assert!(update_warnings(&old, &spec(json!({"priority": 60}))).is_empty());
+        for changed in [
+            json!({"availabilityClass": "mission-critical"}),
+            json!({"enforcement": "strict"}),
+        ] {
+            assert_eq!(
+                update_warnings(&old, &spec(changed)),
+                [CHANGED_CLASS_WARNING]
+            );
+        }
     }
 
     #[test]

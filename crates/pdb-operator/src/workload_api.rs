@@ -1,25 +1,20 @@
-//! Kubernetes 1.37 Workload API gangs (`scheduling.k8s.io/v1beta1` Workload + PodGroup): the
-//! declared shape, the pods of each group, a selector that covers exactly those pods, and the
-//! desired PDB (seed 003; note §11). Pods join a group through `spec.schedulingGroup.podGroupName`,
-//! a spec field a PDB cannot select on, so the selector is derived from shared labels.
+//! Kubernetes 1.37 Workload API gangs (`scheduling.k8s.io/v1beta1` Workload + PodGroup) as the
+//! budget logic sees them: the declared shape, the pods of each group, and a selector that covers
+//! exactly those pods (seed 003; note §11). Pods join a group through
+//! `spec.schedulingGroup.podGroupName`, a spec field a PDB cannot select on, so the selector is
+//! derived from shared labels. The decision itself is in [`crate::gang_decision`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload, WorkloadSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::budget::{BudgetRule, BudgetValue, step};
-use crate::desired::{
-    Decision, NoPdb, Policies, RETRY_AFTER, ViewError, WorkloadKind, finish, no_pdb,
-    resolve_or_unmanaged,
-};
-use crate::enforcement::EventNote;
-use crate::gang::{DisruptionMode, GroupBudget, ObservedGroup, budget_for_gang};
-use crate::names::{keys, reasons};
-use crate::pdb::Owner;
+use crate::desired::ViewError;
+use crate::gang::DisruptionMode;
 use crate::resolve::WorkloadMeta;
+
+pub use crate::gang_decision::{GangFacts, LeaderWorkerSetFact, desired_pdb_for_gang};
 
 /// A pod as gang logic sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -29,10 +24,15 @@ pub struct PodView {
     pub labels: BTreeMap<String, String>,
     /// `spec.schedulingGroup.podGroupName`.
     pub pod_group_name: Option<String>,
+    /// Phase Succeeded or Failed, or being deleted: no longer a live member of its group.
+    pub inactive: bool,
+    /// `metadata.creationTimestamp` (start-up settling).
+    pub created: Option<Timestamp>,
 }
 
 impl PodView {
     pub fn from_pod(p: &Pod) -> Self {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         Self {
             name: p.metadata.name.clone().unwrap_or_default(),
             uid: p.metadata.uid.clone().unwrap_or_default(),
@@ -42,6 +42,9 @@ impl PodView {
                 .as_ref()
                 .and_then(|s| s.scheduling_group.as_ref())
                 .and_then(|g| g.pod_group_name.clone()),
+            inactive: matches!(phase, Some("Succeeded" | "Failed"))
+                || p.metadata.deletion_timestamp.is_some(),
+            created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
     }
 }
@@ -55,6 +58,8 @@ pub struct PodGroupView {
     pub template_name: Option<String>,
     /// `spec.schedulingPolicy.gang.minCount`.
     pub min_count: Option<i32>,
+    /// `metadata.creationTimestamp` (start-up settling).
+    pub created: Option<Timestamp>,
 }
 
 impl PodGroupView {
@@ -65,6 +70,7 @@ impl PodGroupView {
             workload_name: r.map(|r| r.workload_name.clone()),
             template_name: r.map(|r| r.template_name.clone()),
             min_count: g.spec.scheduling_policy.gang.as_ref().map(|x| x.min_count),
+            created: g.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
     }
 }
@@ -139,13 +145,61 @@ pub fn is_placement_label(key: &str) -> bool {
     key.starts_with("topology.kubernetes.io/") || key == "kubernetes.io/hostname"
 }
 
-/// The label pairs every member shares (placement labels excluded), verified to select exactly the members among
+/// The pods of a gang's PodGroups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GangPods<'p> {
+    /// Live members: not Succeeded/Failed, not being deleted. Only they count.
+    pub live: Vec<&'p PodView>,
+    /// Pods of the groups that have finished or are being deleted. They are not members, but
+    /// they are not strangers either: a selector may cover them (the disruption controller
+    /// never counts them as healthy).
+    pub inactive: Vec<&'p PodView>,
+}
+
+impl GangPods<'_> {
+    fn uids(&self) -> BTreeSet<&str> {
+        self.live
+            .iter()
+            .chain(&self.inactive)
+            .map(|p| p.uid.as_str())
+            .collect()
+    }
+}
+
+fn selects(selector: &BTreeMap<String, String>, p: &PodView) -> bool {
+    selector.iter().all(|(k, v)| p.labels.get(k) == Some(v))
+}
+
+/// A selector for the gang's live members that selects no pod outside its groups among
 /// `namespace_pods` (compared by uid, any phase).
+///
+/// `previous`, the selector of the PDB written last time, is kept while it is still exact: when
+/// the pods that differed in a label (say `role=leader`) are evicted, the shared labels of
+/// those left grow, and a selector built from them would leave out the replacements.
+/// Otherwise the selector is the label pairs every live member shares (placement labels
+/// excluded).
 pub fn derive_gang_selector(
-    members: &[&PodView],
+    gang: &GangPods<'_>,
     namespace_pods: &[PodView],
+    previous: Option<&BTreeMap<String, String>>,
 ) -> Result<BTreeMap<String, String>, SelectorProblem> {
-    let Some((first, rest)) = members.split_first() else {
+    let ours = gang.uids();
+    let strangers = |selector: &BTreeMap<String, String>| -> Vec<String> {
+        namespace_pods
+            .iter()
+            .filter(|p| !ours.contains(p.uid.as_str()) && selects(selector, p))
+            .map(|p| p.name.clone())
+            .collect()
+    };
+    if let Some(prev) = previous
+        && !prev.is_empty()
+        && !prev.keys().any(|k| is_placement_label(k))
+        && gang.live.iter().all(|p| selects(prev, p))
+        && strangers(prev).is_empty()
+    {
+        return Ok(prev.clone());
+    }
+    let Some((first, rest)) = gang.live.split_first() else {
         return Err(SelectorProblem::NoSharedLabels);
     };
     let mut shared = first.labels.clone();
@@ -156,13 +210,7 @@ pub fn derive_gang_selector(
     if shared.is_empty() {
         return Err(SelectorProblem::NoSharedLabels);
     }
-    let member_uids: BTreeSet<&str> = members.iter().map(|p| p.uid.as_str()).collect();
-    let others: Vec<String> = namespace_pods
-        .iter()
-        .filter(|p| !member_uids.contains(p.uid.as_str()))
-        .filter(|p| shared.iter().all(|(k, v)| p.labels.get(k) == Some(v)))
-        .map(|p| p.name.clone())
-        .collect();
+    let others = strangers(&shared);
     if others.is_empty() {
         Ok(shared)
     } else {
@@ -174,14 +222,14 @@ pub fn derive_gang_selector(
 }
 
 /// The PodGroups created from `template` of Workload `workload_name`, and the pods whose
-/// `spec.schedulingGroup.podGroupName` names one of them. The controller also uses the member
-/// pods' labels for its PDB overlap check (`pdb::find_pdb_conflict`).
+/// `spec.schedulingGroup.podGroupName` names one of them. The controller also uses the live
+/// members' labels for its PDB overlap check (`pdb::find_pdb_conflict`).
 pub fn gang_members<'a, 'p>(
     workload_name: &str,
     template: &str,
     pod_groups: &'a [PodGroupView],
     namespace_pods: &'p [PodView],
-) -> (Vec<&'a PodGroupView>, Vec<&'p PodView>) {
+) -> (Vec<&'a PodGroupView>, GangPods<'p>) {
     let groups: Vec<&PodGroupView> = pod_groups
         .iter()
         .filter(|g| {
@@ -190,18 +238,18 @@ pub fn gang_members<'a, 'p>(
         })
         .collect();
     let group_names: BTreeSet<&str> = groups.iter().map(|g| g.name.as_str()).collect();
-    let members = namespace_pods
+    let (inactive, live): (Vec<&PodView>, Vec<&PodView>) = namespace_pods
         .iter()
         .filter(|p| {
             p.pod_group_name
                 .as_deref()
                 .is_some_and(|g| group_names.contains(g))
         })
-        .collect();
-    (groups, members)
+        .partition(|p| p.inactive);
+    (groups, GangPods { live, inactive })
 }
 
-fn render_selector(s: &BTreeMap<String, String>) -> String {
+pub(crate) fn render_selector(s: &BTreeMap<String, String>) -> String {
     s.iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
@@ -239,202 +287,6 @@ impl GangWorkloadView {
             terminating: w.metadata.deletion_timestamp.is_some(),
         })
     }
-}
-
-fn retry(
-    event: EventNote,
-    events: Vec<EventNote>,
-    cause: &'static str,
-    steps: Vec<crate::budget::Step>,
-) -> Decision {
-    Decision::NoPdb(NoPdb {
-        event: Some(event),
-        events,
-        delete_owned_pdb: true,
-        cause,
-        retry_after: Some(RETRY_AFTER),
-        steps,
-    })
-}
-
-/// Desired PDB for a Workload (note §11.2 order, configuration resolved first):
-/// unconfigured → `WorkloadUnmanaged`; basic only → nothing (silent); several gang or composite
-/// templates → `WorkloadUnsupported`; no pods yet → `WorkloadPDBDeferred` (retry 30 s); pods of
-/// a LeaderWorkerSet → nothing (silent); no exact selector → `WorkloadSelectorUnresolvable`
-/// (retry 30 s); no possible budget → `WorkloadSkipped`; otherwise the PDB.
-///
-/// `pod_groups` are the PodGroups in the Workload's namespace; `namespace_pods` every pod there.
-pub fn desired_pdb_for_gang(
-    workload: &GangWorkloadView,
-    pod_groups: &[PodGroupView],
-    namespace_pods: &[PodView],
-    policies: &Policies<'_>,
-    now: Timestamp,
-) -> Decision {
-    let name = &workload.meta.name;
-    if workload.terminating {
-        return Decision::NoPdb(NoPdb {
-            event: None,
-            events: vec![],
-            delete_owned_pdb: false,
-            cause: "workload_deleted",
-            retry_after: None,
-            steps: vec![],
-        });
-    }
-    let (config, events, mut steps) =
-        match resolve_or_unmanaged(WorkloadKind::Workload, &workload.meta, policies) {
-            Ok(r) => r,
-            Err(d) => return *d,
-        };
-    let (template, template_min, mode) = match classify_workload(&workload.spec) {
-        GangShape::BasicOnly => {
-            steps.push(step(
-                "shape",
-                "no gang template; the pods' own controllers apply",
-            ));
-            return no_pdb(None, events, "no_gang", steps);
-        }
-        GangShape::Unsupported(why) => {
-            let msg = format!(
-                "Workload {name} is not supported yet: {why}; only one gang pod group template is handled"
-            );
-            return no_pdb(
-                Some(EventNote::warning(reasons::WORKLOAD_UNSUPPORTED, msg)),
-                events,
-                "unsupported",
-                steps,
-            );
-        }
-        GangShape::Gang {
-            template,
-            min_count,
-            mode,
-        } => (template, min_count, mode),
-    };
-    steps.push(step(
-        "gang template",
-        format!("{template} (minCount {template_min}, mode {mode})"),
-    ));
-    let (groups, members) = gang_members(name, &template, pod_groups, namespace_pods);
-    if members.is_empty() {
-        let msg = format!(
-            "No pods for Workload {name} yet ({} pod group(s) found); PDB deferred until they exist, retrying every 30s",
-            groups.len()
-        );
-        return retry(
-            EventNote::warning(reasons::WORKLOAD_PDB_DEFERRED, msg),
-            events,
-            "no_pods",
-            steps,
-        );
-    }
-    if members
-        .iter()
-        .any(|p| p.labels.contains_key(keys::LWS_NAME))
-    {
-        steps.push(step(
-            "pods",
-            "carry leaderworkerset.sigs.k8s.io/name; the LeaderWorkerSet PDB covers them",
-        ));
-        return no_pdb(None, events, "leaderworkerset_owned", steps);
-    }
-    let selector = match derive_gang_selector(&members, namespace_pods) {
-        Ok(s) => s,
-        Err(problem) => {
-            let msg = match problem {
-                SelectorProblem::NoSharedLabels => {
-                    format!(
-                        "Pods of Workload {name} share no label, so no PDB selector can cover exactly them; retrying every 30s"
-                    )
-                }
-                SelectorProblem::SelectsOthers { selector, others } => format!(
-                    "Selector {} shared by the pods of Workload {name} also selects other pods ({}); no exact selector exists, retrying every 30s",
-                    render_selector(&selector),
-                    others.join(", ")
-                ),
-            };
-            return retry(
-                EventNote::warning(reasons::WORKLOAD_SELECTOR_UNRESOLVABLE, msg),
-                events,
-                "selector_unresolvable",
-                steps,
-            );
-        }
-    };
-    steps.push(step("derived selector", render_selector(&selector)));
-    let observed: Vec<ObservedGroup> = groups
-        .iter()
-        .map(|g| {
-            let pods = members
-                .iter()
-                .filter(|p| p.pod_group_name.as_deref() == Some(g.name.as_str()))
-                .count() as u32;
-            let min_count = g.min_count.map_or(template_min, |m| m.max(0) as u32);
-            // In all mode a group restarts as a unit; while it restarts it still counts at its
-            // gang size, so the budget does not loosen exactly when a group is down.
-            let pods = if mode == DisruptionMode::All {
-                pods.max(min_count)
-            } else {
-                pods
-            };
-            ObservedGroup {
-                name: g.name.clone(),
-                pods,
-                min_count,
-            }
-        })
-        .collect();
-    let min_available = match budget_for_gang(config.rule, mode, &observed) {
-        GroupBudget::Groups {
-            min_available,
-            steps: s,
-        } => {
-            steps.extend(s);
-            min_available
-        }
-        GroupBudget::PodLevel(b) => {
-            // budget_for_gang never returns pod-level budgets; keep the arithmetic honest anyway.
-            steps.extend(b.steps);
-            return no_pdb(None, events, "unsupported", steps);
-        }
-        GroupBudget::Impossible { why, steps: s } => {
-            steps.extend(s);
-            let cause = if mode == DisruptionMode::All {
-                "single_group"
-            } else {
-                "min_count_blocks_drains"
-            };
-            return no_pdb(
-                Some(EventNote::warning(
-                    reasons::WORKLOAD_SKIPPED,
-                    format!("Workload {name}: {why}"),
-                )),
-                events,
-                cause,
-                steps,
-            );
-        }
-    };
-    let owner = Owner {
-        api_version: WorkloadKind::Workload.api_version().into(),
-        kind: WorkloadKind::Workload.kind().into(),
-        name: name.clone(),
-        uid: workload.uid.clone(),
-    };
-    let selector = LabelSelector {
-        match_labels: Some(selector),
-        match_expressions: None,
-    };
-    finish(
-        &owner,
-        &workload.meta,
-        config,
-        BudgetRule::MinAvailable(BudgetValue::Count(min_available)),
-        selector,
-        now,
-        (events, steps),
-    )
 }
 
 #[cfg(test)]

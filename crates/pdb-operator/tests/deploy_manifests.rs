@@ -82,7 +82,11 @@ fn admission_policy_guards_namespaced_policies_and_is_bound() {
     };
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(ADMISSION_POLICY).expect("valid YAML");
-    assert_eq!(docs.len(), 2, "a policy and its binding");
+    assert_eq!(
+        docs.len(),
+        4,
+        "the namespace-reach policy and its binding, then the warnings policy and its binding"
+    );
     let policy: ValidatingAdmissionPolicy = serde_json::from_value(docs[0].clone()).unwrap();
     let binding: ValidatingAdmissionPolicyBinding =
         serde_json::from_value(docs[1].clone()).unwrap();
@@ -125,5 +129,71 @@ fn the_deployment_runs_the_image_this_project_builds() {
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
         format!("localhost/pdb-operator:{}", env!("CARGO_PKG_VERSION")),
         "deploy/deployment.yaml must name the image scripts/build-images.sh builds (Cargo version)"
+    );
+}
+
+/// The Warn-only admission policy tells users exactly what the controller's validation warns
+/// about; a sentence changed in one place only would fail here.
+#[test]
+fn admission_warnings_carry_the_validation_sentences() {
+    use pdb_operator::validation::{
+        CHANGED_CLASS_WARNING, DELETE_WARNING, PolicyScope, update_warnings, validate_policy_spec,
+    };
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(ADMISSION_POLICY).expect("valid YAML");
+    let warnings = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ValidatingAdmissionPolicy"
+                && d["metadata"]["name"] == "pdb-operator-policy-warnings"
+        })
+        .expect("ValidatingAdmissionPolicy pdb-operator-policy-warnings");
+    let messages: Vec<&str> = warnings["spec"]["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["message"].as_str())
+        .collect();
+    let binding = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ValidatingAdmissionPolicyBinding"
+                && d["spec"]["policyName"] == "pdb-operator-policy-warnings"
+        })
+        .expect("its binding");
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_json::json!(["Warn"])
+    );
+    let spec = |v: serde_json::Value| -> pdb_operator::crd::PDBPolicySpec {
+        serde_json::from_value(v).unwrap()
+    };
+    let base = serde_json::json!({"availabilityClass": "standard",
+        "workloadSelector": {"matchLabels": {"app": "a"}}});
+    let mut produced = validate_policy_spec(&spec(base.clone()), &PolicyScope::Cluster).warnings;
+    let mut flexible = base.clone();
+    flexible["enforcement"] = "flexible".into();
+    flexible["enforceMinReplicas"] = false.into();
+    produced.extend(
+        validate_policy_spec(
+            &spec(flexible.clone()),
+            &PolicyScope::Namespaced("d".into()),
+        )
+        .warnings,
+    );
+    produced.extend(update_warnings(&spec(base), &spec(flexible)));
+    assert_eq!(produced.len(), 4, "{produced:?}");
+    produced.push(DELETE_WARNING.to_string());
+    assert!(produced.contains(&CHANGED_CLASS_WARNING.to_string()));
+    for w in &produced {
+        assert!(
+            messages.contains(&w.as_str()),
+            "{w:?} is not in {messages:?}"
+        );
+    }
+    assert_eq!(
+        messages.len(),
+        produced.len(),
+        "a warning only the YAML knows: {messages:?}"
     );
 }

@@ -1,124 +1,29 @@
 //! The operator against the real local control plane (Kubernetes 1.37, GenericWorkload on):
-//! Workload API gangs — seed 003's worked example with real evictions, deferral, the rows of the
-//! declared-shape table (LeaderWorkerSets: live_lws.rs).
+//! Workload API gangs — seed 003's worked example with real evictions in both orders, deferral,
+//! the rows of the declared-shape table (drains and start-up: live_gang_drain.rs;
+//! LeaderWorkerSets: live_lws.rs).
 
 mod common;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
-use kube::api::{DeleteParams, PostParams};
+use k8s_openapi::api::scheduling::v1beta1::Workload;
+use kube::api::DeleteParams;
 use kube::{Api, Client, ResourceExt};
 use kube_fixture::{Check, TestCluster, wait_for};
-use serde_json::{Value, json};
+use serde_json::json;
 
-async fn create_workload(client: &Client, ns: &str, name: &str, labels: Value, templates: Value) {
-    let api: Api<Workload> = Api::namespaced(client.clone(), ns);
-    let w: Workload = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"podGroupTemplates": templates}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &w)
-        .await
-        .unwrap_or_else(|e| panic!("create Workload {name}: {e}"));
-}
-
-fn gang_template(name: &str, min_count: i32, mode: &str) -> Value {
-    json!({"name": name, "schedulingPolicy": {"gang": {"minCount": min_count}},
-           "disruptionMode": {mode: {}}})
-}
-
-async fn create_pod_group(
-    client: &Client,
-    ns: &str,
-    workload: &str,
-    template: &str,
-    name: &str,
-    min_count: i32,
-    mode: &str,
-) {
-    let api: Api<PodGroup> = Api::namespaced(client.clone(), ns);
-    let g: PodGroup = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"workloadRef": {"workloadName": workload, "templateName": template},
-                 "schedulingPolicy": {"gang": {"minCount": min_count}},
-                 "disruptionMode": {mode: {}}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &g)
-        .await
-        .unwrap_or_else(|e| panic!("create PodGroup {name}: {e}"));
-}
-
-/// A gang to create: `groups` PodGroups `<name>-workers-<i>` with `per_group` pods each,
-/// labelled `app=<app>` (role leader/worker differs between pods).
-struct Gang<'a> {
-    name: &'a str,
-    app: &'a str,
-    groups: usize,
-    per_group: usize,
-    min_count: i32,
-    mode: &'a str,
-}
-
-async fn create_gang(client: &Client, ns: &str, gang: Gang<'_>) {
-    let Gang {
-        name: w,
-        app,
-        groups,
-        per_group,
-        min_count,
-        mode,
-    } = gang;
-    for g in 0..groups {
-        create_pod_group(
-            client,
-            ns,
-            w,
-            "workers",
-            &format!("{w}-workers-{g}"),
-            min_count,
-            mode,
-        )
-        .await;
-    }
-    for g in 0..groups {
-        for i in 0..per_group {
-            let role = if i == 0 { "leader" } else { "worker" };
-            create_pod(
-                client,
-                ns,
-                &format!("{w}-{g}-{i}"),
-                Some(&format!("{w}-workers-{g}")),
-                json!({"app": app, "role": role}),
-            )
-            .await;
-        }
-    }
-}
-
-#[tokio::test]
-async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-seed").await;
-    let c = &cluster.client;
-    let _op = start_operator(&cluster, ns.name());
-    let pods: Api<Pod> = Api::namespaced(c.clone(), ns.name());
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), ns.name());
-    strict_policy(
-        c,
-        ns.name(),
-        "training-critical",
-        "mission-critical",
-        "trainer",
-    )
-    .await;
+/// Seed 003 in namespace `n`: strict mission-critical policy on `app=trainer`, Workload
+/// `trainer` (gang minCount 2, all mode), 4 PodGroups of 2 pods; returns once all 8 are Ready
+/// and the PDB allows its 2 evictions.
+async fn seed_gang(c: &Client, n: &str) -> PodDisruptionBudget {
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "training-critical", "mission-critical", "trainer").await;
     create_workload(
         c,
-        ns.name(),
+        n,
         "trainer",
         json!({"app": "trainer"}),
         json!([gang_template("workers", 2, "all")]),
@@ -126,7 +31,7 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
     .await;
     create_gang(
         c,
-        ns.name(),
+        n,
         Gang {
             name: "trainer",
             app: "trainer",
@@ -138,10 +43,8 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
     )
     .await;
     wait_ready_pods(&pods, "app=trainer", 8).await;
-
-    // Scenario 46: ceil(0.9 × 4) = 4 → clamped to 3 groups → minAvailable 3 × 2 = 6.
-    // While pods are still being created the shared labels can be narrower (only leaders so
-    // far); once all 8 exist the selector is the labels every member shares (role differs).
+    // Scenario 46: ceil(0.9 × 4) = 4 → clamped to 3 groups → minAvailable 3 × 2 = 6, over the
+    // labels every member shares (role differs).
     let pdb = wait_pdb(
         &pdbs,
         "trainer-pdb",
@@ -153,36 +56,75 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
         },
     )
     .await;
+    wait_disruptions(&pdbs, "trainer-pdb", 8, 2).await;
+    pdb
+}
+
+/// Evicts `pod` (which must be allowed), waits until it is gone and the operator has looked at
+/// the gang again, and checks that the PDB kept minAvailable `min`.
+async fn evict_and_settle(c: &Client, n: &str, addr: std::net::SocketAddr, pod: &str, min: i32) {
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let before = reconciles(addr, "workload-pdb").await;
+    assert_eq!(evict(&pods, pod).await, Ok(()), "evicting {pod}");
+    wait_pod_gone(&pods, pod).await;
+    wait_settled(addr, "workload-pdb", before).await;
+    let pdb = pdbs.get_opt("trainer-pdb").await.unwrap();
+    let pdb = pdb.unwrap_or_else(|| panic!("the PDB is gone after evicting {pod}"));
+    assert_eq!(
+        min_available(&pdb),
+        Some(json!(min)),
+        "after evicting {pod}"
+    );
+}
+
+fn assert_row(text: &str, label: &str, value: &str) {
+    let found = text.lines().any(|l| {
+        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+        cells.len() >= 3 && cells[1] == label && cells[2] == value
+    });
+    assert!(found, "no row {label:?} = {value:?} in\n{text}");
+}
+
+#[tokio::test]
+async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-seed").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let (_op, addr) = start_operator_with_metrics(&cluster, n);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let pdb = seed_gang(c, n).await;
     let owner = &pdb.owner_references()[0];
     assert_eq!(
         (owner.api_version.as_str(), owner.kind.as_str()),
         ("scheduling.k8s.io/v1beta1", "Workload")
     );
-    let w: Workload = Api::namespaced(c.clone(), ns.name())
-        .get("trainer")
-        .await
-        .unwrap();
+    let w: Workload = Api::namespaced(c.clone(), n).get("trainer").await.unwrap();
     assert!(
         w.finalizers().is_empty(),
         "no finalizer on the Workload: {:?}",
         w.finalizers()
     );
-    wait_disruptions(&pdbs, "trainer-pdb", 8, 2).await;
 
-    // Scenario 56: both pods of group 0 are evictable; the first of group 1 is refused.
-    assert_eq!(evict(&pods, "trainer-0-0").await, Ok(()));
-    assert_eq!(evict(&pods, "trainer-0-1").await, Ok(()));
+    // Scenario 56, favourable order: both pods of group 0 go, the operator looks again after
+    // each, and the first eviction from group 1 is refused (not merely before a reconcile ran).
+    evict_and_settle(c, n, addr, "trainer-0-0", 6).await;
+    evict_and_settle(c, n, addr, "trainer-0-1", 6).await;
+    let note = wait_event(c, n, "trainer", "WorkloadDrainBlocked").await;
+    assert!(note.contains("trainer-workers-0 (0 of 2)"), "{note}");
     let (code, message) = evict(&pods, "trainer-1-0")
         .await
         .expect_err("group 1 must be protected");
     assert_eq!(code, 429, "{message}");
     assert!(message.contains("disruption budget"), "{message}");
 
-    // `explain` prints the seed's arithmetic for the live objects.
+    // `explain` prints the seed's arithmetic for the live objects, and the Workload's own gang.
     let out = assert_cmd::Command::cargo_bin("pdb-operator")
         .unwrap()
         .env("KUBECONFIG", &cluster.kubeconfig)
-        .args(["explain", "workload/trainer", "-n", ns.name()])
+        .args(["explain", "workload/trainer", "-n", n])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -191,8 +133,19 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("| ceil(90% × 4 groups)  | 4"), "{text}");
-    assert!(text.contains("| clamped to groups - 1 | 3"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "Workload {n}/trainer (4 pod group(s) of template workers, 6 live pod(s), 0 finished or terminating)"
+        )),
+        "{text}"
+    );
+    assert_row(&text, "ceil(90% × 4 groups)", "4");
+    assert_row(&text, "clamped to groups - 1", "3");
+    assert_row(
+        &text,
+        "size of trainer-workers-0 (0 live)",
+        "2 (2 seen before)",
+    );
     assert!(
         text.contains("=> PodDisruptionBudget trainer-pdb: minAvailable: 6"),
         "{text}"
@@ -203,27 +156,11 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
     );
 
     // The first group comes back → one group's worth of evictions is allowed again.
-    wait_for("evicted pods gone", WAIT, || async {
-        let left = pods
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|p| p.name_any().starts_with("trainer-0-"))
-            .count();
-        if left == 0 {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!("{left} left"))
-        }
-    })
-    .await;
     for i in 0..2 {
         let role = if i == 0 { "leader" } else { "worker" };
         create_pod(
             c,
-            ns.name(),
+            n,
             &format!("trainer-0-{i}"),
             Some("trainer-workers-0"),
             json!({"app": "trainer", "role": role}),
@@ -237,6 +174,38 @@ async fn seed_worked_example_four_groups_of_two_with_real_evictions() {
         Ok(()),
         "allowed once group 0 is back"
     );
+}
+
+/// Scenario 56 in the unfavourable order: the first eviction takes one pod of group 0. With
+/// `disruptionMode: all` the group restarts as a unit, so its controller deletes the other pod
+/// (done here by the test, as no JobSet controller runs on this cluster). The budget keeps
+/// group 0 at its size, so the first eviction from group 1 is refused.
+#[tokio::test]
+async fn seed_example_evicted_across_groups() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-seed-across").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let (_op, addr) = start_operator_with_metrics(&cluster, n);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    seed_gang(c, n).await;
+    evict_and_settle(c, n, addr, "trainer-0-0", 6).await;
+    let before = reconciles(addr, "workload-pdb").await;
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete("trainer-0-1", &now).await.unwrap();
+    wait_pod_gone(&pods, "trainer-0-1").await;
+    wait_settled(addr, "workload-pdb", before).await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    wait_disruptions(&pdbs, "trainer-pdb", 6, 0).await;
+    let (code, message) = evict(&pods, "trainer-1-0")
+        .await
+        .expect_err("group 1 must be protected while group 0 restarts");
+    assert_eq!(code, 429, "{message}");
+    let pdb = pdbs.get("trainer-pdb").await.unwrap();
+    assert_eq!(min_available(&pdb), Some(json!(6)));
 }
 
 #[tokio::test]

@@ -58,7 +58,7 @@ async fn create_lws_with_pods(
     groups: u32,
     size: u32,
 ) -> DynamicObject {
-    let ar = pdb_operator::controller::gang::lws_resource();
+    let ar = pdb_operator::controller::lws::lws_resource();
     let lws_api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &ar);
     let lws: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
@@ -267,4 +267,105 @@ async fn leader_worker_set_api_installed_after_start_turns_the_controller_on_wit
     op.assert_running();
     let (code, body) = get(addr, "/healthz").await.expect("healthz answers");
     assert_eq!((code, body.as_str()), (200, "ok"));
+}
+
+/// Runs `pdb-operator explain <target>` and returns its output.
+fn explain(cluster: &TestCluster, target: &str, n: &str) -> String {
+    let out = assert_cmd::Command::cargo_bin("pdb-operator")
+        .unwrap()
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .args(["explain", target, "-n", n])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// Gang pods labelled `leaderworkerset.sigs.k8s.io/name` are the LeaderWorkerSet path's only
+/// when that LeaderWorkerSet exists: without it the Workload protects them; with it but without
+/// its PDB a Warning says so; once it has its PDB the Workload writes none, so no pod is ever
+/// selected by two PDBs. `explain` says which of these holds.
+#[tokio::test]
+async fn gang_pods_labelled_for_a_leader_worker_set_are_never_left_unprotected_silently() {
+    let _crd = LWS_CRD.lock().await;
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    install_crd(&cluster.client, &lws_crd()).await;
+    let ns = cluster.namespace("pdbop-lws-gang").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let _op = start_operator(&cluster, n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "p-mesh", "standard", "mesh").await;
+    create_workload(
+        c,
+        n,
+        "mesh",
+        json!({"app": "mesh"}),
+        json!([gang_template("workers", 2, "all")]),
+    )
+    .await;
+    for g in 0..2 {
+        let group = format!("mesh-workers-{g}");
+        create_pod_group(c, n, "mesh", "workers", &group, 2, "all").await;
+        for w in 0..2 {
+            create_pod(
+                c,
+                n,
+                &format!("mesh-{g}-{w}"),
+                Some(&group),
+                json!({"app": "mesh", "leaderworkerset.sigs.k8s.io/name": "ghost"}),
+            )
+            .await;
+        }
+    }
+    // No LeaderWorkerSet "ghost": the Workload's PDB covers the pods (2 groups of 2, standard:
+    // ceil(0.5 × 2) = 1 group → 2).
+    wait_pdb(&pdbs, "mesh-pdb", "minAvailable 2", |p| {
+        min_available(p) == Some(json!(2))
+    })
+    .await;
+    let text = explain(&cluster, "workload/mesh", n);
+    assert!(
+        text.contains("but no such LeaderWorkerSet exists"),
+        "{text}"
+    );
+
+    // The LeaderWorkerSet appears, unconfigured: it writes no PDB, so the Workload says why it
+    // writes none either (noticed at the Workload's 30 s re-check).
+    let ar = pdb_operator::controller::lws::lws_resource();
+    let lws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "ghost", "labels": {"app": "ghost"}},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2}}
+    }))
+    .unwrap();
+    Api::<DynamicObject>::namespaced_with(c.clone(), n, &ar)
+        .create(&PostParams::default(), &lws)
+        .await
+        .unwrap();
+    let note = wait_event(c, n, "mesh", "WorkloadLeaderWorkerSetUncovered").await;
+    assert!(note.contains("LeaderWorkerSet ghost"), "{note}");
+    wait_no_pdb(&pdbs, "mesh-pdb").await;
+
+    // Configured, the LeaderWorkerSet gets its PDB and the Workload stays without one.
+    strict_policy(c, n, "p-ghost", "standard", "ghost").await;
+    wait_pdb(&pdbs, "ghost-pdb", "minAvailable 2", |p| {
+        min_available(p) == Some(json!(2))
+    })
+    .await;
+    wait_for("explain names the LeaderWorkerSet's PDB", WAIT, || async {
+        let text = explain(&cluster, "workload/mesh", n);
+        if text.contains("its PDB ghost-pdb covers them") {
+            Check::Done(())
+        } else {
+            Check::NotYet(text)
+        }
+    })
+    .await;
+    assert!(pdbs.get_opt("mesh-pdb").await.unwrap().is_none());
 }

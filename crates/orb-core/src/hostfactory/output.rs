@@ -37,6 +37,9 @@ pub struct TemplatesReply {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TemplateUsage {
     pub live_machine_names: Vec<String>,
+    /// Machines unfinished requests of the template will still create (counted against
+    /// `maxNumber` like live ones).
+    pub reserved: i64,
 }
 
 /// Attributes HostFactory sizes hosts by: the template's explicit `attributes` win key by
@@ -108,7 +111,7 @@ pub fn template_entry(
         let live = usage.live_machine_names.len() as i64;
         out.insert(
             "availableNumber".into(),
-            json!((max_machines - live).max(0)),
+            json!((max_machines - live - usage.reserved).max(0)),
         );
     }
     out.insert("requestedMachines".into(), json!(usage.live_machine_names));

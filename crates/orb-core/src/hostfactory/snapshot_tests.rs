@@ -99,6 +99,7 @@ fn templates_reply_with_derived_and_explicit_attributes() {
             4,
             &TemplateUsage {
                 live_machine_names: vec!["orb-fe4cda5c019444bc981b-0000".into()],
+                reserved: 0,
             },
         ),
         template_entry(&explicit, -1, &TemplateUsage::default()),

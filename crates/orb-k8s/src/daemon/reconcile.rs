@@ -246,22 +246,6 @@ pub fn nothing_recorded(request: &Request) -> bool {
     empty_data && request.resource_ids.is_empty()
 }
 
-/// An acquire stored as started whose objects were never recorded (orb stopped between
-/// storing the request and storing the provider's answer), old enough that no live process
-/// can still be working on it.
-pub fn is_interrupted_acquire(
-    request: &Request,
-    machine_count: usize,
-    now: Timestamp,
-    min_age: Duration,
-) -> bool {
-    request.request_type == RequestType::Acquire
-        && !request.status.is_terminal()
-        && nothing_recorded(request)
-        && machine_count == 0
-        && age(request.started_at.or(Some(request.created_at)), now).is_some_and(|a| a >= min_age)
-}
-
 /// The request ids named by the objects' labels.
 pub fn request_ids(objects: &[ManagedObject]) -> BTreeSet<String> {
     objects

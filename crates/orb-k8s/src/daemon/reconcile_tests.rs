@@ -244,29 +244,6 @@ fn the_gc_plan_leaves_young_orphans_and_counts_by_kind() {
     assert_eq!(plan.orphans[0].age_seconds, Some(300));
 }
 
-#[rstest]
-#[case::interrupted(RequestStatus::InProgress, true, 0, 120, true)]
-#[case::too_recent(RequestStatus::InProgress, true, 0, 30, false)]
-#[case::recorded(RequestStatus::InProgress, false, 0, 120, false)]
-#[case::has_machines(RequestStatus::InProgress, true, 2, 120, false)]
-#[case::finished(RequestStatus::Failed, true, 0, 120, false)]
-fn an_acquire_is_interrupted_when_nothing_was_recorded_for_long_enough(
-    #[case] status: RequestStatus,
-    #[case] no_data: bool,
-    #[case] machines: usize,
-    #[case] now: i64,
-    #[case] expected: bool,
-) {
-    let mut r = mk_request(status);
-    if !no_data {
-        r.provider_data = serde_json::json!({"namespace": "batch"});
-    }
-    assert_eq!(
-        is_interrupted_acquire(&r, machines, t(now), Duration::from_secs(60)),
-        expected
-    );
-}
-
 #[test]
 fn the_report_summary_names_counts_and_orphans() {
     let mut report =

@@ -54,6 +54,7 @@ impl WorkloadHandler for PodHandler {
                 .await;
             let mut created = Vec::new();
             let mut first_error = None;
+            let mut cut_off = None;
             for (name, result) in results {
                 let outcome = super::creation_outcome(&result);
                 cx.metrics
@@ -62,12 +63,21 @@ impl WorkloadHandler for PodHandler {
                     .inc();
                 match result {
                     Ok(pod) => created.push(pod),
+                    // The cluster did not answer (or may have created it without saying so):
+                    // not this pod's failure. The whole acquire is resumed later, and a
+                    // create that did happen is adopted then.
+                    Err(e) if e.is_transient() => {
+                        cut_off.get_or_insert(e);
+                    }
                     Err(e) => {
                         record.create_failures.insert(name.clone(), e.to_string());
                         record.failed_pod_names.push(name);
                         first_error.get_or_insert(e);
                     }
                 }
+            }
+            if let Some(e) = cut_off {
+                return Err(e);
             }
             if created.is_empty() {
                 return Err(match first_error {

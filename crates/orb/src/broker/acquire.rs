@@ -5,7 +5,7 @@ use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::provider::AcquireInput;
 use orb_core::request::{Request, RequestType};
 use orb_core::template::TemplateError;
-use orb_store::{MachineFilter, StoreError};
+use orb_store::{StoreError, TemplateLimit};
 
 /// Tries to store an acquire's outcome when concurrent status reads keep changing the request.
 const RECORD_ATTEMPTS: usize = 5;
@@ -40,12 +40,8 @@ impl Broker {
                 problems,
             }));
         }
-        self.check_count(
-            &template.template_id,
-            template.max_machines_or(self.settings.default_max_machines),
-            count,
-        )
-        .await?;
+        let max = template.max_machines_or(self.settings.default_max_machines);
+        self.check_count(&template.template_id, max, count).await?;
         let provider = self.provider.get()?;
         // The provider's own pre-flight (effective config, namespace, bodies, audit): a
         // template it refuses leaves no failed request behind.
@@ -69,7 +65,25 @@ impl Broker {
             },
             now,
         )?;
-        self.store.insert_request(&mut request, &mut []).await?;
+        // Held while the objects are created and recorded: a process that finds this acquire
+        // unrecorded and the claim free knows nobody works on it any more, and resumes it.
+        let _claim = self.store.try_claim(&request.request_id).await?;
+        // maxNumber is checked again where it counts: in the transaction that stores the
+        // request, which concurrent acquires of the template cannot interleave with.
+        let limit = (max >= 0).then(|| TemplateLimit {
+            template_id: template.template_id.clone(),
+            max,
+        });
+        match self
+            .store
+            .insert_acquire(&mut request, limit.as_ref())
+            .await
+        {
+            Err(e @ StoreError::LimitExceeded { .. }) => {
+                return Err(BrokerError::CountRejected(e.to_string()));
+            }
+            other => other?,
+        }
 
         let outcome = provider
             .acquire(AcquireInput {
@@ -129,21 +143,21 @@ impl Broker {
         if max < 0 {
             return Ok(());
         }
-        let live = self
-            .store
-            .list_machines(&MachineFilter {
-                live_only: true,
-                template_id: Some(template_id.to_string()),
-                ..Default::default()
-            })
-            .await?
-            .len() as i64;
-        let available = (max - live).max(0);
+        // A first look outside the lock, so an obvious refusal needs no provider; the
+        // authoritative check is in the store write.
+        let usage = self.store.template_usage(template_id).await?;
+        let available = (max - usage.in_use()).max(0);
         if i64::from(count) > available {
-            return Err(BrokerError::CountRejected(format!(
-                "template {template_id:?} allows {max} machines (maxNumber) and {live} are live, \
-                 so at most {available} more can be requested, not {count}; ask for fewer or raise maxNumber"
-            )));
+            return Err(BrokerError::CountRejected(
+                StoreError::LimitExceeded {
+                    template_id: template_id.to_string(),
+                    max,
+                    live: usage.live,
+                    reserved: usage.reserved,
+                    requested: i64::from(count),
+                }
+                .to_string(),
+            ));
         }
         Ok(())
     }

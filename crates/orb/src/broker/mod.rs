@@ -33,7 +33,7 @@ use crate::failure::Failure;
 
 pub use reclaim::Reclaim;
 pub use release::UnknownNames;
-pub use resume::nothing_recorded;
+pub use resume::{is_unrecorded_acquire, nothing_recorded};
 
 /// Builds the provider on first use, so commands that never need the cluster (status of a
 /// finished request, template listing) never construct a client.

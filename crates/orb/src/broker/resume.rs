@@ -1,7 +1,10 @@
-//! Resuming an acquire that orb stopped in the middle of (killed between storing the request
-//! and storing the provider's answer). Creating is idempotent — bare pods have deterministic
-//! names and a create that finds its own object adopts it — so running the provider's
-//! acquire again for the same request id creates only what is missing and records it all.
+//! Resuming an acquire that orb stopped in the middle of: killed between storing the request
+//! and storing the provider's answer, or cut off by a cluster that stopped answering while it
+//! created. Creating is idempotent — names are deterministic and a create that finds its own
+//! object adopts it — so running the provider's acquire again for the same request id creates
+//! only what is missing and records it all. Whoever creates holds the request's claim
+//! (orb-store); an acquire with nothing recorded whose claim is free has nobody working on it
+//! and is resumed at once by the next process that looks at it.
 
 use jiff::Timestamp;
 use orb_core::ids::RequestId;
@@ -33,6 +36,14 @@ pub(super) fn record_acquire_outcome(
                 .map(|obs| machine_from_observation(obs, request, None, now))
                 .collect();
         }
+        // The cluster did not answer: whatever was created stays, and the acquire is resumed
+        // (its creates are idempotent) when it answers again. It is not judged meanwhile.
+        Err(ProviderError::Interrupted(why)) => {
+            request.status_message = Some(format!(
+                "the cluster did not answer while creating the machines ({why}); orb resumes \
+                 this acquire when it answers again"
+            ));
+        }
         Err(err) => {
             lifecycle::apply(
                 request,
@@ -44,6 +55,15 @@ pub(super) fn record_acquire_outcome(
         }
     }
     Ok(machines)
+}
+
+/// An unfinished acquire with no provider answer stored: still creating in some process, or
+/// interrupted (then its claim is free).
+pub fn is_unrecorded_acquire(request: &Request, machine_count: usize) -> bool {
+    request.request_type == RequestType::Acquire
+        && !request.status.is_terminal()
+        && nothing_recorded(request)
+        && machine_count == 0
 }
 
 /// No provider answer was stored: the bookkeeping is still the empty value the request was
@@ -58,24 +78,23 @@ pub fn nothing_recorded(request: &Request) -> bool {
 }
 
 impl Broker {
-    /// Finishes an interrupted acquire: runs the provider's acquire again under the same
-    /// request id and stores its answer, or fails the request with the reason when that is
-    /// impossible (its template is gone). Returns `None` when the request is not an
-    /// unfinished acquire with nothing recorded (someone else finished it). Callers decide
-    /// when a request counts as interrupted (old enough that no live process still works
-    /// on it); a concurrent resume elsewhere loses the store's version check.
+    /// Finishes an interrupted acquire: takes its claim (nobody else is creating it), runs the
+    /// provider's acquire again under the same request id and stores its answer, or fails the
+    /// request with the reason when that is impossible (its template is gone). Returns `None`
+    /// when the request is not an unfinished acquire with nothing recorded, or when a live
+    /// process still holds its claim (it is creating right now).
     pub async fn resume_interrupted_acquire(
         &self,
         request_id: &RequestId,
     ) -> Result<Option<RequestView>, BrokerError> {
+        let Some(_claim) = self.store.try_claim(request_id).await? else {
+            return Ok(None);
+        };
+        // Read again under the claim: the creator may have finished just before it let go.
         let Some(mut request) = self.store.get_request(request_id).await? else {
             return Ok(None);
         };
-        if request.request_type != RequestType::Acquire
-            || request.status.is_terminal()
-            || !nothing_recorded(&request)
-            || !self.machines_of(&request).await?.is_empty()
-        {
+        if !is_unrecorded_acquire(&request, self.machines_of(&request).await?.len()) {
             return Ok(None);
         }
         let template = request
@@ -87,7 +106,8 @@ impl Broker {
             None => {
                 let reason = format!(
                     "orb stopped during this acquire and its template {:?} is no longer \
-                     defined, so it cannot be resumed; request the machines again",
+                     defined, so it cannot be resumed; request the machines again (`orb \
+                     requests cancel {request_id}` deletes what it had created)",
                     request.template_id.as_deref().unwrap_or("")
                 );
                 lifecycle::apply(&mut request, LifecycleEvent::Fail { reason }, self.now())?;
@@ -117,5 +137,40 @@ impl Broker {
             machines,
             note: None,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orb_core::request::RequestStatus;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::nothing_recorded(RequestStatus::InProgress, true, 0, true)]
+    #[case::pending(RequestStatus::Pending, true, 0, true)]
+    #[case::recorded(RequestStatus::InProgress, false, 0, false)]
+    #[case::has_machines(RequestStatus::InProgress, true, 2, false)]
+    #[case::finished(RequestStatus::Failed, true, 0, false)]
+    fn an_acquire_is_unrecorded_until_the_provider_answer_is_stored(
+        #[case] status: RequestStatus,
+        #[case] no_data: bool,
+        #[case] machines: usize,
+        #[case] expected: bool,
+    ) {
+        let mut r = Request::new(
+            RequestId::new_acquire(),
+            RequestType::Acquire,
+            Some("t".into()),
+            "k",
+            "k8s",
+            1,
+            Timestamp::from_second(1_767_225_600).unwrap(),
+        );
+        r.status = status;
+        if !no_data {
+            r.provider_data = serde_json::json!({"namespace": "batch"});
+        }
+        assert_eq!(is_unrecorded_acquire(&r, machines), expected);
     }
 }

@@ -11,6 +11,7 @@ use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::{MachineFilter, StoreError};
 
 use super::observe::machine_from_observation;
+use super::resume::is_unrecorded_acquire;
 use super::{Broker, BrokerError, RequestView};
 
 /// Concurrent pollers may race; a conflicting write is retried on fresh data this many times.
@@ -84,10 +85,48 @@ impl Broker {
         &self,
         request_id: &RequestId,
     ) -> Result<Option<RequestView>, BrokerError> {
-        let Some(stored) = self.store.get_request(request_id).await? else {
+        let Some(mut stored) = self.store.get_request(request_id).await? else {
             return Ok(None);
         };
-        let stored_machines = self.machines_of(&stored).await?;
+        let mut stored_machines = self.machines_of(&stored).await?;
+        if is_unrecorded_acquire(&stored, stored_machines.len()) {
+            // Nothing recorded yet: resume it now if nobody is creating it, else wait for the
+            // process that is. Either way the deadline does not judge an acquire that has not
+            // recorded what it created.
+            match self.resume_interrupted_acquire(request_id).await? {
+                Some(resumed)
+                    if !is_unrecorded_acquire(&resumed.request, resumed.machines.len()) =>
+                {
+                    stored = resumed.request;
+                    stored_machines = resumed.machines;
+                }
+                Some(resumed) => {
+                    return Ok(Some(RequestView {
+                        note: resumed.request.status_message.clone(),
+                        ..resumed
+                    }));
+                }
+                None => {
+                    let Some(now) = self.store.get_request(request_id).await? else {
+                        return Ok(None);
+                    };
+                    let machines = self.machines_of(&now).await?;
+                    if is_unrecorded_acquire(&now, machines.len()) {
+                        return Ok(Some(RequestView {
+                            request: now,
+                            machines,
+                            note: Some(
+                                "the acquire is still creating its objects in another orb \
+                                 process; its machines appear once it has recorded them"
+                                    .into(),
+                            ),
+                        }));
+                    }
+                    stored = now;
+                    stored_machines = machines;
+                }
+            }
+        }
         // A finished return is settled for good. A finished acquire is too, unless some of its
         // machines may still exist: those are followed until they are gone, because a pod that
         // fails, is evicted or deleted after the request completed must not read `running`.

@@ -287,16 +287,103 @@ async fn a_refresh_is_logged_while_the_request_is_unfinished_and_forgotten_after
     );
 }
 
+/// A cluster that stops answering while an acquire creates is an outage to ride out, not a
+/// failure: the request stays in progress, is not judged by its deadline, and the next status
+/// read resumes it (creates are idempotent) once the cluster answers.
+#[tokio::test]
+async fn an_acquire_cut_off_by_the_cluster_is_resumed_by_the_next_status_read() {
+    let f = fixture().await;
+    *f.provider.acquire_error.lock().unwrap() =
+        Some(ProviderError::Interrupted("connection refused".into()));
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    assert_eq!(view.request.status, RequestStatus::InProgress);
+    let message = view.request.status_message.clone().unwrap();
+    assert!(message.contains("resumes this acquire"), "{message}");
+    assert!(view.machines.is_empty());
+    // Long past its deadline, the first read resumes it instead of timing it out.
+    f.advance(1_000);
+    let resumed = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        f.provider
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("acquire"))
+            .count(),
+        2,
+        "the acquire ran again: {:?}",
+        f.provider.calls()
+    );
+    assert_eq!(resumed.machines.len(), 2, "its machines are recorded now");
+}
+
+/// While another live process holds the claim (it is creating right now), a status read
+/// neither resumes the acquire nor lets the deadline judge it.
+#[tokio::test]
+async fn an_acquire_still_being_created_elsewhere_is_left_to_its_creator() {
+    let f = fixture().await;
+    let mut request = orb_core::request::Request::new(
+        RequestId::new_acquire(),
+        RequestType::Acquire,
+        Some("worker".into()),
+        "kube",
+        "k8s",
+        1,
+        (f.broker.clock)(),
+    );
+    request.status = RequestStatus::InProgress;
+    request.deadline_at = Some((f.broker.clock)());
+    f.broker
+        .store
+        .insert_request(&mut request, &mut [])
+        .await
+        .unwrap();
+    let creator = f
+        .broker
+        .store
+        .try_claim(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    f.advance(10);
+    let view = f
+        .broker
+        .refresh(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        view.request.status,
+        RequestStatus::InProgress,
+        "not timed out"
+    );
+    assert!(view.note.unwrap().contains("still creating"));
+    assert!(f.provider.calls().is_empty(), "{:?}", f.provider.calls());
+    drop(creator);
+    let resumed = f
+        .broker
+        .refresh(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resumed.machines.len(), 1, "resumed once its creator let go");
+}
+
 #[tokio::test]
 async fn a_failed_create_is_stored_as_failed_with_the_reason() {
     let f = fixture().await;
-    *f.provider.acquire_error.lock().unwrap() =
-        Some(ProviderError::Unavailable("apiserver unreachable".into()));
+    *f.provider.acquire_error.lock().unwrap() = Some(ProviderError::Rejected(
+        "pods is forbidden: exceeded quota".into(),
+    ));
     let view = f.broker.request_machines("worker", 1).await.unwrap();
     assert_eq!(view.request.status, RequestStatus::Failed);
     assert_eq!(
         view.request.status_message.as_deref(),
-        Some("apiserver unreachable")
+        Some("pods is forbidden: exceeded quota")
     );
     let stored = f
         .broker
@@ -346,13 +433,43 @@ async fn a_template_the_provider_refuses_up_front_leaves_no_request_behind() {
     assert!(f.provider.calls().is_empty(), "{:?}", f.provider.calls());
 }
 
+/// An unfinished acquire reserves what it asked for until its machines are stored: a second
+/// request cannot slip under maxNumber in between.
+#[tokio::test]
+async fn an_unfinished_acquire_reserves_its_count_against_max_number() {
+    let f = fixture().await;
+    let mut pending = orb_core::request::Request::new(
+        RequestId::new_acquire(),
+        RequestType::Acquire,
+        Some("worker".into()),
+        "kube",
+        "k8s",
+        3,
+        (f.broker.clock)(),
+    );
+    pending.status = RequestStatus::InProgress;
+    f.broker
+        .store
+        .insert_request(&mut pending, &mut [])
+        .await
+        .unwrap();
+    let err = f.broker.request_machines("worker", 2).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("0 exist and unfinished requests will create 3 more"),
+        "{err}"
+    );
+    f.broker.request_machines("worker", 1).await.unwrap();
+}
+
 #[tokio::test]
 async fn live_machines_count_against_max_number() {
     let f = fixture().await;
     f.broker.request_machines("worker", 3).await.unwrap();
     let err = f.broker.request_machines("worker", 2).await.unwrap_err();
     assert!(
-        err.to_string().contains("3 are live, so at most 1 more"),
+        err.to_string()
+            .contains("3 exist and unfinished requests will create 0 more, so at most 1 more"),
         "{err}"
     );
     f.broker.request_machines("worker", 1).await.unwrap();
@@ -747,7 +864,7 @@ async fn a_failed_machine_counts_against_max_number_until_it_is_gone() {
     )
     .await;
     let refused = f.broker.request_machines("worker", 1).await.unwrap_err();
-    assert!(refused.to_string().contains("4 are live"), "{refused}");
+    assert!(refused.to_string().contains("4 exist"), "{refused}");
     observe(
         &f,
         &view,

@@ -2,10 +2,9 @@
 
 mod bodies;
 
-use orb_core::hostfactory::output::{TemplateUsage, template_entry};
+use orb_core::hostfactory::output::template_entry;
 use orb_core::template::wire::template_to_hostfactory;
 use orb_core::template::{ProviderApi, Template};
-use orb_store::MachineFilter;
 use serde_json::{Value, json};
 
 use orb_k8s::dry_run::{Client, DryRunVerdict, server_dry_run};
@@ -67,23 +66,12 @@ async fn list(session: &Session) -> CliResult<Output> {
         }
     }
     let store = context::open_store(&loaded.config, &session.dirs).await?;
-    let live = store
-        .list_machines(&MachineFilter {
-            live_only: true,
-            ..Default::default()
-        })
-        .await?;
     let default_max = loaded.config.template.max_number;
-    let usage = |t: &Template| TemplateUsage {
-        live_machine_names: live
-            .iter()
-            .filter(|m| m.template_id == t.template_id)
-            .map(|m| m.name.clone())
-            .collect(),
-    };
+    let usages = crate::usage::template_usages(&store, &usable).await?;
     let entries: Vec<_> = usable
         .iter()
-        .map(|t| template_entry(t, t.max_machines_or(default_max), &usage(t)))
+        .zip(&usages)
+        .map(|(t, usage)| template_entry(t, t.max_machines_or(default_max), usage))
         .collect();
     let stdout = {
         let plain: Vec<Value> = usable

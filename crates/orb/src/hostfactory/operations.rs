@@ -8,12 +8,10 @@ use orb_core::hostfactory::input::{
 };
 use orb_core::hostfactory::mapping::submit_message;
 use orb_core::hostfactory::output::{
-    ReclaimEntry, StatusReply, SubmitReply, TemplateUsage, request_status_entry,
-    return_requests_reply, template_entry, templates_reply, unknown_request_entry,
+    ReclaimEntry, StatusReply, SubmitReply, request_status_entry, return_requests_reply,
+    template_entry, templates_reply, unknown_request_entry,
 };
 use orb_core::ids::RequestId;
-use orb_core::template::Template;
-use orb_store::MachineFilter;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -230,24 +228,12 @@ pub async fn get_available_templates(env: &HfEnv) -> CliResult<Output> {
             )),
         }
     }
-    let live = broker
-        .store
-        .list_machines(&MachineFilter {
-            live_only: true,
-            ..Default::default()
-        })
-        .await?;
     let default_max = broker.settings.default_max_machines;
-    let usage = |t: &Template| TemplateUsage {
-        live_machine_names: live
-            .iter()
-            .filter(|m| m.template_id == t.template_id)
-            .map(|m| m.name.clone())
-            .collect(),
-    };
+    let usages = crate::usage::template_usages(&broker.store, &usable).await?;
     let entries: Vec<_> = usable
         .iter()
-        .map(|t| template_entry(t, t.max_machines_or(default_max), &usage(t)))
+        .zip(&usages)
+        .map(|(t, usage)| template_entry(t, t.max_machines_or(default_max), usage))
         .collect();
     Ok(Output {
         stdout: render::json(&templates_reply(entries))?,

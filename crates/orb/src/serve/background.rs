@@ -17,7 +17,7 @@ use orb_k8s::K8sProvider;
 use orb_k8s::daemon::leader::{Leadership, LeaseSettings, elect, lease_identity, lease_name};
 use orb_k8s::daemon::reconcile::{
     DaemonStatus, GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans,
-    count_adopted, is_interrupted_acquire, list_managed, plan_gc, request_ids,
+    count_adopted, list_managed, plan_gc, request_ids,
 };
 use orb_store::RequestFilter;
 use tokio::sync::watch;
@@ -87,10 +87,10 @@ async fn stored_requests(
     Ok(found)
 }
 
-/// Settles acquires that stopped between storing the request and storing the provider's
-/// answer and are older than `min_age`: resumes each (idempotent creates), or fails it
+/// Resumes acquires that stopped between storing the request and storing the provider's
+/// answer and that no live process works on any more (their claim is free), or fails them
 /// with the reason. Returns one line per request.
-pub async fn settle_interrupted_acquires(broker: &Broker, min_age: Duration) -> Vec<String> {
+pub async fn settle_interrupted_acquires(broker: &Broker) -> Vec<String> {
     let unfinished = match broker
         .store
         .list_requests(&RequestFilter {
@@ -107,7 +107,6 @@ pub async fn settle_interrupted_acquires(broker: &Broker, min_age: Duration) -> 
         Ok(requests) => requests,
         Err(e) => return vec![format!("unfinished acquires not listed: {e}")],
     };
-    let now = Timestamp::now();
     let mut lines = Vec::new();
     // A store may be shared by several providers; each settles only its own requests.
     for request in unfinished
@@ -118,7 +117,7 @@ pub async fn settle_interrupted_acquires(broker: &Broker, min_age: Duration) -> 
             Ok(m) => m.len(),
             Err(_) => continue,
         };
-        if !is_interrupted_acquire(&request, machines, now, min_age) {
+        if !crate::broker::is_unrecorded_acquire(&request, machines) {
             continue;
         }
         let id = request.request_id.clone();
@@ -151,7 +150,7 @@ pub async fn reconcile(
     let mut report = ReconcileReport::for_scope(&scope);
     let min_age = Duration::from_secs(config.orphan_min_age_seconds);
     if settle_interrupted {
-        report.resumed = settle_interrupted_acquires(broker, min_age).await;
+        report.resumed = settle_interrupted_acquires(broker).await;
     }
     let result = async {
         let client = provider.kube_client().await.map_err(|e| e.to_string())?;
@@ -214,9 +213,8 @@ pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> Result<G
 /// read within `skip_within` was refreshed by that read and is left alone: HostFactory polls
 /// its requests constantly, and refreshing 200 of them again cost reads 600 ms of CPU on two
 /// cores (bench `daemon_status`).
-pub async fn refresh_pass(provider: &K8sProvider, broker: &Broker, skip_within: Duration) {
-    let min_age = Duration::from_secs(provider.config().orphan_min_age_seconds);
-    settle_interrupted_acquires(broker, min_age).await;
+pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
+    settle_interrupted_acquires(broker).await;
     let unfinished = match broker
         .store
         .list_requests(&RequestFilter {
@@ -450,15 +448,15 @@ pub async fn start(
         )));
     }
     {
-        let (provider, state, rx) = (provider.clone(), state.clone(), shutdown.clone());
+        let (state, rx) = (state.clone(), shutdown.clone());
         let every = options.refresh_interval;
         tasks.push(tokio::spawn(leader_loop(
             every,
             leadership,
             rx,
             move || {
-                let (provider, state) = (provider.clone(), state.clone());
-                async move { refresh_pass(&provider, state.broker(), every).await }
+                let state = state.clone();
+                async move { refresh_pass(state.broker(), every).await }
             },
         )));
     }

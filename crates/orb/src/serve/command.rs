@@ -10,6 +10,7 @@ use super::auth_config::{self, AuthPlan, inbound_auth_requested};
 use super::background::DaemonOptions;
 use super::daemon::Daemon;
 use super::hostfactory::TemplateSource;
+use super::listener::Limits;
 use super::socket::bind_owner_only;
 use super::token_review::TokenReviewVerifier;
 use super::version_gate::refuse_old_apiserver;
@@ -206,9 +207,6 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         shutdown_signal().await;
         let _ = stop.send(true);
     });
-    let until_stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopping.wait_for(|stop| *stop).await;
-    };
     let local = match socket_path {
         Some(path) => {
             let (socket, file) = bind_owner_only(&path)?;
@@ -216,16 +214,17 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
                 "orb serve: HostFactory scripts reach it at unix:{} (owner only, no token)",
                 file.path().display()
             );
-            let served = axum::serve(socket, local_router(state))
-                .with_graceful_shutdown(until_stopped(stopping.clone()));
-            Some((tokio::spawn(served.into_future()), file))
+            let served = super::listener::serve(
+                socket,
+                local_router(state),
+                Limits::default(),
+                stopping.clone(),
+            );
+            Some((tokio::spawn(served), file))
         }
         None => None,
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(until_stopped(stopping))
-        .await
-        .map_err(|e| Failure::generic(format!("the HTTP server stopped: {e}")))?;
+    super::listener::serve(listener, app, Limits::default(), stopping).await;
     if let Some((task, file)) = local {
         let _ = task.await;
         drop(file);

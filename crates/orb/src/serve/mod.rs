@@ -10,6 +10,7 @@ pub mod daemon;
 mod events;
 mod extract;
 pub mod hostfactory;
+pub mod listener;
 mod machines;
 pub mod metrics;
 pub mod model;
@@ -75,6 +76,7 @@ struct Inner {
     kubernetes: Option<Arc<orb_k8s::K8sProvider>>,
     template_source: OnceLock<hostfactory::TemplateSource>,
     version_check: version_gate::VersionCheckCache,
+    reachability: version_gate::ReachabilityCache,
 }
 
 impl AppState {
@@ -87,6 +89,7 @@ impl AppState {
                 kubernetes: None,
                 template_source: OnceLock::new(),
                 version_check: Default::default(),
+                reachability: Default::default(),
             }),
         }
     }
@@ -111,6 +114,7 @@ impl AppState {
                 kubernetes: Some(provider),
                 template_source: OnceLock::new(),
                 version_check: Default::default(),
+                reachability: Default::default(),
             }),
         }
     }
@@ -143,6 +147,10 @@ impl AppState {
     }
 
     /// `/readyz`'s cached `kubernetes_version` check.
+    pub fn reachability(&self) -> &version_gate::ReachabilityCache {
+        &self.inner.reachability
+    }
+
     pub fn version_check(&self) -> &version_gate::VersionCheckCache {
         &self.inner.version_check
     }
@@ -250,7 +258,66 @@ fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
     };
     routes
         .layer(middleware::from_fn_with_state(state.clone(), count_http))
+        .layer(middleware::map_response(problem_for_plain_errors))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
         .with_state(state)
+}
+
+/// How long a client may take to send a request body.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Refusals that axum or a layer answered in plain text or with no body at all (405, 413, a
+/// path that is not UTF-8, a body that stopped coming) become problem documents like every
+/// other refusal of the API; headers such as `Allow` stay.
+async fn problem_for_plain_errors(response: Response) -> Response {
+    let status = response.status();
+    // Only bodies nobody wrote for a client: empty or plain text. JSON (problems, the health
+    // report of a failing /readyz) stays as it is.
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|v| v.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let detail = match status.as_u16() {
+        405 => format!(
+            "this route does not take that method{}; GET /api/v1/openapi.json lists the routes",
+            parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .map(|a| format!(" (it takes {a})"))
+                .unwrap_or_default()
+        ),
+        413 => format!(
+            "the request body is too large{}; send fewer items per call",
+            if text.is_empty() {
+                String::new()
+            } else {
+                format!(" ({text})")
+            }
+        ),
+        408 => "the request body did not arrive in time; send it whole, promptly".to_string(),
+        _ if !text.is_empty() => text,
+        _ => reason.to_string(),
+    };
+    let slug = reason.to_ascii_lowercase().replace(' ', "-");
+    let mut problem = problem::Problem::new(status, &slug, reason, detail).into_response();
+    for keep in [header::ALLOW, header::RETRY_AFTER] {
+        if let Some(value) = parts.headers.get(&keep) {
+            problem.headers_mut().insert(keep, value.clone());
+        }
+    }
+    problem
 }
 
 async fn not_found(request: Request) -> problem::Problem {

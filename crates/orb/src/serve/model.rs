@@ -27,6 +27,7 @@ pub struct MachineRequestBody {
 /// `?wait=true&timeout=S` on `POST /api/v1/machines/request`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct WaitQuery {
     /// Answer only when the request has finished (or `timeout` has passed).
     #[serde(default)]
@@ -48,6 +49,7 @@ pub struct ReturnBody {
 /// `GET /api/v1/machines`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct MachineListQuery {
     /// Include machines that are gone (terminated, returned, failed).
     #[serde(default)]
@@ -57,6 +59,7 @@ pub struct MachineListQuery {
 /// `GET /api/v1/requests`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct RequestListQuery {
     /// At most this many, newest first (default 50, at most 1000).
     pub limit: Option<u32>,

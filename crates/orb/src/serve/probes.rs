@@ -70,6 +70,10 @@ async fn checks(state: &AppState) -> BTreeMap<String, Check> {
             "kubernetes_version".to_string(),
             state.version_check().check(k8s).await,
         );
+        checks.insert(
+            "apiserver".to_string(),
+            state.reachability().check(k8s).await,
+        );
     }
     checks
 }

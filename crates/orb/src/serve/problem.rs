@@ -158,7 +158,7 @@ impl From<ProviderError> for Problem {
             ProviderError::Rejected(_) => {
                 Self::unprocessable("provider-rejected", "Refused by the provider", detail)
             }
-            ProviderError::Unavailable(_) => Self::new(
+            ProviderError::Unavailable(_) | ProviderError::Interrupted(_) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "provider-unavailable",
                 "Provider unavailable",

@@ -2,10 +2,9 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use orb_core::hostfactory::output::{TemplateUsage, template_entry};
+use orb_core::hostfactory::output::template_entry;
 use orb_core::template::Template;
 use orb_core::template::file::parse_template_file;
-use orb_store::MachineFilter;
 use serde_json::Value;
 
 use super::AppState;
@@ -16,24 +15,12 @@ use crate::template_checks::check_template;
 
 async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<TemplateInfo>, Problem> {
     let broker = state.broker();
-    let live = broker
-        .store
-        .list_machines(&MachineFilter {
-            live_only: true,
-            ..Default::default()
-        })
-        .await?;
     let default_max = broker.settings.default_max_machines;
+    let usages = crate::usage::template_usages(&broker.store, templates).await?;
     Ok(templates
         .iter()
-        .map(|t| {
-            let usage = TemplateUsage {
-                live_machine_names: live
-                    .iter()
-                    .filter(|m| m.template_id == t.template_id)
-                    .map(|m| m.name.clone())
-                    .collect(),
-            };
+        .zip(usages)
+        .map(|(t, usage)| {
             let max = t.max_machines_or(default_max);
             let entry = template_entry(t, max, &usage);
             let problems = match (state.kubernetes(), t.problems().is_empty()) {

@@ -48,6 +48,43 @@ pub async fn refuse_old_apiserver(provider: &K8sProvider) -> CliResult<Option<St
     }
 }
 
+/// How long one "the apiserver answers" (or does not) is reused by `/readyz`.
+const REACHABILITY_TTL: Duration = Duration::from_secs(3);
+
+/// The `/readyz` `apiserver` check: failing while the apiserver does not answer, so a replica
+/// that cannot reach its cluster is not ready (its status reads would be stale and its
+/// requests could not be carried out), cached for a few seconds.
+#[derive(Default)]
+pub struct ReachabilityCache {
+    last: Mutex<Option<(Instant, Check)>>,
+}
+
+impl ReachabilityCache {
+    pub async fn check(&self, provider: &K8sProvider) -> Check {
+        let mut last = self.last.lock().await;
+        if let Some((at, check)) = last.as_ref()
+            && at.elapsed() < REACHABILITY_TTL
+        {
+            return check.clone();
+        }
+        let check = match ask(provider).await {
+            Ok(result) => Check {
+                status: "ok".into(),
+                detail: Some(format!("the apiserver answers ({})", result.detail)),
+            },
+            Err(why) => Check {
+                status: "failing".into(),
+                detail: Some(format!(
+                    "{why}; requests cannot be carried out and status reads may be stale \
+                     until it answers again"
+                )),
+            },
+        };
+        *last = Some((Instant::now(), check.clone()));
+        check
+    }
+}
+
 /// The `/readyz` check, cached.
 #[derive(Default)]
 pub struct VersionCheckCache {

@@ -52,6 +52,10 @@ pub struct Setup {
     pub env: Vec<(String, String)>,
     /// `request.default_grace_period` (the acquire and return deadline), seconds.
     pub grace_secs: u64,
+    /// The template's `maxNumber` (and the per-request cap).
+    pub max_number: i64,
+    /// The kubeconfig orb uses (a fault proxy's), instead of the cluster's.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Setup {
@@ -68,7 +72,19 @@ impl Setup {
             node_room: None,
             env: Vec::new(),
             grace_secs: 300,
+            max_number: 20,
+            kubeconfig: None,
         }
+    }
+
+    pub fn max_number(mut self, max: i64) -> Self {
+        self.max_number = max;
+        self
+    }
+
+    pub fn through(mut self, kubeconfig: &Path) -> Self {
+        self.kubeconfig = Some(kubeconfig.to_path_buf());
+        self
     }
 
     pub fn annotate(mut self, key: &str, value: &str) -> Self {
@@ -119,10 +135,10 @@ impl World {
             json!({
                 "providers": [{"name": "kubernetes", "type": "k8s", "enabled": true, "default": true,
                     "config": {"namespace": ns.name(), "in_cluster": false,
-                               "kubeconfig_path": cluster.kubeconfig,
+                               "kubeconfig_path": setup.kubeconfig.clone().unwrap_or(cluster.kubeconfig.clone()),
                                "node_watch_enabled": false, "events_watch_enabled": false}}],
                 "request": {"default_timeout": 300, "default_grace_period": setup.grace_secs,
-                            "max_machines_per_request": 100},
+                            "max_machines_per_request": setup.max_number.max(100)},
             })
             .to_string(),
         )
@@ -130,7 +146,7 @@ impl World {
         let mut template = json!({
             "templateId": "subject",
             "providerApi": setup.kind.api(),
-            "maxNumber": 20,
+            "maxNumber": setup.max_number,
             "imageId": "busybox:1.36",
             "command": ["sh", "-c", "sleep 3600"],
             "annotations": setup.annotations,
@@ -174,6 +190,16 @@ impl World {
 
     pub fn run(&self, args: &[&str]) -> Output {
         self.command().args(args).output().unwrap()
+    }
+
+    /// `orb ARGS` started in the background (stdout and stderr captured).
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.command()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     /// Runs orb, expects success and a JSON reply.
@@ -278,6 +304,13 @@ impl World {
             self.server = Some(Server::start(self.path(), None));
         }
         self.server.as_ref().unwrap()
+    }
+
+    /// SIGKILLs the running `orb serve`.
+    pub fn kill_server(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.kill9();
+        }
     }
 
     /// REST status of one request through `orb serve`; waits until `done` accepts it.

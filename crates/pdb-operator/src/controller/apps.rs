@@ -12,6 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use super::carry_out::{Subject, carry_out};
+use super::queue::{counted, counted_policy_changes, counted_stream, drain_controller};
 use super::triggers::{meaningful_changes, pdb_fingerprint, workload_fingerprint};
 use super::{Context, DEBOUNCE, Error, error_policy, reference_of, strip_legacy_finalizer, timed};
 use crate::desired::{Policies, WorkloadKind, WorkloadView, desired_pdb_for_workload};
@@ -57,7 +58,7 @@ where
 }
 
 async fn reconcile_deployment(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Error> {
-    timed(&ctx, WorkloadKind::Deployment, async {
+    timed(&ctx, WorkloadKind::Deployment, &d.metadata, async {
         let view = WorkloadView::from_deployment(&d)?;
         let api = Api::namespaced(ctx.client.clone(), &view.meta.namespace);
         reconcile_view(api, d.as_ref(), view, &ctx).await
@@ -66,7 +67,7 @@ async fn reconcile_deployment(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<A
 }
 
 async fn reconcile_stateful_set(s: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    timed(&ctx, WorkloadKind::StatefulSet, async {
+    timed(&ctx, WorkloadKind::StatefulSet, &s.metadata, async {
         let view = WorkloadView::from_stateful_set(&s)?;
         let api = Api::namespaced(ctx.client.clone(), &view.meta.namespace);
         reconcile_view(api, s.as_ref(), view, &ctx).await
@@ -126,30 +127,23 @@ fn stateful_set_pod_labels(s: &StatefulSet) -> std::collections::BTreeMap<String
 }
 
 /// PDB changes that can alter a decision: not the disruption controller's status updates, and
-/// not the echo of our own write.
-fn pdb_changes(
+/// not the echo of our own write. From the shared PDB watch when there is one, else a watch of
+/// its own.
+pub(crate) fn pdb_changes(
     ctx: &Context,
 ) -> impl Stream<Item = Result<PodDisruptionBudget, watcher::Error>> + Send + 'static {
-    let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
-    let events = watcher(pdbs, watcher::Config::default()).default_backoff();
+    let events = match &ctx.pdb_events {
+        Some(shared) => shared.subscribe().boxed(),
+        None => {
+            let pdbs: Api<PodDisruptionBudget> = ctx.scope.api(&ctx.client);
+            watcher(pdbs, watcher::Config::default())
+                .default_backoff()
+                .boxed()
+        }
+    };
     let recent = ctx.recent_writes.clone();
     meaningful_changes(events, pdb_fingerprint)
         .filter(move |r| std::future::ready(!matches!(r, Ok(p) if recent.is_echo(p))))
-}
-
-pub(crate) fn drain_controller<S, T, E>(
-    name: &'static str,
-    stream: S,
-) -> impl std::future::Future<Output = ()>
-where
-    S: Stream<Item = Result<T, E>>,
-    E: std::fmt::Display,
-{
-    stream.for_each(move |r| async move {
-        if let Err(e) = r {
-            tracing::debug!(controller = name, error = %e, "controller event");
-        }
-    })
 }
 
 /// One apps/v1 kind: how its reflected copies are slimmed, where its pod labels are, and its
@@ -185,22 +179,36 @@ async fn run_apps<K, R, Fut>(
         .default_backoff()
         .modify(app.slim)
         .reflect(writer);
+    let (kind, queue) = (app.kind, ctx.queue.clone());
     let stream = Controller::for_stream(
-        meaningful_changes(workloads, workload_fingerprint::<K>),
+        counted_stream(
+            kind,
+            queue.clone(),
+            meaningful_changes(workloads, workload_fingerprint::<K>),
+        ),
         store.clone(),
     )
     .watches_stream(
         pdb_changes(&ctx),
-        pdb_mapper(app.kind.kind(), store, app.pod_labels),
+        counted(
+            kind,
+            queue.clone(),
+            pdb_mapper(kind.kind(), store.clone(), app.pod_labels),
+        ),
     )
-    .reconcile_all_on(policy_changes)
+    .reconcile_all_on(counted_policy_changes(
+        kind,
+        queue.clone(),
+        store,
+        policy_changes,
+    ))
     .with_config(
         ControllerConfig::default()
             .debounce(DEBOUNCE)
             .concurrency(concurrency),
     )
-    .run(reconcile, error_policy(app.kind), ctx);
-    drain_controller(app.kind.controller_name(), stream).await;
+    .run(reconcile, error_policy(kind), ctx);
+    drain_controller(kind, queue, stream).await;
 }
 
 /// Runs the Deployment controller until `policy_changes` ends or the task is aborted.

@@ -11,6 +11,7 @@ use kube::runtime::controller::Action;
 
 use super::outcomes::{Outcome, WorkloadKey};
 use super::pdb_cache::namespace_pdbs;
+use super::retry::with_retries;
 use super::{Context, Error};
 use crate::desired::{Decision, DesiredPdb, NoPdb, RETRY_AFTER, WorkloadKind};
 use crate::enforcement::{EffectiveConfig, EventNote};
@@ -256,7 +257,9 @@ async fn apply(
             Some(_) => PatchParams::apply(keys::OPERATOR_NAME).force(),
             None => PatchParams::apply(keys::OPERATOR_NAME),
         };
-        let written = match api.patch(&name, &params, &Patch::Apply(&pdb)).await {
+        let patch = Patch::Apply(&pdb);
+        let apply = || api.patch(&name, &params, &patch);
+        let written = match with_retries(&ctx.metrics, "apply_pdb", apply).await {
             Ok(w) => w,
             Err(kube::Error::Api(st)) if owned.is_none() && st.code == 409 => {
                 tracing::info!(namespace = %s.namespace, pdb = %name,
@@ -321,6 +324,30 @@ async fn apply(
     Ok(or_retry(posted, Action::requeue(want.requeue_after)))
 }
 
+/// Logs why a workload gets no PDB (note §11.2: every skip is also logged), once per change of
+/// the reason: a periodic look that finds the same reason logs at debug level only.
+fn log_skip(ctx: &Context, s: &Subject, none: &NoPdb) {
+    let previous = ctx.outcomes.get(&s.key());
+    let same = previous.is_some_and(|o| {
+        o.not_compliant.as_deref() == Some(none.cause)
+            && none.event.as_ref().is_none_or(|e| {
+                o.events
+                    .contains(&(e.reason.to_string(), e.message.clone()))
+            })
+    });
+    let (reason, note) = none
+        .event
+        .as_ref()
+        .map_or(("-", "-"), |e| (e.reason, e.message.as_str()));
+    if same {
+        tracing::debug!(kind = s.kind.kind(), namespace = %s.namespace, workload = %s.name,
+            cause = none.cause, reason, note, "no PodDisruptionBudget (unchanged)");
+    } else {
+        tracing::info!(kind = s.kind.kind(), namespace = %s.namespace, workload = %s.name,
+            cause = none.cause, reason, note, "no PodDisruptionBudget");
+    }
+}
+
 async fn remove(
     ctx: &Context,
     s: &Subject,
@@ -329,6 +356,7 @@ async fn remove(
     none: NoPdb,
 ) -> Result<Action, Error> {
     let name = pdb_name(&s.name);
+    log_skip(ctx, s, &none);
     let mut notes: Vec<EventNote> = none.event.iter().cloned().collect();
     notes.extend(none.events.iter().cloned());
     if none.delete_owned_pdb
@@ -341,7 +369,7 @@ async fn remove(
             }),
             ..DeleteParams::background()
         };
-        match api.delete(&name, &dp).await {
+        match with_retries(&ctx.metrics, "delete_pdb", || api.delete(&name, &dp)).await {
             Ok(_) => {
                 ctx.recent_writes.forget(&s.namespace, &name);
                 ctx.metrics

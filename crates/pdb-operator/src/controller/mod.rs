@@ -6,9 +6,12 @@ pub mod apps;
 pub mod carry_out;
 pub mod discovery;
 pub mod gang;
+pub mod lws;
 pub mod outcomes;
 pub mod pdb_cache;
 pub mod policies;
+pub mod queue;
+pub mod retry;
 pub mod triggers;
 
 use std::sync::Arc;
@@ -73,9 +76,7 @@ impl Error {
     /// `error_type` label: the API status reason (`conflict`, `forbidden`, ...).
     pub fn metric_label(&self) -> String {
         match self {
-            Self::Kube(kube::Error::Api(s)) if !s.reason.is_empty() => s.reason.to_lowercase(),
-            Self::Kube(kube::Error::Api(s)) => format!("http_{}", s.code),
-            Self::Kube(_) => "transport".into(),
+            Self::Kube(e) => retry::error_type(e),
             Self::View(_) => "invalid_object".into(),
         }
     }
@@ -95,14 +96,20 @@ pub struct Context {
     pub status_changed: Arc<tokio::sync::Notify>,
     /// PDBs of the scope from a shared watch (`None`: each reconcile LISTs its namespace).
     pub pdbs: Option<Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
+    /// The shared PDB watch's events (`None`: each controller watches PDBs itself).
+    pub pdb_events: Option<pdb_cache::PdbEvents>,
     /// Our PDB writes the `pdbs` cache may not show yet.
     pub recent_writes: Arc<pdb_cache::RecentWrites>,
+    /// Workloads waiting for a reconcile (`pdb_operator_reconcile_queue_length`).
+    pub queue: Arc<queue::WorkQueue>,
     /// Bounds the announcements ([`Context::announce`]) being posted at once.
     announcing: Arc<tokio::sync::Semaphore>,
 }
 
-/// Announcements posted at once at most.
-const ANNOUNCING: usize = 8;
+/// Announcements posted at once at most. Few: in a burst of new workloads every PDB write is
+/// followed by a `PDBCreated` post, and these compete with the PDB writes at the apiserver; two
+/// at a time let them trail the burst by a few seconds instead.
+const ANNOUNCING: usize = 2;
 
 impl Context {
     pub fn new(
@@ -119,7 +126,6 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            metrics,
             outcomes: Arc::default(),
             scope,
             legacy_cross_namespace,
@@ -127,8 +133,13 @@ impl Context {
             cluster_policies: stores.1,
             status_changed: Arc::default(),
             pdbs: None,
+            pdb_events: None,
             recent_writes: Arc::default(),
+            queue: Arc::new(queue::WorkQueue::new(
+                metrics.reconcile_queue_length.clone(),
+            )),
             announcing: Arc::new(tokio::sync::Semaphore::new(ANNOUNCING)),
+            metrics,
         }
     }
 
@@ -208,9 +219,18 @@ pub fn reference_of<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
     obj.object_ref(&())
 }
 
+impl AsRef<Context> for Context {
+    fn as_ref(&self) -> &Context {
+        self
+    }
+}
+
 /// Counts a failed reconcile and retries it after 30 s.
-pub fn error_policy<K>(kind: WorkloadKind) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
+pub fn error_policy<K, C: AsRef<Context>>(
+    kind: WorkloadKind,
+) -> impl Fn(Arc<K>, &Error, Arc<C>) -> Action {
     move |_obj, err, ctx| {
+        let ctx = (*ctx).as_ref();
         tracing::warn!(controller = kind.controller_name(), error = %err, "reconcile failed");
         ctx.metrics
             .reconcile_errors
@@ -223,15 +243,24 @@ pub fn error_policy<K>(kind: WorkloadKind) -> impl Fn(Arc<K>, &Error, Arc<Contex
     }
 }
 
-/// Times a reconcile into `pdb_operator_reconciliation_duration_seconds`.
-pub async fn timed<F>(ctx: &Context, kind: WorkloadKind, fut: F) -> Result<Action, Error>
+/// Times the reconcile of `obj` into `pdb_operator_reconciliation_duration_seconds` (and takes
+/// it off the waiting count).
+pub async fn timed<F>(
+    ctx: &Context,
+    kind: WorkloadKind,
+    obj: &kube::api::ObjectMeta,
+    fut: F,
+) -> Result<Action, Error>
 where
     F: std::future::Future<Output = Result<Action, Error>>,
 {
     let start = Instant::now();
-    ctx.metrics.reconcile_queue_length.inc();
+    ctx.queue.started(
+        kind,
+        obj.namespace.as_deref(),
+        obj.name.as_deref().unwrap_or_default(),
+    );
     let out = fut.await;
-    ctx.metrics.reconcile_queue_length.dec();
     let result = if out.is_ok() { "success" } else { "error" };
     ctx.metrics
         .reconcile_duration
@@ -273,7 +302,7 @@ where
 }
 
 /// How long a workload's reconcile waits for more changes of the same object. Short: status-only
-/// updates and the echoes of our own writes never trigger (see `triggers`), so this only folds
-/// together changes that land within a few milliseconds (a create and the controller's first
-/// annotation), and every new workload pays it once before its PDB is written.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
+/// updates, the Deployment controller's revision annotation and the echoes of our own writes
+/// never trigger (see `triggers`), so this only folds together triggers that arrive at the same
+/// moment from different watches, and every new workload pays it once before its PDB is written.
+pub const DEBOUNCE: Duration = Duration::from_millis(10);

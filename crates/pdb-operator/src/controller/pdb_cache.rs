@@ -11,6 +11,11 @@
 //! (This replaced a GET of `<name>-pdb` on every cache miss: one API call of three for each
 //! new workload.) Only the PDBs a decision can depend on are copied out of the cache: the one
 //! named `<name>-pdb` and those selecting the workload's pods.
+//!
+//! The same watch also feeds every controller's PDB triggers ([`PdbEvents`]): one watch of the
+//! scope's PDBs instead of one per controller (four with the Workload API on), which in a burst
+//! of 1,000 new PDBs, each updated by the disruption controller, was that many more events for
+//! the apiserver to encode and the operator to decode.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -119,13 +124,74 @@ impl RecentWrites {
     }
 }
 
+/// Events of the shared PDB watch a subscriber has not taken yet, at most.
+const FAN_OUT_BUFFER: usize = 4096;
+
+/// The shared PDB watch's events, for each controller to subscribe to.
+#[derive(Clone)]
+pub struct PdbEvents {
+    tx: tokio::sync::broadcast::Sender<watcher::Event<PodDisruptionBudget>>,
+    store: Store<PodDisruptionBudget>,
+}
+
+impl PdbEvents {
+    /// The watch events from now on. A subscriber that falls more than [`FAN_OUT_BUFFER`]
+    /// events behind gets the store's content as a relist instead (`Init`, `InitApply` each,
+    /// `InitDone`), as after a broken watch: what changed meanwhile triggers, a deletion it
+    /// missed does not.
+    pub fn subscribe(
+        &self,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<PodDisruptionBudget>, watcher::Error>>
+    + Send
+    + 'static {
+        use tokio::sync::broadcast::error::RecvError;
+        let (rx, store) = (self.tx.subscribe(), self.store.clone());
+        futures::stream::unfold((rx, store), |(mut rx, store)| async move {
+            let batch: Vec<watcher::Event<PodDisruptionBudget>> = match rx.recv().await {
+                Ok(ev) => vec![ev],
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        "PodDisruptionBudget triggers fell behind; relisting from the cache"
+                    );
+                    std::iter::once(watcher::Event::Init)
+                        .chain(
+                            store
+                                .state()
+                                .iter()
+                                .map(|p| watcher::Event::InitApply((**p).clone())),
+                        )
+                        .chain(std::iter::once(watcher::Event::InitDone))
+                        .collect()
+                }
+                Err(RecvError::Closed) => return None,
+            };
+            Some((
+                futures::stream::iter(batch.into_iter().map(Ok)),
+                (rx, store),
+            ))
+        })
+        .flatten()
+    }
+}
+
 /// Reflects `api` (the operator's scope) into a store; managedFields are dropped to save memory.
-/// Every object the store takes in is struck off `recent` (after the store holds it).
+/// Every object the store takes in is struck off `recent` (after the store holds it), and every
+/// event is passed on to the [`PdbEvents`] subscribers.
 pub fn watch_pdbs(
     api: Api<PodDisruptionBudget>,
     recent: Arc<RecentWrites>,
-) -> (Store<PodDisruptionBudget>, impl Future<Output = ()> + Send) {
+) -> (
+    Store<PodDisruptionBudget>,
+    PdbEvents,
+    impl Future<Output = ()> + Send,
+) {
     let (reader, writer) = reflector::store();
+    let (tx, _) = tokio::sync::broadcast::channel(FAN_OUT_BUFFER);
+    let events = PdbEvents {
+        tx: tx.clone(),
+        store: reader.clone(),
+    };
     let fut = async move {
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
@@ -136,13 +202,18 @@ pub fn watch_pdbs(
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => recent.seen(&p),
-                Ok(_) => {}
+                Ok(ev) => {
+                    if let watcher::Event::Apply(p) | watcher::Event::InitApply(p) = &ev {
+                        recent.seen(p);
+                    }
+                    // No subscriber yet is fine: controllers start after the first list.
+                    let _ = tx.send(ev);
+                }
                 Err(e) => tracing::warn!(error = %e, "PodDisruptionBudget watch error; retrying"),
             }
         }
     };
-    (reader, fut)
+    (reader, events, fut)
 }
 
 /// The cached PDBs of `namespace` that the workload's decision can depend on (the one named
@@ -270,6 +341,37 @@ mod tests {
                 .is_some()
         );
         assert!(recent.get_at("a", "y-pdb", then + REMEMBER_FOR).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_gets_the_events_and_one_that_fell_behind_a_relist() {
+        let (store, mut writer) = reflector::store::<PodDisruptionBudget>();
+        let (tx, _) = tokio::sync::broadcast::channel(FAN_OUT_BUFFER);
+        let events = PdbEvents {
+            tx: tx.clone(),
+            store,
+        };
+        let kept = (*pdb("a", "kept-pdb", "x")).clone();
+        writer.apply_watcher_event(&watcher::Event::Apply(kept.clone()));
+        let mut on_time = Box::pin(events.subscribe());
+        let late = events.subscribe();
+        tx.send(watcher::Event::Apply(kept.clone())).unwrap();
+        let first = on_time.next().await.unwrap().unwrap();
+        assert!(matches!(first, watcher::Event::Apply(p) if p.name_any() == "kept-pdb"));
+        for _ in 0..FAN_OUT_BUFFER {
+            tx.send(watcher::Event::Delete(kept.clone())).unwrap();
+        }
+        let relist: Vec<_> = Box::pin(late)
+            .take(3)
+            .map(|e| match e.unwrap() {
+                watcher::Event::Init => "Init".to_string(),
+                watcher::Event::InitApply(p) => format!("InitApply {}", p.name_any()),
+                watcher::Event::InitDone => "InitDone".to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+            .await;
+        assert_eq!(relist, ["Init", "InitApply kept-pdb", "InitDone"]);
     }
 
     #[test]

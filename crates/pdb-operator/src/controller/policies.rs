@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -58,12 +59,39 @@ fn fingerprint<K: Resource>(o: &K) -> (Option<i64>, BTreeMap<String, String>) {
     )
 }
 
-/// Watches `api` into a store; fires `trigger` (and wakes the status writer) on relevant changes.
-/// Status-only updates (our own status writes) fire nothing.
+/// Posts Normal `PolicyRemoved` about a policy the watch saw deleted. Best effort: a policy
+/// deleted while the watch was away is only noticed by its absence, and a failed post is logged.
+fn announce_removal<K>(recorder: &Recorder, o: &K)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let name = o.meta().name.clone().unwrap_or_default();
+    let kind = K::kind(&());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reasons::POLICY_REMOVED.into(),
+        note: Some(format!(
+            "{kind} {name} was deleted; the workloads it selected are decided again from their annotations and the remaining policies"
+        )),
+        action: reasons::POLICY_REMOVED.into(),
+        secondary: None,
+    };
+    let (recorder, reference) = (recorder.clone(), o.object_ref(&()));
+    tokio::spawn(async move {
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::warn!(policy = %name, error = %e, "posting PolicyRemoved failed");
+        }
+    });
+}
+
+/// Watches `api` into a store; fires `trigger` (and wakes the status writer) on relevant changes,
+/// and posts `PolicyRemoved` through `recorder` when a policy is deleted. Status-only updates
+/// (our own status writes) fire nothing.
 pub fn watch_policies<K>(
     api: Api<K>,
     trigger: PolicyTrigger,
     status_changed: Arc<tokio::sync::Notify>,
+    recorder: Recorder,
 ) -> (Store<K>, impl std::future::Future<Output = ()> + Send)
 where
     K: Resource<DynamicType = ()>
@@ -90,6 +118,7 @@ where
                 }
                 Ok(watcher::Event::Delete(o)) => {
                     seen.remove(&o.uid().unwrap_or_default());
+                    announce_removal(&recorder, &o);
                     true
                 }
                 Ok(watcher::Event::InitDone) => true,

@@ -30,14 +30,24 @@ fn key_of<K: Resource>(o: &K) -> String {
     }
 }
 
+/// Annotations the apps controllers write on every rollout that no decision reads. The
+/// Deployment controller sets the revision right after a Deployment is created, which cost
+/// every new Deployment a second (no-op) reconcile in a burst.
+const CONTROLLER_ANNOTATIONS: [&str; 1] = ["deployment.kubernetes.io/revision"];
+
 /// Fingerprint of what a workload's decision reads: its generation (the spec), labels,
-/// annotations, finalizers (the legacy finalizer is stripped) and whether it is terminating.
+/// annotations (less [`CONTROLLER_ANNOTATIONS`]), finalizers (the legacy finalizer is
+/// stripped) and whether it is terminating.
 pub fn workload_fingerprint<K: Resource>(o: &K) -> u64 {
     let m = o.meta();
     let mut h = DefaultHasher::new();
     m.generation.hash(&mut h);
     m.labels.hash(&mut h);
-    m.annotations.hash(&mut h);
+    for (k, v) in m.annotations.iter().flatten() {
+        if !CONTROLLER_ANNOTATIONS.contains(&k.as_str()) {
+            (k, v).hash(&mut h);
+        }
+    }
     m.finalizers.hash(&mut h);
     m.deletion_timestamp.is_some().hash(&mut h);
     h.finish()
@@ -190,6 +200,23 @@ mod tests {
             Apply(with_status(deployment("b", 1), 2)),
         ]);
         assert_eq!(got, ["a", "a", "a", "b"]);
+    }
+
+    #[test]
+    fn the_deployment_controllers_revision_is_not_a_change_but_ours_are() {
+        let d = deployment("a", 1);
+        let base = workload_fingerprint(&d);
+        let mut revised = d.clone();
+        revised
+            .annotations_mut()
+            .insert("deployment.kubernetes.io/revision".into(), "1".into());
+        assert_eq!(workload_fingerprint(&revised), base);
+        let mut classed = d;
+        classed.annotations_mut().insert(
+            "pdboperator.io/availability-class".into(),
+            "standard".into(),
+        );
+        assert_ne!(workload_fingerprint(&classed), base);
     }
 
     #[test]

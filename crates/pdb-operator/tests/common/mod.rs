@@ -18,6 +18,13 @@ use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
 use pdb_operator::runtime::{RunOptions, run};
 use serde_json::{Value, json};
 
+pub mod gangs;
+pub mod operator_metrics;
+#[allow(unused_imports)]
+pub use gangs::*;
+#[allow(unused_imports)]
+pub use operator_metrics::*;
+
 pub const WAIT: Duration = Duration::from_secs(90);
 
 /// Applies `crd` (field manager `pdb-operator-tests`) and waits until it is Established.
@@ -178,6 +185,16 @@ pub fn start_operator_with(
 
 pub fn start_operator(cluster: &TestCluster, ns: &str) -> Operator {
     start_operator_with(cluster, ns, |_| {})
+}
+
+/// Starts the operator scoped to `ns` serving `/metrics`; returns it and the address.
+pub fn start_operator_with_metrics(
+    cluster: &TestCluster,
+    ns: &str,
+) -> (Operator, std::net::SocketAddr) {
+    let addr = free_addr();
+    let op = start_operator_with(cluster, ns, |o| o.health_addr = Some(addr));
+    (op, addr)
 }
 
 /// Waits for PDB `name` and returns it once `accept` holds; the text says what was seen.
@@ -360,6 +377,18 @@ pub async fn ungate_and_wait_ready(pods: &Api<Pod>, selector: &str, n: usize) ->
     .await;
     ungate(pods, selector).await;
     wait_ready_pods(pods, selector, n).await
+}
+
+/// Waits until pod `name` no longer exists.
+pub async fn wait_pod_gone(pods: &Api<Pod>, name: &str) {
+    wait_for(&format!("pod {name} gone"), WAIT, || async {
+        match pods.get_opt(name).await {
+            Ok(None) => Check::Done(()),
+            Ok(Some(_)) => Check::NotYet("still there".into()),
+            Err(e) => Check::NotYet(format!("error {e}")),
+        }
+    })
+    .await
 }
 
 /// Evicts `pod`: Ok(()) when allowed, Err(HTTP code and message) when refused.

@@ -237,3 +237,111 @@ async fn the_apiserver_defaults_policies_and_rejects_invalid_ones() {
     // PolicyInvalid) in a policy stored before these rules existed: `validation::rejected`
     // (`mars`, `other_namespace`) covers that path; it cannot be stored here any more.
 }
+
+// ---------------------------------------------------------------------------------------------
+// The warnings of validation.rs, shown at admission (Warn-only ValidatingAdmissionPolicy), and
+// PolicyRemoved.
+
+/// Sends `request` and returns the HTTP status and the `Warning` headers the apiserver added.
+async fn send_for_warnings(
+    client: &Client,
+    request: Result<axum::http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> (u16, Vec<String>) {
+    let request = request
+        .expect("a well-formed request")
+        .map(kube::client::Body::from);
+    let response = client.send(request).await.expect("the apiserver answers");
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_string))
+        .collect();
+    (response.status().as_u16(), warnings)
+}
+
+fn has_warning(warnings: &[String], sentence: &str) -> bool {
+    warnings.iter().any(|w| w.contains(sentence))
+}
+
+#[tokio::test]
+async fn policy_warnings_reach_the_user_and_a_deleted_policy_is_announced() {
+    use pdb_operator::validation::{CHANGED_CLASS_WARNING, DELETE_WARNING};
+    let s = scenario("pdbop-warn").await;
+    let (c, n) = (&s.cluster.client, s.ns.name());
+    let url = format!("/apis/availability.pdboperator.io/v1alpha1/namespaces/{n}/pdbpolicies");
+    let policy = json!({
+        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
+        "metadata": {"name": "loose"},
+        "spec": {"availabilityClass": "standard", "enforcement": "flexible",
+                 "enforceMinReplicas": false,
+                 "workloadSelector": {"matchLabels": {"app": "a"}}}
+    });
+    let body = serde_json::to_vec(&policy).unwrap();
+    let flexible = "flexible enforcement without minimumClass: availabilityClass is the minimum";
+    let ignored = "enforceMinReplicas: false is ignored";
+    // The binding takes effect a moment after it is created; dry runs until it does.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for("the warnings policy in effect", WAIT, || async {
+        let (code, w) =
+            send_for_warnings(c, kube::core::Request::new(&url).create(&dry, body.clone())).await;
+        if code == 201 && has_warning(&w, flexible) {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{code} {w:?}"))
+        }
+    })
+    .await;
+    let (code, w) = send_for_warnings(
+        c,
+        kube::core::Request::new(&url).create(&PostParams::default(), body),
+    )
+    .await;
+    assert_eq!(code, 201, "{w:?}");
+    assert!(
+        has_warning(&w, flexible) && has_warning(&w, ignored),
+        "{w:?}"
+    );
+
+    let change =
+        kube::api::Patch::Merge(json!({"spec": {"availabilityClass": "mission-critical"}}));
+    let (code, w) = send_for_warnings(
+        c,
+        kube::core::Request::new(&url).patch("loose", &Default::default(), &change),
+    )
+    .await;
+    assert_eq!(code, 200, "{w:?}");
+    assert!(has_warning(&w, CHANGED_CLASS_WARNING), "{w:?}");
+
+    let (code, w) = send_for_warnings(
+        c,
+        kube::core::Request::new(&url).delete("loose", &DeleteParams::default()),
+    )
+    .await;
+    assert_eq!(code, 200, "{w:?}");
+    assert!(has_warning(&w, DELETE_WARNING), "{w:?}");
+    let note = wait_event(c, n, "loose", "PolicyRemoved").await;
+    assert!(note.contains("PDBPolicy loose was deleted"), "{note}");
+
+    // A ClusterPDBPolicy for every namespace (dry run: nothing is left behind).
+    let cluster_policy = json!({
+        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "ClusterPDBPolicy",
+        "metadata": {"name": format!("{n}-everywhere")},
+        "spec": {"availabilityClass": "standard",
+                 "workloadSelector": {"matchLabels": {"app": "a"}}}
+    });
+    let (code, w) = send_for_warnings(
+        c,
+        kube::core::Request::new("/apis/availability.pdboperator.io/v1alpha1/clusterpdbpolicies")
+            .create(&dry, serde_json::to_vec(&cluster_policy).unwrap()),
+    )
+    .await;
+    assert_eq!(code, 201, "{w:?}");
+    assert!(
+        has_warning(&w, "this ClusterPDBPolicy applies to all namespaces"),
+        "{w:?}"
+    );
+}

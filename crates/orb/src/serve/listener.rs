@@ -1,0 +1,114 @@
+//! The accept loop of `orb serve`, hardened against clients that misbehave: a client has
+//! [`Limits::header_read_timeout`] to send its request head (a connection that never finishes
+//! sending, or sits idle between requests, is closed), at most [`Limits::max_connections`]
+//! connections are served at once (more are closed at accept, so file descriptors cannot run
+//! out), and on shutdown the connections in flight get [`Limits::shutdown_grace`] to finish
+//! before the server stops anyway. A slow request body is cut by the router's body timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{Semaphore, watch};
+
+/// The serving limits; the defaults suit production.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(15),
+            max_connections: 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Anything that accepts connections: a TCP or a Unix listener.
+pub trait Accept {
+    type Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static;
+    fn accept(&self) -> impl std::future::Future<Output = std::io::Result<Self::Io>> + Send;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept(&self) -> std::io::Result<Self::Io> {
+        let (stream, _) = tokio::net::TcpListener::accept(self).await?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept(&self) -> std::io::Result<Self::Io> {
+        let (stream, _) = tokio::net::UnixListener::accept(self).await?;
+        Ok(stream)
+    }
+}
+
+/// Resolves once `stopping` is true (or its sender is gone).
+async fn stopped(stopping: &mut watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+/// Serves `app` on `listener` until `stopping` turns true, then lets the connections in
+/// flight finish for at most the shutdown grace. Returns how many were still open then.
+pub async fn serve<L: Accept>(
+    listener: L,
+    app: Router,
+    limits: Limits,
+    mut stopping: watch::Receiver<bool>,
+) -> usize {
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let io = tokio::select! {
+            _ = stopped(&mut stopping) => break,
+            accepted = listener.accept() => match accepted {
+                Ok(io) => io,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Over the cap: closed at once, before it costs anything.
+            drop(io);
+            continue;
+        };
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        let connection =
+            builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+    let open = limits.max_connections - slots.available_permits();
+    match tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await {
+        Ok(()) => 0,
+        Err(_) => {
+            tracing::warn!(
+                "{open} connection(s) still open after {:?}: stopping anyway",
+                limits.shutdown_grace
+            );
+            open
+        }
+    }
+}

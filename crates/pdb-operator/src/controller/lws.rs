@@ -1,0 +1,158 @@
+//! Controller for LeaderWorkerSets (`leaderworkerset.x-k8s.io/v1`, read as untyped objects):
+//! whole-group budgets (note §10) with the selector `leaderworkerset.sigs.k8s.io/name=<lws>`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::Stream;
+use jiff::Timestamp;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+
+use super::apps::pdb_changes;
+use super::carry_out::{Subject, carry_out};
+use super::queue::{counted, counted_policy_changes, counted_stream, drain_controller};
+use super::triggers::{meaningful_changes, workload_fingerprint};
+use super::{Context, DEBOUNCE, Error, error_policy, strip_legacy_finalizer, timed};
+use crate::crd::{ClusterPDBPolicy, PDBPolicy};
+use crate::desired::{
+    Decision, LeaderWorkerSetView, Policies, ViewError, WorkloadKind,
+    desired_pdb_for_leader_worker_set,
+};
+use crate::names::keys;
+use crate::resolve::WorkloadMeta;
+
+/// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet.
+pub fn lws_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
+        "leaderworkersets",
+    )
+}
+
+/// Reads the fields the budget needs from an untyped LeaderWorkerSet.
+pub fn lws_view(o: &DynamicObject) -> Result<LeaderWorkerSetView, ViewError> {
+    let missing = |field| ViewError::MissingMetadata {
+        kind: "LeaderWorkerSet",
+        field,
+    };
+    let int = |ptr: &str| {
+        o.data
+            .pointer(ptr)
+            .and_then(|v| v.as_i64())
+            .map(|v| v as i32)
+    };
+    Ok(LeaderWorkerSetView {
+        meta: WorkloadMeta {
+            namespace: o
+                .metadata
+                .namespace
+                .clone()
+                .ok_or_else(|| missing("namespace"))?,
+            name: o.metadata.name.clone().ok_or_else(|| missing("name"))?,
+            labels: o.metadata.labels.clone().unwrap_or_default(),
+            annotations: o.metadata.annotations.clone().unwrap_or_default(),
+        },
+        uid: o.metadata.uid.clone().ok_or_else(|| missing("uid"))?,
+        replicas: int("/spec/replicas"),
+        size: int("/spec/leaderWorkerTemplate/size"),
+        terminating: o.metadata.deletion_timestamp.is_some(),
+    })
+}
+
+/// The decision for a LeaderWorkerSet.
+pub fn decide_lws(
+    view: &LeaderWorkerSetView,
+    policies: &(Vec<PDBPolicy>, Vec<ClusterPDBPolicy>),
+    legacy: bool,
+) -> Decision {
+    let p = Policies {
+        namespaced: &policies.0,
+        cluster: &policies.1,
+        legacy_cross_namespace: legacy,
+    };
+    desired_pdb_for_leader_worker_set(view, &p, Timestamp::now())
+}
+
+async fn reconcile_lws(o: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    timed(&ctx, WorkloadKind::LeaderWorkerSet, &o.metadata, async {
+        let view = lws_view(&o)?;
+        let ar = lws_resource();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &view.meta.namespace, &ar);
+        strip_legacy_finalizer(&api, &o.metadata).await?;
+        let decision = decide_lws(&view, &ctx.policies(), ctx.legacy_cross_namespace);
+        let subject = Subject {
+            kind: WorkloadKind::LeaderWorkerSet,
+            namespace: view.meta.namespace.clone(),
+            name: view.meta.name.clone(),
+            uid: view.uid.clone(),
+            reference: o.object_ref(&ar),
+            pod_labels: vec![BTreeMap::from([(
+                keys::LWS_NAME.to_string(),
+                view.meta.name.clone(),
+            )])],
+        };
+        carry_out(&ctx, &subject, decision).await
+    })
+    .await
+}
+
+/// Runs the LeaderWorkerSet controller.
+pub async fn run_leader_worker_sets(
+    ctx: Arc<Context>,
+    policy_changes: impl Stream<Item = ()> + Send + 'static,
+    concurrency: u16,
+) {
+    let ar = lws_resource();
+    let api: Api<DynamicObject> = match &ctx.scope {
+        super::Scope::AllNamespaces => Api::all_with(ctx.client.clone(), &ar),
+        super::Scope::Namespace(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
+    };
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let store = writer.as_reader();
+    let sets = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+        .reflect(writer);
+    let (kind, queue) = (WorkloadKind::LeaderWorkerSet, ctx.queue.clone());
+    let by_pdb = |pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget| {
+        let ns = pdb.namespace();
+        pdb.owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")
+            .map(|o| {
+                let r = ObjectRef::new_with(&o.name, lws_resource());
+                match &ns {
+                    Some(ns) => r.within(ns),
+                    None => r,
+                }
+            })
+    };
+    let stream = Controller::for_stream_with(
+        counted_stream(
+            kind,
+            queue.clone(),
+            meaningful_changes(sets, workload_fingerprint::<DynamicObject>),
+        ),
+        store.clone(),
+        ar,
+    )
+    .watches_stream(pdb_changes(&ctx), counted(kind, queue.clone(), by_pdb))
+    .reconcile_all_on(counted_policy_changes(
+        kind,
+        queue.clone(),
+        store,
+        policy_changes,
+    ))
+    .with_config(
+        ControllerConfig::default()
+            .debounce(DEBOUNCE)
+            .concurrency(concurrency),
+    )
+    .run(reconcile_lws, error_policy(kind), ctx);
+    drain_controller(kind, queue, stream).await;
+}

@@ -1,0 +1,300 @@
+//! Gang decisions while the cluster moves (issue #19): drains against a remembered size,
+//! Failed members, the single-mode clamp event, start-up settling, deferral of forming gangs.
+
+use super::tests::{applied, decide, decide_with, gang, groups, now, pods, reason};
+use super::*;
+use crate::desired::DesiredPdb;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rstest::rstest;
+
+fn remembered(pairs: &[(&str, u32)]) -> GangRecord {
+    GangRecord {
+        sizes: pairs.iter().map(|(g, n)| (g.to_string(), *n)).collect(),
+        selector: Some(BTreeMap::from([("app".to_string(), "trainer".to_string())])),
+    }
+}
+
+fn with_record(
+    w: &GangWorkloadView,
+    g: &[PodGroupView],
+    p: &[PodView],
+    record: GangRecord,
+    class: &str,
+) -> Decision {
+    decide_with(
+        w,
+        &GangFacts {
+            pod_groups: g,
+            pods: p,
+            record: Some(record),
+            ..Default::default()
+        },
+        class,
+    )
+}
+
+fn reasons_of(d: &DesiredPdb) -> Vec<&'static str> {
+    d.events.iter().map(|e| e.reason).collect()
+}
+
+// Issue #19, "Must show" 1 as a table: single mode, 1 group of 6, minCount 3, standard. The
+// drain evicts one pod after another; the budget and the PDB stay, and once the gang is at
+// minCount the operator says why no further eviction is possible.
+#[rstest]
+#[case::all_there(6, false)]
+#[case::one_evicted(5, false)]
+#[case::two_evicted(4, false)]
+#[case::three_evicted(3, true)]
+fn a_single_mode_pdb_holds_through_a_drain(#[case] live: usize, #[case] blocked: bool) {
+    let d = applied(with_record(
+        &gang(3, "single"),
+        &groups(1, 3),
+        &pods(&[live]),
+        remembered(&[("trainer-workers-0", 6)]),
+        "standard",
+    ));
+    assert_eq!(
+        d.pdb.spec.clone().unwrap().min_available,
+        Some(IntOrString::Int(3))
+    );
+    assert_eq!(
+        reasons_of(&d).contains(&reasons::WORKLOAD_DRAIN_BLOCKED),
+        blocked,
+        "{:?}",
+        d.events
+    );
+    let annotations = d.pdb.metadata.annotations.unwrap();
+    assert_eq!(annotations[keys::GANG_SIZES], "trainer-workers-0=6");
+}
+
+#[test]
+fn without_its_record_a_drained_gang_would_lose_its_pdb() {
+    // What the record prevents: from the 3 pods left alone, minCount 3 leaves none evictable.
+    let d = decide(&gang(3, "single"), &groups(1, 3), &pods(&[3]), "standard");
+    assert_eq!(reason(d), Some(reasons::WORKLOAD_SKIPPED));
+}
+
+#[test]
+fn the_blocked_event_names_the_short_group_and_the_reset() {
+    let d = applied(with_record(
+        &gang(3, "single"),
+        &groups(1, 3),
+        &pods(&[3]),
+        remembered(&[("trainer-workers-0", 6)]),
+        "standard",
+    ));
+    let note = d
+        .events
+        .iter()
+        .find(|e| e.reason == reasons::WORKLOAD_DRAIN_BLOCKED)
+        .unwrap();
+    assert!(
+        note.message.contains("trainer-workers-0 (3 of 6)"),
+        "{}",
+        note.message
+    );
+    assert!(
+        note.message
+            .contains("delete PodDisruptionBudget trainer-pdb"),
+        "{}",
+        note.message
+    );
+}
+
+fn failed(mut p: PodView) -> PodView {
+    p.inactive = true;
+    p
+}
+
+#[test]
+fn failed_pods_are_not_members() {
+    // Issue #19, "Must show" 2: 4 Running + 1 Failed, minCount 3, mission-critical → 3 of 4, so
+    // one disruption is allowed (a Failed member counted as one gave 4 of 4: none).
+    let mut all = pods(&[5]);
+    all[4] = failed(all[4].clone());
+    let d = applied(decide(
+        &gang(3, "single"),
+        &groups(1, 3),
+        &all,
+        "mission-critical",
+    ));
+    assert_eq!(
+        d.pdb.spec.clone().unwrap().min_available,
+        Some(IntOrString::Int(3))
+    );
+    assert!(
+        reasons_of(&d).contains(&reasons::BUDGET_CLAMPED),
+        "{:?}",
+        d.events
+    );
+    assert!(!reasons_of(&d).contains(&reasons::WORKLOAD_DRAIN_BLOCKED));
+    assert_eq!(
+        d.pdb.metadata.annotations.unwrap()[keys::GANG_SIZES],
+        "trainer-workers-0=4"
+    );
+}
+
+#[test]
+fn a_member_that_fails_after_the_pdb_keeps_its_place_and_blocks_with_a_reason() {
+    let mut all = pods(&[5]);
+    all[4] = failed(all[4].clone());
+    let d = applied(with_record(
+        &gang(3, "single"),
+        &groups(1, 3),
+        &all,
+        remembered(&[("trainer-workers-0", 5)]),
+        "mission-critical",
+    ));
+    assert_eq!(
+        d.pdb.spec.clone().unwrap().min_available,
+        Some(IntOrString::Int(4))
+    );
+    assert!(
+        reasons_of(&d).contains(&reasons::WORKLOAD_DRAIN_BLOCKED),
+        "{:?}",
+        d.events
+    );
+}
+
+#[test]
+fn single_mode_clamp_posts_budget_clamped() {
+    // W10: 1 × 8, minCount 3, mission-critical: ceil(7.2) = 8 → 7.
+    let d = applied(decide(
+        &gang(3, "single"),
+        &groups(1, 3),
+        &pods(&[8]),
+        "mission-critical",
+    ));
+    assert_eq!(
+        d.pdb.spec.clone().unwrap().min_available,
+        Some(IntOrString::Int(7))
+    );
+    let clamp = d
+        .events
+        .iter()
+        .find(|e| e.reason == reasons::BUDGET_CLAMPED)
+        .unwrap();
+    assert!(
+        clamp.message.starts_with("Workload trainer:"),
+        "{}",
+        clamp.message
+    );
+}
+
+#[test]
+fn an_all_mode_gang_keeps_its_budget_while_a_group_is_away() {
+    let d = applied(with_record(
+        &gang(1, "all"),
+        &groups(4, 1),
+        &pods(&[0, 2, 2, 2]),
+        remembered(&[
+            ("trainer-workers-0", 2),
+            ("trainer-workers-1", 2),
+            ("trainer-workers-2", 2),
+            ("trainer-workers-3", 2),
+        ]),
+        "mission-critical",
+    ));
+    assert_eq!(
+        d.pdb.spec.clone().unwrap().min_available,
+        Some(IntOrString::Int(6))
+    );
+    assert!(reasons_of(&d).contains(&reasons::WORKLOAD_DRAIN_BLOCKED));
+}
+
+fn created(mut pods: Vec<PodView>, seconds_before_now: i64) -> Vec<PodView> {
+    let at = now() - jiff::SignedDuration::from_secs(seconds_before_now);
+    for p in &mut pods {
+        p.created = Some(at);
+    }
+    pods
+}
+
+#[test]
+fn a_starting_gang_is_decided_once_nothing_joined_for_a_while() {
+    let (g, young) = (groups(1, 3), created(pods(&[1]), 1));
+    match decide(&gang(3, "single"), &g, &young, "standard") {
+        Decision::NoPdb(n) => {
+            assert_eq!((n.event, n.cause), (None, "starting"));
+            assert_eq!(n.retry_after, Some(Duration::from_secs(4)));
+            assert!(!n.delete_owned_pdb);
+        }
+        other => panic!("{other:?}"),
+    }
+    let settled = created(pods(&[6]), STARTUP_SETTLE.as_secs() as i64);
+    let d = applied(decide(&gang(3, "single"), &g, &settled, "standard"));
+    assert_eq!(d.pdb.spec.unwrap().min_available, Some(IntOrString::Int(3)));
+}
+
+#[test]
+fn a_gang_with_a_pdb_is_not_held_back_by_a_new_pod() {
+    let young = created(pods(&[7]), 0);
+    let d = applied(with_record(
+        &gang(3, "single"),
+        &groups(1, 3),
+        &young,
+        remembered(&[("trainer-workers-0", 6)]),
+        "standard",
+    ));
+    assert_eq!(
+        d.pdb.metadata.annotations.unwrap()[keys::GANG_SIZES],
+        "trainer-workers-0=7",
+        "a group that grows is remembered at its new size"
+    );
+}
+
+#[test]
+fn a_young_pod_group_without_pods_waits_before_the_deferral() {
+    let mut g = groups(2, 2);
+    for x in &mut g {
+        x.created = Some(now() - jiff::SignedDuration::from_secs(2));
+    }
+    match decide(&gang(2, "all"), &g, &[], "standard") {
+        Decision::NoPdb(n) => assert_eq!((n.event, n.cause), (None, "starting")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn deferral_counts_finished_pods() {
+    let all: Vec<PodView> = pods(&[2]).into_iter().map(failed).collect();
+    match decide(&gang(2, "all"), &groups(2, 2), &all, "standard") {
+        Decision::NoPdb(n) => {
+            let e = n.event.unwrap();
+            assert_eq!(e.reason, reasons::WORKLOAD_PDB_DEFERRED);
+            assert!(
+                e.message.contains("2 finished or terminating"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_single_mode_gang_below_min_count_without_a_pdb_is_deferred_not_skipped() {
+    match decide(&gang(3, "single"), &groups(1, 3), &pods(&[2]), "standard") {
+        Decision::NoPdb(n) => {
+            let e = n.event.unwrap();
+            assert_eq!(e.reason, reasons::WORKLOAD_PDB_DEFERRED);
+            assert!(
+                e.message.contains("trainer-workers-0 (2 of minCount 3)"),
+                "{}",
+                e.message
+            );
+            assert_eq!(n.retry_after, Some(RETRY_AFTER));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A formed gang whose minCount covers every pod is still skipped (W9).
+    assert_eq!(
+        reason(decide(
+            &gang(3, "single"),
+            &groups(1, 3),
+            &pods(&[3]),
+            "standard"
+        )),
+        Some(reasons::WORKLOAD_SKIPPED)
+    );
+}
