@@ -370,7 +370,7 @@ async fn the_pod_breaker_opens_fails_fast_and_closes_after_a_good_probe() {
     for attempt in 1..=3 {
         let err = acquire_once().await.unwrap_err();
         assert!(
-            matches!(&err, ProviderError::Unavailable(text) if text.contains("500")),
+            matches!(&err, ProviderError::Interrupted(text) if text.contains("500")),
             "attempt {attempt}: {err}"
         );
     }
@@ -388,7 +388,7 @@ async fn the_pod_breaker_opens_fails_fast_and_closes_after_a_good_probe() {
     let seen = proxy.requests_matching(&pods_only).len();
     let err = acquire_once().await.unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, ProviderError::Unavailable(_)), "{text}");
+    assert!(matches!(err, ProviderError::Interrupted(_)), "{text}");
     assert!(
         text.contains("the Kubernetes API has failed 3 times in a row for pod calls")
             && text.contains("(circuit breaker open); check the apiserver"),

@@ -69,7 +69,7 @@ async fn a_finished_request_streams_one_status_event_and_ends() {
 #[tokio::test]
 async fn each_change_is_one_event_and_the_stream_ends_when_the_request_does() {
     let env = Env::new().await;
-    env.seed_running().await;
+    let _creator = env.seed_running().await;
     let response = open_stream(&env, RUNNING).await;
     assert_eq!(response.status(), StatusCode::OK);
     let mut body = response.into_body();
@@ -199,7 +199,7 @@ async fn metrics_are_openmetrics_with_every_documented_family() {
 #[tokio::test]
 async fn a_store_failure_mid_stream_ends_it_with_an_error_event() {
     let env = Env::new().await;
-    env.seed_running().await;
+    let _creator = env.seed_running().await;
     let response = open_stream(&env, RUNNING).await;
     assert_eq!(response.status(), StatusCode::OK);
     let mut body = response.into_body();

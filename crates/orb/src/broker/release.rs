@@ -325,13 +325,21 @@ impl Broker {
                 }
             }
             Err(err) => {
-                lifecycle::apply(
-                    &mut request,
-                    LifecycleEvent::Fail {
-                        reason: err.to_string(),
-                    },
-                    now,
-                )?;
+                // The cluster did not answer or broke down mid-release: some pods may be gone,
+                // others not. The return ends failed and frees what it held (a failed return
+                // is never looked at again, so keeping the machines would strand them as
+                // "already being returned"); a machine that did go shows up as gone on the
+                // next status read, and the rest can be returned again.
+                let reason = match &err {
+                    ProviderError::Interrupted(text) | ProviderError::Unavailable(text) => {
+                        format!(
+                            "{text}; the return was cut off and its machines are free again:                              return them again once the cluster answers"
+                        )
+                    }
+                    other => other.to_string(),
+                };
+                lifecycle::apply(&mut request, LifecycleEvent::Fail { reason }, now)?;
+                self.give_up_return(&request, &mut machines).await;
             }
         }
         self.store

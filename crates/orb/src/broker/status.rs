@@ -226,7 +226,7 @@ impl Broker {
     /// A return that ended without releasing everything (its deadline passed, or it failed):
     /// the machines still there are freed, so a later return can try again, and whatever the
     /// provider left on them (a Deployment's victim mark) is cleared.
-    async fn give_up_return(&self, request: &Request, machines: &mut [Machine]) {
+    pub(super) async fn give_up_return(&self, request: &Request, machines: &mut [Machine]) {
         let now = self.now();
         let stuck: Vec<Machine> = machines
             .iter()

@@ -682,6 +682,51 @@ async fn a_refused_release_fails_the_return_and_frees_the_machines_for_another_r
 }
 
 #[tokio::test]
+async fn a_release_cut_off_by_an_outage_fails_the_return_and_frees_its_machines() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
+    let ids: Vec<String> = acquire
+        .machines
+        .iter()
+        .map(|m| m.machine_id.clone())
+        .collect();
+    let selectors: Vec<_> = ids.iter().map(|id| by_name(id)).collect();
+    *f.provider.release_error.lock().unwrap() = Some(ProviderError::Interrupted(
+        "the Kubernetes API did not answer".into(),
+    ));
+
+    let cut = f
+        .broker
+        .return_machines(&selectors, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(cut.request.status, RequestStatus::Failed);
+    let message = cut.request.status_message.clone().unwrap_or_default();
+    assert!(
+        message.contains("did not answer") && message.contains("return them again"),
+        "{message}"
+    );
+    // The provider is asked to undo whatever it marked, and nothing stays "being returned".
+    assert!(
+        f.provider.calls().iter().any(|c| c.starts_with("abandon ")),
+        "{:?}",
+        f.provider.calls()
+    );
+    let stored = f.broker.store.find_machines(&ids).await.unwrap();
+    assert!(
+        stored.iter().all(|m| m.return_request_id.is_none()),
+        "{stored:?}"
+    );
+    let again = f
+        .broker
+        .return_machines(&selectors, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_ne!(again.request.status, RequestStatus::Failed);
+    assert_eq!(again.machines.len(), 2);
+}
+
+#[tokio::test]
 async fn without_a_provider_the_deadline_still_settles_requests() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 2).await.unwrap();

@@ -15,6 +15,11 @@ use crate::support::serve_process::{Server, http};
 
 const COUNT: u32 = 200;
 
+/// The test cluster has room for 750 pods (3 nodes of 250) and each test here fills 200 of
+/// them: run alongside each other (the suite runs several tests at once) they would leave
+/// pods Pending for want of room, which is not what they test. One at a time, then.
+static ROOM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn kill9(child: &mut std::process::Child) {
     let _ = std::process::Command::new("kill")
         .args(["-KILL", &child.id().to_string()])
@@ -98,6 +103,7 @@ fn setup() -> Setup {
 /// 300 s deadline, and the request completes with every pod recorded.
 #[tokio::test]
 async fn a_cli_killed_mid_acquire_is_finished_by_the_next_status_call() {
+    let _room = ROOM.lock().await;
     let w = World::new("lc-kill-cli", setup()).await;
     let mut child = w.spawn(&["machines", "request", "subject", &COUNT.to_string()]);
     let before = first_pods(&w).await;
@@ -124,6 +130,7 @@ async fn a_cli_killed_mid_acquire_is_finished_by_the_next_status_call() {
 /// the same, whatever the cluster got.
 #[tokio::test]
 async fn a_cli_killed_right_after_storing_the_request_is_finished_by_the_next_status_call() {
+    let _room = ROOM.lock().await;
     let w = World::new("lc-kill-cli-early", setup()).await;
     let db = w.path().join("work/orb.db");
     let mut child = w.spawn(&["machines", "request", "subject", &COUNT.to_string()]);
@@ -154,6 +161,7 @@ async fn a_cli_killed_right_after_storing_the_request_is_finished_by_the_next_st
 /// `orb serve` finds nothing left to do.
 #[tokio::test]
 async fn orb_serve_killed_mid_acquire_is_finished_by_the_next_poll() {
+    let _room = ROOM.lock().await;
     let mut w = World::new("lc-kill-serve", setup()).await;
     let server = w.server();
     let addr = server.addr.clone();
@@ -191,6 +199,7 @@ async fn orb_serve_killed_mid_acquire_is_finished_by_the_next_poll() {
 /// reconciliation resumes the acquire at once (there is no 300 s age gate any more).
 #[tokio::test]
 async fn orb_serve_killed_mid_acquire_resumes_it_at_start_up() {
+    let _room = ROOM.lock().await;
     let mut w = World::new("lc-kill-serve-restart", setup()).await;
     let server = w.server();
     let addr = server.addr.clone();
@@ -238,6 +247,7 @@ async fn orb_serve_killed_mid_acquire_resumes_it_at_start_up() {
 /// in this process and must keep serving while the test waits on an orb process.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn an_apiserver_blackout_mid_acquire_is_ridden_out() {
+    let _room = ROOM.lock().await;
     let cluster = kube_fixture::TestCluster::connect().await;
     let proxy = FaultProxy::start(&cluster).await;
     let w = World::new("lc-blackout", setup().through(proxy.kubeconfig_path())).await;

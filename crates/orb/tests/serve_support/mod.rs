@@ -174,13 +174,22 @@ impl Env {
     }
 
     /// RUNNING: in progress with a deadline an hour ahead, so reads leave it running.
-    pub async fn seed_running(&self) {
+    /// An acquire another live process is still creating: nothing recorded yet, and the
+    /// returned claim (hold it) tells every reader not to resume it.
+    pub async fn seed_running(&self) -> orb_store::Claim {
         let mut running = acquire(RUNNING, RequestStatus::InProgress, 1);
         running.deadline_at = Some(Timestamp::now() + jiff::SignedDuration::from_hours(1));
+        let claim = self
+            .store
+            .try_claim(&running.request_id)
+            .await
+            .unwrap()
+            .expect("nobody else holds the new request's claim");
         self.store
             .insert_request(&mut running, &mut [])
             .await
             .unwrap();
+        claim
     }
 }
 
