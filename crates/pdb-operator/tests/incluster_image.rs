@@ -2,7 +2,9 @@
 //! (kube_fixture::pod_template: the installed chart's Deployment, a TokenRequest token of its
 //! ServiceAccount at /var/run/secrets/kubernetes.io/serviceaccount, the in-cluster variables,
 //! POD_NAME/POD_NAMESPACE from the downward API, a read-only root, the pod's user): with no
-//! kubeconfig it finds the service account itself, takes the leader Lease and writes a PDB.
+//! kubeconfig it finds the service account itself, takes the leader Lease, writes a
+//! Deployment's PDB and, for a PDBPolicy, a Workload gang's PDB (Workloads, PodGroups and the
+//! pod watch) and the policy's status.
 //! Every request RBAC refused its ServiceAccount fails the test, by verb and resource, from
 //! the apiserver's audit log.
 //!
@@ -18,19 +20,24 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::PostParams;
-use kube_fixture::audit::assert_nothing_refused;
+use kube_fixture::audit::{assert_nothing_refused, denials, refusal_report};
 use kube_fixture::helm::Release;
 use kube_fixture::pod_sandbox::Images;
 use kube_fixture::pod_template::pod_from_template;
 use kube_fixture::{Check, TestCluster, wait_for};
+use pdb_operator::crd::PDBPolicy;
 use serde_json::json;
 
 const CHART_CRDS: &str = include_str!("../deploy/helm/pdb-operator/crds/crds.yaml");
 const WAIT: Duration = Duration::from_secs(60);
+const GRANTED_BY: &str =
+    "the chart's RBAC (crates/pdb-operator/deploy/helm/pdb-operator/templates)";
 
 fn chart() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/pdb-operator")
@@ -153,19 +160,84 @@ async fn the_image_runs_the_operator_as_the_charts_service_account() {
     .await;
     wait_event(&cluster.client, &n, "web", "PDBCreated").await;
 
+    // A policy selecting a Workload gang: the operator reads Workloads and PodGroups, starts
+    // its pod watch for the gang's pods, writes the gang's PDB and the policy's status.
+    let pp = PostParams::default();
+    let policy: PDBPolicy = serde_json::from_value(json!({
+        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
+        "metadata": {"name": "gangs-standard"},
+        "spec": {"availabilityClass": "standard", "workloadSelector": {"matchLabels": {"tier": "x"}}}
+    }))
+    .unwrap();
+    let policies: Api<PDBPolicy> = Api::namespaced(cluster.client.clone(), &n);
+    policies.create(&pp, &policy).await.unwrap();
+    let workload: Workload = serde_json::from_value(json!({
+        "metadata": {"name": "gang", "labels": {"tier": "x"}},
+        "spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}},
+                                        "disruptionMode": {"all": {}}}]}
+    }))
+    .unwrap();
+    Api::<Workload>::namespaced(cluster.client.clone(), &n)
+        .create(&pp, &workload)
+        .await
+        .unwrap();
+    for g in 0..2 {
+        let group: PodGroup = serde_json::from_value(json!({
+            "metadata": {"name": format!("gang-{g}")},
+            "spec": {"workloadRef": {"workloadName": "gang", "templateName": "workers"},
+                     "schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}}
+        }))
+        .unwrap();
+        Api::<PodGroup>::namespaced(cluster.client.clone(), &n)
+            .create(&pp, &group)
+            .await
+            .unwrap();
+        for i in 0..2 {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("gang-{g}-{i}"), "labels": {"job": "gang"}},
+                "spec": {"schedulingGroup": {"podGroupName": format!("gang-{g}")},
+                         "containers": [{"name": "c", "image": "busybox:1.36"}]}
+            }))
+            .unwrap();
+            Api::<Pod>::namespaced(cluster.client.clone(), &n)
+                .create(&pp, &pod)
+                .await
+                .unwrap();
+        }
+    }
+    // 2 groups x 2 pods, standard class, all mode: ceil(50% x 2) = 1 group -> 2 pods. A
+    // permission the chart lacks fails the wait at once, by verb and resource.
+    wait_for("the gang's PDB and the policy's status", WAIT, || async {
+        let refused = denials(&cluster, &n, &fullname).await;
+        if let Some(report) = refusal_report(&refused, &n, &fullname, GRANTED_BY) {
+            panic!("{report}");
+        }
+        let pdb = pdbs.get_opt("gang-pdb").await.unwrap();
+        let status = policies
+            .get("gangs-standard")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        match pdb {
+            Some(p) if min_available(&p) == Some(json!(2)) && status.workload_count == 1 => {
+                Check::Done(())
+            }
+            other => Check::NotYet(format!(
+                "gang-pdb {:?}, policy status {status:?}",
+                other.map(|p| p.spec)
+            )),
+        }
+    })
+    .await;
+
     let (code, text) = get(metrics, "/metrics").expect("the metrics listener answers");
     assert_eq!(code, 200);
     assert!(
         !text.contains("error_type=\"forbidden\""),
         "a reconcile was forbidden with the chart's RBAC:\n{text}"
     );
-    assert_nothing_refused(
-        &cluster,
-        &n,
-        &fullname,
-        "the chart's RBAC (crates/pdb-operator/deploy/helm/pdb-operator/templates)",
-    )
-    .await;
+    assert_nothing_refused(&cluster, &n, &fullname, GRANTED_BY).await;
 
     // SIGTERM, as the kubelet stops a pod: a clean exit.
     let pid = operator.0.id().to_string();
