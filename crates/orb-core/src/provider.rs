@@ -199,6 +199,9 @@ pub struct StatusReport {
     pub failed: u32,
     pub machines: Vec<MachineObservation>,
     pub message: Option<String>,
+    /// Said to the reader of this one report, never stored: e.g. that it was served from a
+    /// view of the cluster that may be out of date.
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -30,6 +30,7 @@ fn report(decision: StatusDecision, machines: Vec<MachineObservation>) -> Status
         failed: decision.failed,
         machines,
         message: decision.message,
+        note: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn keep_polling(message: String) -> StatusReport {
         failed: 0,
         machines: Vec::new(),
         message: Some(message),
+        note: None,
     }
 }
 
@@ -93,10 +95,40 @@ pub(crate) fn expected_pods<'a>(
 
 impl K8sProvider {
     pub(crate) async fn status_inner(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
-        match input.request_type {
+        let note = self.stale_view_note(&input);
+        let mut report = match input.request_type {
             RequestType::Acquire => self.acquire_status(input).await,
             RequestType::Return => self.return_status(input).await,
+        }?;
+        report.note = note;
+        Ok(report)
+    }
+
+    /// When the pod watch covering the request's namespace is failing but its last view
+    /// still answers reads (up to `stale_cache_timeout_seconds`), the report may be that much
+    /// out of date: the reader is told so. Nothing is decoded while every watch is healthy.
+    fn stale_view_note(&self, input: &StatusInput) -> Option<String> {
+        let cache = self.pod_cache()?;
+        if !cache.any_failing() {
+            return None;
         }
+        let mut records: Vec<&serde_json::Value> = vec![&input.provider_data];
+        let mut seen = std::collections::HashSet::new();
+        for m in &input.machines {
+            if seen.insert(m.request_id.to_string()) {
+                records.push(&m.request_provider_data);
+            }
+        }
+        let (failing_for, namespace) = records
+            .into_iter()
+            .filter_map(RequestRecord::from_value)
+            .filter_map(|r| cache.failing_for(&r.namespace).map(|d| (d, r.namespace)))
+            .max()?;
+        Some(format!(
+            "served from orb serve's watch cache, whose pod watch in namespace {namespace} has \
+             been failing for {} s: this may be out of date until the apiserver answers again",
+            failing_for.as_secs()
+        ))
     }
 
     async fn acquire_status(&self, input: StatusInput) -> Result<StatusReport, K8sError> {

@@ -269,6 +269,27 @@ impl PodCache {
         }
     }
 
+    /// True while any loop is failing (a cheap check before anything is decoded).
+    pub fn any_failing(&self) -> bool {
+        self.read()
+            .loops
+            .values()
+            .any(|h| h.failing_since.is_some())
+    }
+
+    /// How long the loop covering `namespace` has been failing, while its last view still
+    /// answers reads (a status read served from it may be out of date by that much).
+    pub fn failing_for(&self, namespace: &str) -> Option<Duration> {
+        self.failing_for_at(namespace, Instant::now())
+    }
+
+    fn failing_for_at(&self, namespace: &str, now: Instant) -> Option<Duration> {
+        let scope = self.scope_of(namespace)?;
+        let state = self.read();
+        let since = state.loops.get(scope)?.failing_since?;
+        Some(now.saturating_duration_since(since))
+    }
+
     /// True when every loop has listed and none is past `stale_cache_timeout_seconds`: reads
     /// in the managed namespaces are served from memory.
     pub fn serving(&self) -> bool {
@@ -758,6 +779,22 @@ mod tests {
             c.pods_of_at("a", "r", now + Duration::from_secs(11))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_failing_loop_says_for_how_long_and_a_healthy_one_says_nothing() {
+        let c = cache(NamespaceScope::Single("a".into()));
+        c.replace("a", vec![pod("a", "p1", Some("r"))], None);
+        assert_eq!(c.failing_for("a"), None);
+        assert!(!c.any_failing());
+        c.set_failing("a");
+        assert!(c.any_failing());
+        let now = Instant::now();
+        let failing = c.failing_for_at("a", now + Duration::from_secs(4)).unwrap();
+        assert!(failing >= Duration::from_secs(4), "{failing:?}");
+        assert_eq!(c.failing_for("elsewhere"), None, "not watched");
+        c.set_healthy("a", None);
+        assert_eq!(c.failing_for("a"), None);
     }
 
     #[test]

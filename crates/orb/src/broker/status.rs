@@ -151,6 +151,8 @@ impl Broker {
         // Filled from the provider's report; a copy of the stored machines otherwise.
         let mut refreshed: Option<Vec<Machine>> = None;
         let mut note = None;
+        // A fresh report from a view the provider says may be out of date.
+        let mut stale = None;
         match self.provider.get() {
             Err(err) => note = Some(format!("status not refreshed from the provider: {err}")),
             Ok(provider) => {
@@ -177,6 +179,7 @@ impl Broker {
                     Ok(report) => {
                         let now = self.now();
                         refreshed = Some(fold_report(&request, &stored_machines, &report, now));
+                        stale = report.note.clone();
                         if !follow_up {
                             lifecycle::apply(
                                 &mut request,
@@ -219,7 +222,7 @@ impl Broker {
         Ok(Some(RequestView {
             request,
             machines,
-            note,
+            note: note.or(stale),
         }))
     }
 

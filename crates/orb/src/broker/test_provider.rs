@@ -41,6 +41,7 @@ pub fn report(verdict: Verdict, machines: &[(&str, MachineStatus)]) -> StatusRep
             .map(|(id, status)| MachineObservation::new(id, *status))
             .collect(),
         message: None,
+        note: None,
     }
 }
 

@@ -788,6 +788,41 @@ async fn cancel_deletes_and_closes_the_request() {
 }
 
 #[tokio::test]
+async fn a_report_from_an_out_of_date_view_is_applied_and_says_so() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 1).await.unwrap();
+    let id = view.machines[0].machine_id.clone();
+    let mut stale = report(Verdict::Fulfilled, &[(&id, MachineStatus::Running)]);
+    stale.note = Some("served from a watch failing for 12 s".into());
+    f.provider.statuses.lock().unwrap().push_back(Ok(stale));
+    let seen = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.request.status, RequestStatus::Complete);
+    assert_eq!(
+        seen.note.as_deref(),
+        Some("served from a watch failing for 12 s")
+    );
+    // The note is for that one reader: nothing of it is stored.
+    let stored = f
+        .broker
+        .store
+        .get_request(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !stored
+            .status_message
+            .unwrap_or_default()
+            .contains("watch failing"),
+    );
+}
+
+#[tokio::test]
 async fn reclaims_combine_stored_losses_and_provider_notices() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 3).await.unwrap();
@@ -806,6 +841,7 @@ async fn reclaims_combine_stored_losses_and_provider_notices() {
             failed: 0,
             machines: vec![gone],
             message: None,
+            note: None,
         }));
     f.broker.refresh(&view.request.request_id).await.unwrap();
     f.broker
@@ -1065,6 +1101,7 @@ async fn reclaims_report_failed_machines_and_refresh_finished_requests_first() {
                 orb_core::provider::MachineObservation::new(&ids[1], MachineStatus::Running),
             ],
             message: None,
+            note: None,
         }));
     let (reclaims, _) = f.broker.reclaims(&[]).await.unwrap();
     assert_eq!(reclaims.len(), 1, "{reclaims:?}");

@@ -283,7 +283,8 @@ async fn an_apiserver_blackout_mid_acquire_is_ridden_out() {
 }
 
 /// `/readyz` tells the truth while the apiserver does not answer: failing (503, with the
-/// `apiserver` check saying why), and ready again once it answers.
+/// `apiserver` check saying why), and ready again once it answers. Meanwhile a status read
+/// served from the watch cache says that it may be out of date.
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn readyz_fails_while_the_apiserver_does_not_answer() {
     let cluster = kube_fixture::TestCluster::connect().await;
@@ -311,12 +312,51 @@ async fn readyz_fails_while_the_apiserver_does_not_answer() {
         }
     };
     ready(200).await;
+    let addr = server.addr.clone();
+    let (code, view) = tokio::task::spawn_blocking(move || {
+        http(
+            &addr,
+            "POST",
+            "/api/v1/machines/request?wait=true&timeout=60",
+            Some(&serde_json::json!({"template_id": "subject", "count": 2})),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{view}");
+    assert_eq!(view["request"]["status"], "complete", "{view}");
+    let id = view["request"]["request_id"].as_str().unwrap().to_string();
     proxy.set_plan(FaultPlan {
         reset_rate: 1.0,
         ..FaultPlan::default()
     });
+    // The pod watch breaks too, not only new calls.
+    proxy.cut_connections();
     let down = ready(503).await;
     assert_eq!(down["checks"]["apiserver"]["status"], "failing", "{down}");
+    // A status read now is answered from what orb last saw, and says it may be out of date.
+    let stale = wait_for(
+        "a status read that says it may be stale",
+        Duration::from_secs(30),
+        || {
+            let addr = server.addr.clone();
+            let path = format!("/api/v1/requests/{id}/status");
+            async move {
+                let (code, view) =
+                    tokio::task::spawn_blocking(move || http(&addr, "GET", &path, None))
+                        .await
+                        .unwrap();
+                let note = view["note"].as_str().unwrap_or("").to_string();
+                if code == 200 && note.contains("out of date") {
+                    Check::Done(view)
+                } else {
+                    Check::NotYet(format!("{code}: {view}"))
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(stale["request"]["status"], "complete", "{stale}");
     proxy.set_plan(FaultPlan::default());
     let up = ready(200).await;
     assert_eq!(up["checks"]["apiserver"]["status"], "ok", "{up}");
