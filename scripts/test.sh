@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole orb-rs test suite: builds what is missing (the Kubernetes v1.37.2 control plane
-# is cached outside the repo), starts the local control plane and a PostgreSQL server, runs
-# formatting, lint, unit and integration tests and a short fuzz run of each fuzz target, and
-# stops every service again, pass or fail.
+# and the container images are cached outside the repo), starts the local control plane and a
+# PostgreSQL server, runs formatting, lint, unit and integration tests (the images' binaries
+# and the in-cluster runs included) and a short fuzz run of each fuzz target, and stops every
+# service again, pass or fail.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -29,9 +30,13 @@ trap cleanup EXIT INT TERM
 
 echo "--- prerequisites" >&2
 ensure_prereqs
-echo "--- control plane binaries (and helm, for the pdb-operator chart tests)" >&2
+echo "--- control plane binaries (and helm, for the chart tests)" >&2
 tools/control-plane/cp build >/dev/null
 export ORB_HELM="$(tools/control-plane/build-helm.sh | tail -n 1)"
+echo "--- container images of orb and pdb-operator (cached by a hash of their sources)" >&2
+t_images=$(date +%s)
+export ORB_IMAGES_DIR="$(scripts/build-images.sh | tail -n 1)"
+echo "images ready in $(( $(date +%s) - t_images )) s: $ORB_IMAGES_DIR" >&2
 echo "--- starting PostgreSQL" >&2
 export ORB_TEST_POSTGRES_URL="$(pg_start "$pg_dir" 55432)"
 export ORB_REQUIRE_POSTGRES=1

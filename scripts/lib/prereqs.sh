@@ -10,6 +10,10 @@ ensure_prereqs() {
   command -v setsid >/dev/null || missing+=(util-linux)
   command -v ss >/dev/null || missing+=(iproute2)
   pg_bin_dir >/dev/null 2>&1 || missing+=(postgresql)
+  # The container images (scripts/build-images.sh): buildah builds FROM scratch without a
+  # registry; the CA bundle goes into the images.
+  command -v buildah >/dev/null || missing+=(buildah)
+  [[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
   if ((${#missing[@]})); then
     echo "installing missing packages: ${missing[*]}" >&2
     local sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"

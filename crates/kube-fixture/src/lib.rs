@@ -8,8 +8,12 @@
 //! `#[ignore = "needs the local control plane; ..."]`, so plain `cargo test` lists them as
 //! ignored and passes; `./scripts/test.sh` (or `cargo test -- --include-ignored`) runs them.
 
+pub mod audit;
 pub mod fault_proxy;
+pub mod helm;
 mod nodes;
+pub mod pod_sandbox;
+pub mod pod_template;
 
 pub use nodes::{TEST_NODE_KEY, TestNode};
 

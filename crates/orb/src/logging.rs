@@ -61,7 +61,10 @@ pub fn install(plan: &LogPlan) {
             .with_filter(filter(&plan.file_filter))
     });
     let stderr_layer = plan.stderr_filter.as_ref().map(|spec| {
+        // Colours only for a terminal: a container's stderr goes to log collectors, which
+        // would keep the escape codes.
         tracing_subscriber::fmt::layer()
+            .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
             .with_writer(io::stderr)
             .without_time()
             .with_target(false)

@@ -117,6 +117,21 @@ fn admission_policy_guards_namespaced_policies_and_is_bound() {
     assert_eq!(bspec.validation_actions, ["Deny"]);
 }
 
+#[test]
+fn the_deployment_runs_the_image_this_project_builds() {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(include_str!("../deploy/deployment.yaml")).expect("valid YAML");
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("localhost/pdb-operator:{}", env!("CARGO_PKG_VERSION")),
+        "deploy/deployment.yaml must name the image scripts/build-images.sh builds (Cargo version)"
+    );
+}
+
 /// The Warn-only admission policy tells users exactly what the controller's validation warns
 /// about; a sentence changed in one place only would fail here.
 #[test]

@@ -147,6 +147,23 @@ fn chart_crds_are_the_generated_crds() {
 }
 
 #[test]
+fn chart_version_follows_the_cargo_version() {
+    let chart: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(
+        chart["version"],
+        env!("CARGO_PKG_VERSION"),
+        "Chart.yaml version"
+    );
+    assert_eq!(
+        chart["appVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "Chart.yaml appVersion (the default image tag)"
+    );
+}
+
+#[test]
 #[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn helm_lint_passes() {
     let chart = chart_dir();
@@ -210,7 +227,11 @@ fn default_render_runs_the_operator_like_deploy_does() {
     assert_eq!(pod["serviceAccountName"], "pdb-operator");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     let c = &pod["containers"][0];
-    assert_eq!(c["image"], "pdb-operator:dev");
+    assert_eq!(
+        c["image"],
+        format!("localhost/pdb-operator:{}", env!("CARGO_PKG_VERSION")),
+        "the image scripts/build-images.sh builds, tagged with the Cargo version"
+    );
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(

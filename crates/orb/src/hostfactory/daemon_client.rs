@@ -31,13 +31,27 @@ pub fn route(op: Operation) -> String {
     format!("/api/v1/hostfactory/{}", op.name())
 }
 
+/// Where a call goes and how: the target, a Bearer token for a daemon with inbound auth, and
+/// the two timeouts.
+#[derive(Debug, Clone)]
+pub struct Forward<'a> {
+    pub target: &'a DaemonTarget,
+    pub token: Option<&'a str>,
+    pub connect_timeout: Duration,
+    pub reply_timeout: Duration,
+}
+
 pub async fn forward(
-    target: &DaemonTarget,
+    how: &Forward<'_>,
     op: Operation,
     input: Option<&Value>,
-    connect_timeout: Duration,
-    reply_timeout: Duration,
 ) -> Result<ScriptReply, ForwardError> {
+    let Forward {
+        target,
+        token,
+        connect_timeout,
+        reply_timeout,
+    } = *how;
     let body = match input {
         Some(value) => serde_json::to_vec(value)
             .map_err(|e| ForwardError::NotSent(format!("cannot encode the input: {e}")))?,
@@ -57,15 +71,13 @@ pub async fn forward(
                     .await
                     .map_err(|_| connect_timed_out())?
                     .map_err(not_sent)?;
-            exchange(
-                stream,
-                "localhost",
-                op,
-                body,
+            let exchange_with = Exchange {
+                host: "localhost",
+                token,
                 connect_timeout,
                 reply_timeout,
-            )
-            .await
+            };
+            exchange(stream, &exchange_with, op, body).await
         }
         DaemonTarget::Http(authority) => {
             let stream =
@@ -73,22 +85,39 @@ pub async fn forward(
                     .await
                     .map_err(|_| connect_timed_out())?
                     .map_err(not_sent)?;
-            exchange(stream, authority, op, body, connect_timeout, reply_timeout).await
+            let exchange_with = Exchange {
+                host: authority,
+                token,
+                connect_timeout,
+                reply_timeout,
+            };
+            exchange(stream, &exchange_with, op, body).await
         }
     }
 }
 
-async fn exchange<S>(
-    stream: S,
-    host: &str,
-    op: Operation,
-    body: Vec<u8>,
+struct Exchange<'a> {
+    host: &'a str,
+    token: Option<&'a str>,
     connect_timeout: Duration,
     reply_timeout: Duration,
+}
+
+async fn exchange<S>(
+    stream: S,
+    how: &Exchange<'_>,
+    op: Operation,
+    body: Vec<u8>,
 ) -> Result<ScriptReply, ForwardError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Exchange {
+        host,
+        token,
+        connect_timeout,
+        reply_timeout,
+    } = *how;
     let (mut sender, connection) = tokio::time::timeout(
         connect_timeout,
         hyper::client::conn::http1::handshake(TokioIo::new(stream)),
@@ -97,7 +126,11 @@ where
     .map_err(|_| ForwardError::NotSent("the HTTP handshake timed out".into()))?
     .map_err(|e| ForwardError::NotSent(format!("HTTP handshake failed: {e}")))?;
     let driver = tokio::spawn(connection);
-    let request = Request::post(route(op))
+    let mut request = Request::post(route(op));
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request
         .header(header::HOST, host)
         .header(header::CONTENT_TYPE, "application/json")
         .header(

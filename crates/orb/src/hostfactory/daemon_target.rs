@@ -16,7 +16,7 @@ pub const DEFAULT_SOCKET_FILE: &str = "orb.sock";
 pub enum DaemonTarget {
     /// A Unix domain socket (no authentication; the file is only the owner's).
     Unix(PathBuf),
-    /// Plain HTTP to `HOST:PORT` (the daemon must not require Bearer tokens).
+    /// Plain HTTP to `HOST:PORT` (with `daemon.token_file` when the daemon requires tokens).
     Http(String),
 }
 
@@ -41,6 +41,9 @@ pub struct DaemonSection {
     pub socket: Option<PathBuf>,
     /// A daemon reached over plain HTTP instead, `http://HOST:PORT`.
     pub url: Option<String>,
+    /// A file holding the Bearer token sent with every call (an `orb serve` with inbound
+    /// auth, reached over HTTP). Read on every call, so a rotated token is picked up.
+    pub token_file: Option<PathBuf>,
     /// How long a script waits for the daemon to accept the connection (default 500).
     pub connect_timeout_ms: Option<u64>,
     /// How long a script waits for the daemon's reply (default 120).
@@ -60,7 +63,7 @@ impl DaemonSection {
         };
         let section: Self = serde_json::from_value(value.clone()).map_err(|e| {
             format!(
-                "config.json \"daemon\": {e}; the keys are enabled, socket, url, \
+                "config.json \"daemon\": {e}; the keys are enabled, socket, url, token_file, \
                  connect_timeout_ms and reply_timeout_secs"
             )
         })?;
@@ -78,6 +81,15 @@ impl DaemonSection {
             && socket.as_os_str().is_empty()
         {
             return Err("config.json \"daemon.socket\" is empty; give a file path".into());
+        }
+        if let Some(file) = &section.token_file
+            && file.as_os_str().is_empty()
+        {
+            return Err(
+                "config.json \"daemon.token_file\" is empty; give the path of the file that \
+                 holds the token"
+                    .into(),
+            );
         }
         if matches!(section.connect_timeout_ms, Some(0 | 10_001..)) {
             return Err(
@@ -108,6 +120,29 @@ impl DaemonSection {
             self.reply_timeout_secs
                 .unwrap_or(DEFAULT_REPLY_TIMEOUT_SECS),
         )
+    }
+
+    /// The Bearer token of `token_file`, trimmed; `None` when no file is configured.
+    pub fn token(&self) -> Result<Option<String>, String> {
+        let Some(path) = &self.token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read the daemon token file {} (config.json daemon.token_file): {e}; \
+                 write the token there (e.g. `kubectl create token <serviceaccount>`)",
+                path.display()
+            )
+        })?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(format!(
+                "the daemon token file {} (config.json daemon.token_file) is empty; write the \
+                 token there (e.g. `kubectl create token <serviceaccount>`)",
+                path.display()
+            ));
+        }
+        Ok(Some(token.to_string()))
     }
 
     /// The socket `orb serve` binds when no flag says otherwise; `None` when disabled.
@@ -291,9 +326,38 @@ mod tests {
     #[case(json!({"connect_timeout_ms": 0}), "1..=10000")]
     #[case(json!({"reply_timeout_secs": 5000}), "1..=3600")]
     #[case(json!({"enabled": "yes"}), "invalid type")]
+    #[case(json!({"url": "http://h:1", "token_file": ""}), "daemon.token_file\" is empty")]
     fn a_bad_daemon_section_says_what_to_fix(#[case] value: Value, #[case] expected: &str) {
         let err = section(value).unwrap_err();
         assert!(err.contains(expected), "{err}");
+    }
+
+    #[test]
+    fn the_token_is_read_from_its_file_on_each_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        let configured = section(json!({"url": "http://h:1", "token_file": file.clone()})).unwrap();
+        let missing = configured.token().unwrap_err();
+        assert!(
+            missing.starts_with(&format!(
+                "cannot read the daemon token file {}",
+                file.display()
+            )),
+            "{missing}"
+        );
+        std::fs::write(&file, "  \n").unwrap();
+        assert!(configured.token().unwrap_err().contains("is empty"));
+        std::fs::write(&file, "eyJhbGciOi.first\n").unwrap();
+        assert_eq!(
+            configured.token().unwrap().as_deref(),
+            Some("eyJhbGciOi.first")
+        );
+        std::fs::write(&file, "eyJhbGciOi.rotated").unwrap();
+        assert_eq!(
+            configured.token().unwrap().as_deref(),
+            Some("eyJhbGciOi.rotated")
+        );
+        assert_eq!(DaemonSection::default().token(), Ok(None));
     }
 
     #[test]

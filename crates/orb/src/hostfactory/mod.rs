@@ -15,7 +15,7 @@ pub use operations::{
 
 use serde_json::Value;
 
-use self::daemon_client::{ForwardError, forward};
+use self::daemon_client::{Forward, ForwardError, forward};
 use self::daemon_target::{Choice, DEFAULT_SOCKET_FILE, DaemonSection, choose};
 use crate::cli::{Command, MachinesCommand, RequestsCommand, SchedulerKind, TemplatesCommand};
 use crate::commands::{Output, Session, failure_output};
@@ -79,14 +79,17 @@ async fn call(session: &Session, op: Operation, input: Option<&Value>) -> Output
     let Choice::Daemon { target, origin } = choice else {
         return direct(session, op, input).await;
     };
-    let reply = forward(
-        &target,
-        op,
-        input,
-        section.connect_timeout(),
-        section.reply_timeout(),
-    )
-    .await;
+    let token = match section.token() {
+        Ok(token) => token,
+        Err(e) => return failure_output(&Failure::invalid(e), true),
+    };
+    let how = Forward {
+        target: &target,
+        token: token.as_deref(),
+        connect_timeout: section.connect_timeout(),
+        reply_timeout: section.reply_timeout(),
+    };
+    let reply = forward(&how, op, input).await;
     let why = match reply {
         Ok(reply) => return reply.into(),
         Err(ForwardError::NotSent(why)) => why,

@@ -82,10 +82,16 @@ impl Server {
         if let Some(url) = storage_url {
             cmd.env("ORB_STORAGE_URL", url);
         }
-        let mut child = cmd
-            .env("ORB_ROOT_DIR", root)
+        cmd.env("ORB_ROOT_DIR", root)
             .env("HOME", root)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", "127.0.0.1:0"]);
+        Server::spawn(cmd)
+    }
+
+    /// Starts `cmd`, an `orb serve` with all its arguments, and waits until it listens.
+    /// An address on every interface is called on 127.0.0.1.
+    pub fn spawn(mut cmd: Command) -> Server {
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -113,7 +119,8 @@ impl Server {
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| {
                 panic!("orb serve did not start listening: {}", log.lock().unwrap())
-            });
+            })
+            .replace("0.0.0.0:", "127.0.0.1:");
         Server { child, addr, log }
     }
 
@@ -150,10 +157,31 @@ impl Server {
         http(&self.addr, method, path, body)
     }
 
+    /// [`Self::call`] with `Authorization: Bearer <token>`.
+    pub fn call_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        http_with(&self.addr, method, path, body, Some(token))
+    }
+
     /// Polls a request's status (asking the provider) until it is finished; its view.
     pub async fn wait_finished(&self, id: &str, timeout: Duration) -> Value {
+        self.wait_finished_with(None, id, timeout).await
+    }
+
+    /// [`Self::wait_finished`] as the caller of `token`.
+    pub async fn wait_finished_as(&self, token: &str, id: &str, timeout: Duration) -> Value {
+        self.wait_finished_with(Some(token), id, timeout).await
+    }
+
+    async fn wait_finished_with(&self, token: Option<&str>, id: &str, timeout: Duration) -> Value {
         wait_for(&format!("request {id} to finish"), timeout, || async {
-            let (code, view) = self.call("GET", &format!("/api/v1/requests/{id}/status"), None);
+            let path = format!("/api/v1/requests/{id}/status");
+            let (code, view) = http_with(&self.addr, "GET", &path, None, token);
             let status = view["request"]["status"]
                 .as_str()
                 .unwrap_or("?")
@@ -179,14 +207,28 @@ impl Drop for Server {
 
 /// One HTTP/1.1 call with `Connection: close`; the JSON body (or the text as a string).
 pub fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    http_with(addr, method, path, body, None)
+}
+
+/// [`http`], with a Bearer token when given.
+pub fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    token: Option<&str>,
+) -> (u16, Value) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
