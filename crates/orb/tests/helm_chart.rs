@@ -211,12 +211,12 @@ fn default_render_matches_the_snapshot() {
 }
 
 #[rstest]
-#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 // Neither namespace nor namespaces: orb reads the release namespace from its service account.
 #[case::release_namespace(json!({}), &["batch"], false)]
 #[case::one_namespace(json!({"namespace": "team-a"}), &["team-a"], false)]
 #[case::several_namespaces(json!({"namespaces": ["team-a", "team-b"]}), &["team-a", "team-b"], false)]
 #[case::every_namespace(json!({"namespaces": ["*"]}), &[], true)]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn rbac_is_the_documented_role_in_each_managed_namespace_or_one_cluster_role(
     #[case] provider: Value,
     #[case] namespaces: &[&str],
@@ -249,9 +249,9 @@ fn rbac_is_the_documented_role_in_each_managed_namespace_or_one_cluster_role(
 }
 
 #[rstest]
-#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 #[case::namespaced(json!({}), false)]
 #[case::cluster_wide(json!({"namespaces": ["*"]}), true)]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn opt_in_features_add_exactly_their_documented_rules(
     #[case] mut provider: Value,
     #[case] cluster_wide: bool,
@@ -302,13 +302,13 @@ fn opt_in_features_add_exactly_their_documented_rules(
 }
 
 #[rstest]
-#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 #[case::namespace(json!({"namespace": "team-a"}), "team-a")]
 #[case::first_listed(json!({"namespaces": ["team-b", "team-c"]}), "team-b")]
 #[case::namespace_in_list(json!({"namespace": "team-c", "namespaces": ["team-b", "team-c"]}), "team-c")]
 #[case::namespace_outside_list_is_ignored(json!({"namespace": "x", "namespaces": ["team-b"]}), "team-b")]
 #[case::every_namespace(json!({"namespaces": ["*"]}), "batch")]
 #[case::every_namespace_with_default(json!({"namespace": "team-a", "namespaces": ["*"]}), "team-a")]
+#[ignore = "needs helm in ORB_HELM; ./scripts/test.sh runs it (or set ORB_HELM from tools/control-plane/build-helm.sh, then cargo test -- --include-ignored)"]
 fn the_lease_role_is_in_the_providers_default_namespace(
     #[case] provider: Value,
     #[case] lease_namespace: &str,

@@ -235,17 +235,6 @@ pub fn plan_gc(
     plan
 }
 
-/// No provider answer was stored: the bookkeeping is still the empty value the request
-/// was created with.
-pub fn nothing_recorded(request: &Request) -> bool {
-    let empty_data = match &request.provider_data {
-        serde_json::Value::Null => true,
-        serde_json::Value::Object(map) => map.is_empty(),
-        _ => false,
-    };
-    empty_data && request.resource_ids.is_empty()
-}
-
 /// The request ids named by the objects' labels.
 pub fn request_ids(objects: &[ManagedObject]) -> BTreeSet<String> {
     objects
