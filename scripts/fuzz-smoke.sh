@@ -29,6 +29,12 @@ fi
 cd "$ROOT"
 echo "fuzz smoke: building ${#TARGETS[@]} targets (build dir $FUZZ_TARGET_DIR)"
 cargo fuzz build "${FUZZ_FLAGS[@]}"
+# scripts/test.sh builds the targets in the background while the workspace builds, and runs
+# them once the tests are done.
+if [[ ${1:-} == --build-only ]]; then
+    echo "fuzz smoke: built"
+    exit 0
+fi
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

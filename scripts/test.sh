@@ -16,8 +16,13 @@ export ORB_CP_STATE_DIR="$state/test-control-plane"
 export ORB_CP_PORT_OFFSET="${ORB_CP_PORT_OFFSET:-100}"
 pg_dir="${TMPDIR:-/tmp}/orb-rs-postgres-$$"
 
+# Background builds (below) are stopped with the services when the suite ends early.
+background_pids=()
+stop_jobs() { local pid; for pid in "${background_pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done; }
+
 cleanup() {
   local rc=$?
+  stop_jobs
   echo "--- stopping services" >&2
   tools/control-plane/cp down || true
   pg_stop "$pg_dir"; rm -rf "$pg_dir"
@@ -30,23 +35,52 @@ trap cleanup EXIT INT TERM
 
 echo "--- prerequisites" >&2
 ensure_prereqs
-echo "--- control plane binaries (and helm, for the chart tests)" >&2
-tools/control-plane/cp build >/dev/null
-export ORB_HELM="$(tools/control-plane/build-helm.sh | tail -n 1)"
-echo "--- container images of orb and pdb-operator (cached by a hash of their sources)" >&2
-t_images=$(date +%s)
-export ORB_IMAGES_DIR="$(scripts/build-images.sh | tail -n 1)"
-echo "images ready in $(( $(date +%s) - t_images )) s: $ORB_IMAGES_DIR" >&2
-echo "--- starting PostgreSQL" >&2
-export ORB_TEST_POSTGRES_URL="$(pg_start "$pg_dir" 55432)"
-export ORB_REQUIRE_POSTGRES=1
-echo "--- starting the local control plane" >&2
-export KUBECONFIG="$(tools/control-plane/cp up)"
+
+# The expensive builds run side by side: the control plane and helm (Go), the container images
+# (a static release build) and the fuzz targets each in the background, the workspace's lint
+# and test build in the foreground. Each is cached outside the repo, so on a warm machine every
+# background job only checks its cache; on a fresh one this saves the idle time of each build's
+# serial phases (downloads, links) on a 2-core machine.
+build_logs="$state/build-logs"
+rm -rf "$build_logs"; mkdir -p "$build_logs"
+start_job() { # name, command...
+  local name=$1; shift
+  # Its own session, so that stop_jobs ends the whole build (cargo, go and their children).
+  setsid "$@" >"$build_logs/$name.log" 2>&1 &
+  background_pids+=($!)
+  eval "pid_$name=$!"
+}
+finish_job() { # name: waits for it; on failure prints its log and fails the suite
+  local name=$1 pid_var="pid_$1"
+  if ! wait "${!pid_var}"; then
+    echo "$name FAILED; its log ($build_logs/$name.log) ends with:" >&2
+    tail -n 40 "$build_logs/$name.log" >&2
+    return 1
+  fi
+}
+t_builds=$(date +%s)
+start_job cluster_binaries bash -c 'tools/control-plane/cp build && tools/control-plane/build-helm.sh'
+start_job images scripts/build-images.sh
+start_job fuzz_build scripts/fuzz-smoke.sh --build-only
+
 echo "--- formatting and lint" >&2
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "--- building tests" >&2
 cargo test --workspace --locked --no-run 2>&1 | tail -n 3 >&2
+echo "--- control plane binaries and helm (built in the background)" >&2
+finish_job cluster_binaries
+export ORB_HELM="$(tail -n 1 "$build_logs/cluster_binaries.log")"
+echo "--- starting PostgreSQL" >&2
+export ORB_TEST_POSTGRES_URL="$(pg_start "$pg_dir" 55432)"
+export ORB_REQUIRE_POSTGRES=1
+echo "--- starting the local control plane" >&2
+export KUBECONFIG="$(tools/control-plane/cp up)"
+echo "--- container images of orb and pdb-operator (built in the background, cached by a hash of their sources)" >&2
+finish_job images
+export ORB_IMAGES_DIR="$(tail -n 1 "$build_logs/images.log")"
+grep '^build-images:' "$build_logs/images.log" >&2 || true
+echo "builds done in $(( $(date +%s) - t_builds )) s; images in $ORB_IMAGES_DIR" >&2
 echo "time from start to first test: $(( $(date +%s) - t0 )) s" >&2
 echo "--- tests" >&2
 # Cluster tests share one small control plane: keep parallelism low (one namespace per test).
@@ -54,4 +88,5 @@ echo "--- tests" >&2
 # here every service is up, so --include-ignored runs them with the rest.
 cargo test --workspace --locked --no-fail-fast -- --include-ignored --test-threads="${ORB_TEST_THREADS:-4}"
 echo "--- fuzz smoke (each target ${ORB_FUZZ_SECONDS:-30} s, from the committed corpus)" >&2
+finish_job fuzz_build
 scripts/fuzz-smoke.sh
