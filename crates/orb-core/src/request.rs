@@ -65,6 +65,14 @@ impl RequestStatus {
         Self::Timeout,
     ];
 
+    /// Every status that is not terminal: a request in one of these may still change.
+    pub const UNFINISHED: [RequestStatus; 4] = [
+        Self::Pending,
+        Self::InProgress,
+        Self::Acquiring,
+        Self::PartialPending,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
@@ -201,6 +209,15 @@ mod tests {
         for status in RequestStatus::ALL {
             assert_eq!(status.as_str().parse::<RequestStatus>(), Ok(status));
         }
+    }
+
+    #[test]
+    fn unfinished_is_every_status_that_is_not_terminal() {
+        let not_terminal: Vec<RequestStatus> = RequestStatus::ALL
+            .into_iter()
+            .filter(|s| !s.is_terminal())
+            .collect();
+        assert_eq!(RequestStatus::UNFINISHED.to_vec(), not_terminal);
     }
 
     #[rstest]

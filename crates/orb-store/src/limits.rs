@@ -109,15 +109,10 @@ async fn usage_in(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     template_id: &str,
 ) -> Result<TemplateUsage> {
-    let unfinished: Vec<String> = [
-        RequestStatus::Pending,
-        RequestStatus::InProgress,
-        RequestStatus::Acquiring,
-        RequestStatus::PartialPending,
-    ]
-    .iter()
-    .map(|s| format!("'{}'", s.as_str()))
-    .collect();
+    let unfinished: Vec<String> = RequestStatus::UNFINISHED
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
     let of_request = format!(
         "(SELECT COUNT(*) FROM machines m WHERE m.request_id = r.request_id \
           AND m.status NOT IN {GONE})"

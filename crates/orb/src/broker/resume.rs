@@ -78,6 +78,23 @@ pub fn nothing_recorded(request: &Request) -> bool {
 }
 
 impl Broker {
+    /// This provider's acquires that have not ended (one store may serve several providers;
+    /// each looks after its own): the requests the background passes settle and refresh.
+    pub async fn unfinished_acquires(&self) -> Result<Vec<Request>, orb_store::StoreError> {
+        let requests = self
+            .store
+            .list_requests(&orb_store::RequestFilter {
+                request_type: Some(RequestType::Acquire),
+                statuses: orb_core::request::RequestStatus::UNFINISHED.to_vec(),
+                ..Default::default()
+            })
+            .await?;
+        Ok(requests
+            .into_iter()
+            .filter(|r| r.provider_name == self.settings.provider_name)
+            .collect())
+    }
+
     /// Finishes an interrupted acquire: takes its claim (nobody else is creating it), runs the
     /// provider's acquire again under the same request id and stores its answer, or fails the
     /// request with the reason when that is impossible (its template is gone). Returns `None`

@@ -12,14 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use orb_core::request::{RequestStatus, RequestType};
 use orb_k8s::K8sProvider;
 use orb_k8s::daemon::leader::{Leadership, LeaseSettings, elect, lease_identity, lease_name};
 use orb_k8s::daemon::reconcile::{
     DaemonStatus, GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans,
     count_adopted, list_managed, plan_gc, request_ids,
 };
-use orb_store::RequestFilter;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -91,28 +89,12 @@ async fn stored_requests(
 /// answer and that no live process works on any more (their claim is free), or fails them
 /// with the reason. Returns one line per request.
 pub async fn settle_interrupted_acquires(broker: &Broker) -> Vec<String> {
-    let unfinished = match broker
-        .store
-        .list_requests(&RequestFilter {
-            request_type: Some(RequestType::Acquire),
-            statuses: vec![
-                RequestStatus::Pending,
-                RequestStatus::InProgress,
-                RequestStatus::Acquiring,
-            ],
-            ..Default::default()
-        })
-        .await
-    {
+    let unfinished = match broker.unfinished_acquires().await {
         Ok(requests) => requests,
         Err(e) => return vec![format!("unfinished acquires not listed: {e}")],
     };
     let mut lines = Vec::new();
-    // A store may be shared by several providers; each settles only its own requests.
-    for request in unfinished
-        .into_iter()
-        .filter(|r| r.provider_name == broker.settings.provider_name)
-    {
+    for request in unfinished {
         let machines = match broker.machines_of(&request).await {
             Ok(m) => m.len(),
             Err(_) => continue,
@@ -215,20 +197,7 @@ pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> Result<G
 /// cores (bench `daemon_status`).
 pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
     settle_interrupted_acquires(broker).await;
-    let unfinished = match broker
-        .store
-        .list_requests(&RequestFilter {
-            request_type: Some(RequestType::Acquire),
-            statuses: vec![
-                RequestStatus::Pending,
-                RequestStatus::InProgress,
-                RequestStatus::Acquiring,
-                RequestStatus::PartialPending,
-            ],
-            ..Default::default()
-        })
-        .await
-    {
+    let unfinished = match broker.unfinished_acquires().await {
         Ok(requests) => requests,
         Err(e) => {
             warn(&format!("timeout GC: unfinished acquires not listed: {e}"));
@@ -236,11 +205,8 @@ pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
         }
     };
     broker.retain_refreshed(&unfinished.iter().map(|r| &r.request_id).collect());
-    let mut ids: Vec<orb_core::ids::RequestId> = unfinished
-        .into_iter()
-        .filter(|r| r.provider_name == broker.settings.provider_name)
-        .map(|r| r.request_id)
-        .collect();
+    let mut ids: Vec<orb_core::ids::RequestId> =
+        unfinished.into_iter().map(|r| r.request_id).collect();
     // Finished acquires are followed while a machine of theirs may still exist: a pod that
     // fails or disappears later is recorded here even if nobody asks about its request.
     match broker.store.requests_with_live_machines().await {
