@@ -37,24 +37,9 @@ fn chart_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/pdb-operator")
 }
 
-/// The helm binary from `ORB_HELM`; the test fails (never skips) when it is missing.
-fn helm_binary() -> PathBuf {
-    let fix = "build it with tools/control-plane/build-helm.sh and run \
-               `export ORB_HELM=\"$(tools/control-plane/build-helm.sh | tail -n1)\"`";
-    let path = std::env::var_os("ORB_HELM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("ORB_HELM is not set; {fix}"));
-    assert!(
-        path.is_file(),
-        "ORB_HELM={} is not a file; {fix}",
-        path.display()
-    );
-    path
-}
-
 /// Runs helm with `args`; returns (success, stdout, stderr).
 fn helm(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(helm_binary())
+    let out = Command::new(kube_fixture::helm::helm_binary())
         .args(args)
         .output()
         .expect("helm runs");
