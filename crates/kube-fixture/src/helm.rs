@@ -2,11 +2,12 @@
 //! run it, render a chart with values into parsed objects, install and uninstall releases on
 //! the local control plane. A missing helm fails the test with the command that builds it.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// What one helm run printed.
 #[derive(Debug)]
@@ -186,4 +187,28 @@ impl Drop for Release {
             None,
         );
     }
+}
+
+/// An RBAC rule list as a set, each rule with its lists sorted (order carries no meaning), so
+/// a rendered Role compares equal to the documented one.
+pub fn rule_set(rules: &Value) -> BTreeSet<String> {
+    rules
+        .as_array()
+        .unwrap_or_else(|| panic!("no rules in {rules}"))
+        .iter()
+        .map(|rule| {
+            let mut normal = serde_json::Map::new();
+            for (field, list) in rule.as_object().unwrap() {
+                let mut items: Vec<String> = list
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect();
+                items.sort();
+                normal.insert(field.clone(), json!(items));
+            }
+            Value::Object(normal).to_string()
+        })
+        .collect()
 }

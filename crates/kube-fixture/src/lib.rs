@@ -211,6 +211,15 @@ where
     }
 }
 
+/// A loopback TCP port free at the time of the call, for a server a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

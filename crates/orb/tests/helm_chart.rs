@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::Role;
 use kube::Api;
 use kube_fixture::TestCluster;
-use kube_fixture::helm::{Release, find, parse_documents, render, template_text};
+use kube_fixture::helm::{Release, find, parse_documents, render, rule_set, template_text};
 use rstest::rstest;
 use serde_json::{Value, json};
 
@@ -36,29 +36,6 @@ fn refused(values: Value) -> String {
         Ok(text) => panic!("the chart rendered {values}:\n{text}"),
         Err(e) => e,
     }
-}
-
-/// A role's rules as a set, each rule with its lists sorted (order carries no meaning).
-fn rule_set(rules: &Value) -> BTreeSet<String> {
-    rules
-        .as_array()
-        .unwrap_or_else(|| panic!("no rules in {rules}"))
-        .iter()
-        .map(|rule| {
-            let mut normal = serde_json::Map::new();
-            for (field, list) in rule.as_object().unwrap() {
-                let mut items: Vec<String> = list
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_str().unwrap().to_string())
-                    .collect();
-                items.sort();
-                normal.insert(field.clone(), json!(items));
-            }
-            Value::Object(normal).to_string()
-        })
-        .collect()
 }
 
 /// docs/rbac.yaml: its Role's rules, its ClusterRole's rules, and the opt-in rules its

@@ -45,14 +45,6 @@ fn chart() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/orb")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The chart installed into `ns` as release `orb` (every object named after the namespace,
 /// so cluster-scoped ones never clash with another test's).
 fn install(cluster: &TestCluster, ns: &str, mut values: Value) -> Release {
@@ -267,7 +259,7 @@ async fn the_image_runs_every_cluster_scenario_as_the_charts_service_account() {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), &n);
     deployments.create(&post, &orphan).await.unwrap();
 
-    let port = free_port();
+    let port = kube_fixture::free_port();
     let _release = install(
         &cluster,
         &n,
@@ -473,7 +465,7 @@ async fn two_replicas_on_postgres_share_the_store_and_one_holds_the_lease() {
     let mut replicas = Vec::new();
     for name in &pods {
         replicas.push(Some(
-            start_pod(&cluster, &n, name, &images, Some(free_port())).await,
+            start_pod(&cluster, &n, name, &images, Some(kube_fixture::free_port())).await,
         ));
     }
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &n);
@@ -594,7 +586,7 @@ async fn several_namespaces_get_a_role_each_and_orb_works_in_all_of_them() {
     let _release = install(
         &cluster,
         &n,
-        json!({"port": free_port(), "provider": {"config": {"namespaces": [n, o]}},
+        json!({"port": kube_fixture::free_port(), "provider": {"config": {"namespaces": [n, o]}},
                "templates": worker_in(&o)}),
     );
     let orb = start_pod(&cluster, &n, &format!("{n}-0"), &images, None).await;
@@ -613,7 +605,7 @@ async fn every_namespace_runs_on_the_cluster_role() {
     let _release = install(
         &cluster,
         &n,
-        json!({"port": free_port(), "provider": {"config": {"namespaces": ["*"]}},
+        json!({"port": kube_fixture::free_port(), "provider": {"config": {"namespaces": ["*"]}},
                "templates": worker_in(&o)}),
     );
     let orb = start_pod(&cluster, &n, &format!("{n}-0"), &images, None).await;
@@ -630,7 +622,7 @@ async fn a_verb_missing_from_the_role_fails_by_verb_and_resource() {
     let _release = install(
         &cluster,
         &n,
-        json!({"port": free_port(), "templates": templates("unused")}),
+        json!({"port": kube_fixture::free_port(), "templates": templates("unused")}),
     );
     // Take `watch` on pods away from the chart's Role, as a chart without it would render.
     let roles: Api<Role> = Api::namespaced(cluster.client.clone(), &n);

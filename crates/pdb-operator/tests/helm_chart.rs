@@ -26,6 +26,7 @@ use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use kube::discovery::{Scope, pinned_kind};
 use kube::{Api, Client, Config};
 use kube_fixture::TestCluster;
+use kube_fixture::helm::rule_set;
 use pdb_operator::crd::crds_yaml;
 use serde_json::{Value, json};
 
@@ -73,29 +74,6 @@ fn render(release: &str, ns: &str, sets: &[&str]) -> Vec<Value> {
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-}
-
-/// A role's rules as a set, each rule with its lists sorted (order carries no meaning).
-fn rule_set(role: &Value) -> BTreeSet<String> {
-    role["rules"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no rules in {role}"))
-        .iter()
-        .map(|rule| {
-            let mut normal = serde_json::Map::new();
-            for (field, list) in rule.as_object().unwrap() {
-                let mut items: Vec<String> = list
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_str().unwrap().to_string())
-                    .collect();
-                items.sort();
-                normal.insert(field.clone(), json!(items));
-            }
-            Value::Object(normal).to_string()
-        })
-        .collect()
 }
 
 fn kinds_and_names(docs: &[Value], kinds: &[&str]) -> BTreeSet<(String, String)> {
@@ -181,7 +159,11 @@ fn default_render_grants_exactly_the_rules_of_deploy_rbac() {
             assert_eq!(got["roleRef"], want["roleRef"], "{kind} {name} roleRef");
             assert_eq!(got["subjects"], want["subjects"], "{kind} {name} subjects");
         } else {
-            assert_eq!(rule_set(got), rule_set(want), "{kind} {name} rules");
+            assert_eq!(
+                rule_set(&got["rules"]),
+                rule_set(&want["rules"]),
+                "{kind} {name} rules"
+            );
             for (label, value) in want["metadata"]["labels"].as_object().into_iter().flatten() {
                 assert_eq!(
                     &got["metadata"]["labels"][label], value,

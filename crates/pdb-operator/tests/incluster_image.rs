@@ -43,14 +43,6 @@ fn chart() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/pdb-operator")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// GET `path` on 127.0.0.1:`port`: (status, body), or None when nothing listens yet.
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -92,7 +84,7 @@ async fn the_image_runs_the_operator_as_the_charts_service_account() {
     let ns = cluster.namespace("pdbop-ic").await;
     let n = ns.name().to_string();
     let fullname = format!("{n}-op");
-    let (health, metrics) = (free_port(), free_port());
+    let (health, metrics) = (kube_fixture::free_port(), kube_fixture::free_port());
     let _release = Release::install(
         &cluster.kubeconfig,
         &chart(),
