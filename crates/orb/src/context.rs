@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use orb_core::config::{AppConfig, ProviderEntry};
 use orb_core::dirs::{DirFlags, Dirs, resolve_dirs};
 use orb_core::template::Template;
-use orb_core::template::file::{parse_template_file, template_file_candidates};
 use orb_store::Store;
 use serde_json::Value;
 
@@ -86,107 +85,23 @@ pub fn select_provider<'c>(
         .map_err(|e| Failure::invalid(e.to_string()))
 }
 
-/// Templates of one provider, as read from its template file.
-#[derive(Debug, Clone, Default)]
-pub struct Catalog {
-    pub file: Option<PathBuf>,
-    pub templates: Vec<Template>,
-    /// Templates that could not be read, and spelling warnings; shown on stderr.
-    pub warnings: Vec<String>,
-    /// Templates refused at load (a provider override they may not set), with the reason.
-    /// They are never listed, served or acquired.
-    pub refused: Vec<RefusedTemplate>,
-}
-
-/// A template the loader refused, and why (template, key and who may set it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefusedTemplate {
-    pub template_id: String,
-    pub reason: String,
-}
-
-impl Catalog {
-    pub fn get(&self, template_id: &str) -> Option<&Template> {
-        self.templates.iter().find(|t| t.template_id == template_id)
-    }
-
-    /// The warnings and the refusals, for stderr and the log.
-    pub fn notes(&self) -> Vec<String> {
-        let mut notes = self.warnings.clone();
-        notes.extend(self.refused.iter().map(|r| r.reason.clone()));
-        notes
-    }
-
-    /// Why `template_id` was refused at load, if it was.
-    pub fn refusal(&self, template_id: &str) -> Option<&RefusedTemplate> {
-        self.refused.iter().find(|r| r.template_id == template_id)
-    }
-
-    pub fn ids(&self) -> String {
-        if self.templates.is_empty() {
-            return "none".into();
-        }
-        self.templates
-            .iter()
-            .map(|t| t.template_id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
+use orb_broker::catalog::Catalog;
 
 pub fn find_template_file(config_dir: &Path, provider: &ProviderEntry) -> CliResult<PathBuf> {
-    let candidates = template_file_candidates(&provider.name, &provider.provider_type);
-    candidates
-        .iter()
-        .map(|name| config_dir.join(name))
-        .find(|path| path.is_file())
-        .ok_or_else(|| {
-            Failure::invalid(format!(
-                "no template file in {} (looked for {}); run `orb init` or `orb templates generate > {}`",
-                config_dir.display(),
-                candidates.join(", "),
-                config_dir.join("templates.json").display()
-            ))
-        })
+    Ok(orb_broker::catalog::find_template_file(
+        config_dir, provider,
+    )?)
 }
 
+/// The catalog at `path`, with the templates the provider refuses (for Kubernetes: provider
+/// settings only the operator may set) set apart.
 pub fn load_catalog_from(path: &Path, provider: &ProviderEntry) -> CliResult<Catalog> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::invalid(format!("cannot read template file {}: {e}", path.display()))
-    })?;
-    let label = path.display().to_string();
-    let parsed = parse_template_file(&label, &text, Some(&provider.template_defaults))
-        .map_err(|e| Failure::invalid(e.to_string()))?;
-    let mut catalog = Catalog {
-        file: Some(path.to_path_buf()),
-        ..Default::default()
-    };
     let kubernetes = crate::provider_factory::is_kubernetes(provider);
-    for entry in parsed.entries {
-        match entry {
-            Ok(normalized) => {
-                let id = normalized.template.template_id.clone();
-                catalog.warnings.extend(
-                    normalized
-                        .warnings
-                        .into_iter()
-                        .map(|w| format!("template {id:?}: {w}")),
-                );
-                match kubernetes
-                    .then(|| override_refusal(&normalized.template))
-                    .flatten()
-                {
-                    Some(reason) => catalog.refused.push(RefusedTemplate {
-                        template_id: id,
-                        reason,
-                    }),
-                    None => catalog.templates.push(normalized.template),
-                }
-            }
-            Err(e) => catalog.warnings.push(e.to_string()),
-        }
-    }
-    Ok(catalog)
+    Ok(orb_broker::catalog::load_catalog_from(
+        path,
+        provider,
+        |template| kubernetes.then(|| override_refusal(template)).flatten(),
+    )?)
 }
 
 /// Why the Kubernetes provider refuses `template` at load: provider settings in its

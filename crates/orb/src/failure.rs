@@ -1,5 +1,7 @@
 //! How a command fails: one readable line and an exit code that says whose fault it was.
 
+use orb_broker::catalog::CatalogError;
+use orb_broker::{BrokerError, ErrorClass};
 use orb_core::provider::ProviderError;
 use orb_store::StoreError;
 
@@ -57,6 +59,22 @@ impl From<ProviderError> for Failure {
         match err {
             ProviderError::Rejected(message) => Self::invalid(message),
             other => Self::provider(other.to_string()),
+        }
+    }
+}
+
+impl From<CatalogError> for Failure {
+    fn from(err: CatalogError) -> Self {
+        Self::invalid(err.to_string())
+    }
+}
+
+impl From<BrokerError> for Failure {
+    fn from(err: BrokerError) -> Self {
+        match err.class() {
+            ErrorClass::InvalidInput => Self::invalid(err.to_string()),
+            ErrorClass::Provider => Self::provider(err.to_string()),
+            ErrorClass::Internal => Self::generic(err.to_string()),
         }
     }
 }

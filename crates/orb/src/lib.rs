@@ -1,8 +1,8 @@
-//! The `orb` command line: argument syntax ([`cli`]), loading config and templates
-//! ([`context`]), the request orchestration ([`broker`]), the commands and their output.
+//! The doors of `orb` over the broker library (`orb_broker`): the command line (argument
+//! syntax in [`cli`], loading config and templates in [`context`], the commands and their
+//! output), the HostFactory scripts ([`hostfactory`]) and the REST daemon ([`serve`]).
 #![forbid(unsafe_code)]
 
-pub mod broker;
 pub mod cli;
 pub mod commands;
 pub mod context;
@@ -14,4 +14,3 @@ pub mod render;
 pub mod scripts;
 pub mod serve;
 pub mod template_checks;
-pub mod usage;

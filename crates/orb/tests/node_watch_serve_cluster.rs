@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Event, Node};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube_fixture::{Check, TestCluster, client_from, default_kubeconfig_path, wait_for};
-use orb_cli::broker::{Broker, BrokerSettings, ProviderHandle};
+use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_kubernetes_provider};
 use orb_cli::serve::background::DaemonOptions;

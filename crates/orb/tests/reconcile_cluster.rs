@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
-use orb_cli::broker::{Broker, BrokerSettings, ProviderHandle};
+use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_kubernetes_provider};
 use orb_cli::serve::background::{DaemonOptions, orphan_gc_pass, reconcile};

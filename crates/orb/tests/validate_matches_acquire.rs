@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use orb_cli::broker::{Broker, BrokerError, BrokerSettings, ProviderHandle};
-use orb_cli::context::{Catalog, load_catalog_from};
+use orb_broker::catalog::Catalog;
+use orb_broker::{Broker, BrokerError, BrokerSettings, ProviderHandle};
+use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_kubernetes_provider};
 use orb_cli::template_checks::check_template;
 use orb_core::config::ProviderEntry;

@@ -9,13 +9,13 @@ use orb_core::machine::Machine;
 use orb_store::MachineFilter;
 
 use super::{Output, Session};
-use crate::broker::UnknownNames;
-use crate::broker::{Broker, RequestView};
 use crate::cli::MachinesCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
+use orb_broker::UnknownNames;
+use orb_broker::{Broker, RequestView};
 
 pub async fn run(session: &Session, command: MachinesCommand) -> CliResult<Output> {
     match command {

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use orb_core::dirs::Dirs;
 use orb_core::hostfactory::output::ErrorReply;
 
-use crate::broker::{Broker, BrokerSettings, ProviderHandle};
 use crate::cli::{Cli, Command, GlobalArgs, SchedulerKind};
 use crate::context::{self, LoadedConfig};
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory::HfEnv;
 use crate::provider_factory::{ProviderContext, build_provider_for_app};
 use crate::render;
+use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 
 /// What a command produced.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

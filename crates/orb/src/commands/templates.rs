@@ -13,11 +13,12 @@ use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
 use self::bodies::{K8sTarget, Rendering};
 use super::{Output, Session};
 use crate::cli::TemplatesCommand;
-use crate::context::{self, Catalog};
+use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::template_checks::{check_template, unservable_reason};
+use orb_broker::catalog::Catalog;
 
 pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Output> {
     match command {
@@ -67,7 +68,7 @@ async fn list(session: &Session) -> CliResult<Output> {
     }
     let store = context::open_store(&loaded.config, &session.dirs).await?;
     let default_max = loaded.config.template.max_number;
-    let usages = crate::usage::template_usages(&store, &usable).await?;
+    let usages = orb_broker::usage::template_usages(&store, &usable).await?;
     let entries: Vec<_> = usable
         .iter()
         .zip(&usages)

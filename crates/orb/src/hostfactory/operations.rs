@@ -15,11 +15,11 @@ use orb_core::ids::RequestId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::broker::{Broker, RequestView, UnknownNames};
 use crate::commands::{Output, failure_output};
 use crate::failure::{CliResult, Failure};
 use crate::render;
 use crate::template_checks::unservable_reason;
+use orb_broker::{Broker, RequestView, UnknownNames};
 
 /// One of the five HostFactory provider operations, named as HostFactory's scripts are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -229,7 +229,7 @@ pub async fn get_available_templates(env: &HfEnv) -> CliResult<Output> {
         }
     }
     let default_max = broker.settings.default_max_machines;
-    let usages = crate::usage::template_usages(&broker.store, &usable).await?;
+    let usages = orb_broker::usage::template_usages(&broker.store, &usable).await?;
     let entries: Vec<_> = usable
         .iter()
         .zip(&usages)

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::AppState;
-use crate::broker::Broker;
+use orb_broker::Broker;
 
 /// How the background chores run; the defaults suit production.
 #[derive(Debug, Clone)]
@@ -99,7 +99,7 @@ pub async fn settle_interrupted_acquires(broker: &Broker) -> Vec<String> {
             Ok(m) => m.len(),
             Err(_) => continue,
         };
-        if !crate::broker::is_unrecorded_acquire(&request, machines) {
+        if !orb_broker::is_unrecorded_acquire(&request, machines) {
             continue;
         }
         let id = request.request_id.clone();

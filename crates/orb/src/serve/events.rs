@@ -13,7 +13,7 @@ use super::AppState;
 use super::model::RequestDetail;
 use super::problem::Problem;
 use super::requests::{parse_id, unknown};
-use crate::broker::RequestView;
+use orb_broker::RequestView;
 use orb_core::ids::RequestId;
 
 /// Event names on the stream.

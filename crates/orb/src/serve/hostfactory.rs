@@ -16,10 +16,11 @@ use serde_json::Value;
 
 use super::AppState;
 use super::problem::Problem;
-use crate::broker::{Broker, ProviderHandle};
-use crate::context::{self, Catalog};
+use crate::context;
 use crate::failure::CliResult;
 use crate::hostfactory::{HfEnv, Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, run_operation};
+use orb_broker::catalog::Catalog;
+use orb_broker::{Broker, ProviderHandle};
 
 /// Where the template file of the served provider is looked up on each call.
 #[derive(Debug, Clone)]

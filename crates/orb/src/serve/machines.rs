@@ -16,7 +16,7 @@ use super::model::{
     MachineInfo, MachineListQuery, MachineRequestBody, RequestDetail, ReturnBody, WaitQuery,
 };
 use super::problem::Problem;
-use crate::broker::{BrokerError, RequestView, UnknownNames};
+use orb_broker::{BrokerError, RequestView, UnknownNames};
 
 /// The longest `?wait=true` may hold a connection.
 pub const MAX_WAIT_SECS: u64 = 600;

@@ -36,8 +36,8 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::broker::Broker;
 pub use metrics::Metrics;
+use orb_broker::Broker;
 
 /// Knobs of the HTTP layer (the broker has its own settings).
 #[derive(Debug, Clone)]

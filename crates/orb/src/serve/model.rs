@@ -9,7 +9,7 @@ use orb_core::request::Request;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::broker::RequestView;
+use orb_broker::RequestView;
 
 /// `POST /api/v1/machines/request`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]

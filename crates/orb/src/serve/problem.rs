@@ -11,7 +11,7 @@ use orb_store::StoreError;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::broker::BrokerError;
+use orb_broker::BrokerError;
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 

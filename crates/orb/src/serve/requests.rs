@@ -10,7 +10,7 @@ use super::AppState;
 use super::extract::ApiQuery;
 use super::model::{RequestDetail, RequestInfo, RequestListQuery};
 use super::problem::Problem;
-use crate::broker::{BrokerError, RequestView};
+use orb_broker::{BrokerError, RequestView};
 
 pub const DEFAULT_LIST_LIMIT: u32 = 50;
 pub const MAX_LIST_LIMIT: u32 = 1000;

@@ -16,7 +16,7 @@ use crate::template_checks::check_template;
 async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<TemplateInfo>, Problem> {
     let broker = state.broker();
     let default_max = broker.settings.default_max_machines;
-    let usages = crate::usage::template_usages(&broker.store, templates).await?;
+    let usages = orb_broker::usage::template_usages(&broker.store, templates).await?;
     Ok(templates
         .iter()
         .zip(usages)

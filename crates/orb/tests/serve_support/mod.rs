@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::http::{Request as HttpRequest, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use jiff::Timestamp;
-use orb_cli::broker::{Broker, BrokerSettings, ProviderHandle};
+use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_provider};
 use orb_cli::serve::{AppState, ServeOptions, router};

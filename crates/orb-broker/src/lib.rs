@@ -1,14 +1,19 @@
 //! The broker: runs requests through their lifecycle, with the store for memory and a
 //! provider for hands. Decisions come from orb-core (lifecycle, validation, mappings); this
-//! module sequences IO around them and keeps every state change to one store write.
+//! crate sequences IO around them and keeps every state change to one store write. The doors
+//! of `orb` (CLI, HostFactory scripts, REST) are adapters over it: they parse, call one use
+//! case here and render its typed reply.
+#![forbid(unsafe_code)]
 
 mod acquire;
 mod cancel;
+pub mod catalog;
 mod observe;
 mod reclaim;
 mod release;
 mod resume;
 mod status;
+pub mod usage;
 
 #[cfg(test)]
 mod test_provider;
@@ -28,8 +33,7 @@ use orb_core::template::TemplateError;
 use orb_store::{Store, StoreError};
 use serde::Serialize;
 
-use crate::context::Catalog;
-use crate::failure::Failure;
+use crate::catalog::Catalog;
 
 pub use reclaim::Reclaim;
 pub use release::UnknownNames;
@@ -127,15 +131,27 @@ pub enum BrokerError {
     Store(#[from] StoreError),
 }
 
-impl From<BrokerError> for Failure {
-    fn from(err: BrokerError) -> Self {
-        match err {
-            BrokerError::Provider(e) => e.into(),
-            BrokerError::Store(e) => e.into(),
-            BrokerError::Lifecycle(e @ LifecycleError::IllegalTransition { .. }) => {
-                Failure::generic(e.to_string())
+/// Whose fault a [`BrokerError`] is, for the doors' exit codes and HTTP statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The request cannot work as asked; nothing was stored or created.
+    InvalidInput,
+    /// The provider or the cluster failed.
+    Provider,
+    /// The broker could not serve the call (storage, a bug).
+    Internal,
+}
+
+impl BrokerError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            BrokerError::Provider(ProviderError::Rejected(_)) => ErrorClass::InvalidInput,
+            BrokerError::Provider(_) => ErrorClass::Provider,
+            BrokerError::Store(_)
+            | BrokerError::Lifecycle(LifecycleError::IllegalTransition { .. }) => {
+                ErrorClass::Internal
             }
-            other => Failure::invalid(other.to_string()),
+            _ => ErrorClass::InvalidInput,
         }
     }
 }

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::UnknownNames;
 use super::test_provider::{ScriptedProvider, report};
 use super::*;
-use crate::context::Catalog;
+use crate::catalog::{Catalog, RefusedTemplate};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -54,7 +54,7 @@ fn catalog() -> Catalog {
             .map(|t| template_from_value(t, None, "t").unwrap().template)
             .collect(),
         warnings: vec![],
-        refused: vec![crate::context::RefusedTemplate {
+        refused: vec![RefusedTemplate {
             template_id: "sneaky".into(),
             reason: "template \"sneaky\" is refused: audit_high_risk_pod_fields (from template \
                      sneaky): template \"sneaky\" may not override \"audit_high_risk_pod_fields\""
@@ -415,7 +415,7 @@ async fn bad_requests_are_refused_before_anything_is_stored(
         .await
         .unwrap_err();
     assert!(err.to_string().contains(needle), "{err}");
-    assert_eq!(crate::failure::Failure::from(err).code(), 2);
+    assert_eq!(err.class(), ErrorClass::InvalidInput);
     assert_eq!(f.stored_requests().await, 0);
     assert!(f.provider.calls().is_empty());
 }
@@ -428,7 +428,7 @@ async fn a_template_the_provider_refuses_up_front_leaves_no_request_behind() {
     ));
     let err = f.broker.request_machines("worker", 1).await.unwrap_err();
     assert!(err.to_string().contains("privileged"), "{err}");
-    assert_eq!(crate::failure::Failure::from(err).code(), 2);
+    assert_eq!(err.class(), ErrorClass::InvalidInput);
     assert_eq!(f.stored_requests().await, 0);
     assert!(f.provider.calls().is_empty(), "{:?}", f.provider.calls());
 }
@@ -479,7 +479,7 @@ async fn live_machines_count_against_max_number() {
 async fn a_missing_provider_is_reported_before_storing() {
     let f = fixture_without_provider().await;
     let err = f.broker.request_machines("worker", 1).await.unwrap_err();
-    assert_eq!(crate::failure::Failure::from(err).code(), 3);
+    assert_eq!(err.class(), ErrorClass::Provider);
     assert_eq!(f.stored_requests().await, 0);
 }
 
