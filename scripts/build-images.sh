@@ -4,7 +4,7 @@
 # scratch images (deploy/images/Containerfile.prebuilt), built by buildah from Debian.
 #
 # Cached outside the repo in $ORB_CACHE_DIR/images/<key> (default ~/.cache/orb-rs), keyed by
-# everything the binaries are compiled from (the five crates without their tests and benches,
+# everything the binaries are compiled from (the six crates without their tests and benches,
 # Cargo.toml/Cargo.lock, .cargo, deploy/images, this script, rustc's version): with unchanged
 # sources a run only checks the key. The release build keeps its own target directory
 # ($ORB_CACHE_DIR/image-target), so after a source change only orb's own crates recompile.
@@ -42,10 +42,10 @@ source_files() {
     if git rev-parse --git-dir >/dev/null 2>&1; then
       git ls-files --cached --others --exclude-standard -- \
         Cargo.toml Cargo.lock .cargo deploy/images scripts/build-images.sh \
-        crates/orb-core crates/orb-store crates/orb-k8s crates/orb crates/pdb-operator
+        crates/orb-core crates/orb-store crates/orb-k8s crates/orb-broker crates/orb crates/pdb-operator
     else
       find Cargo.toml Cargo.lock .cargo deploy/images scripts/build-images.sh \
-        crates/orb-core crates/orb-store crates/orb-k8s crates/orb crates/pdb-operator -type f
+        crates/orb-core crates/orb-store crates/orb-k8s crates/orb-broker crates/orb crates/pdb-operator -type f
     fi
   } | grep -Ev '^crates/[^/]+/(tests|benches|deploy)/' | LC_ALL=C sort -u
 }
