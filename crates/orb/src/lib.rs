@@ -13,4 +13,5 @@ pub mod provider_factory;
 pub mod render;
 pub mod scripts;
 pub mod serve;
+pub mod session;
 pub mod template_checks;

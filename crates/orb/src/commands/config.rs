@@ -8,12 +8,12 @@ use orb_k8s::config::{
 };
 use serde_json::{Value, json};
 
-use super::{Output, Session};
 use crate::cli::{ConfigCommand, OutputFormat};
 use crate::context::{self, LoadedConfig};
 use crate::failure::{CliResult, Failure};
 use crate::provider_factory::KUBERNETES_TYPES;
 use crate::render::{self, Table};
+use crate::session::{Output, Session};
 
 pub fn run(session: &Session, command: ConfigCommand) -> CliResult<Output> {
     let ConfigCommand::Show { origin, template } = command;

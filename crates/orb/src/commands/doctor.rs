@@ -7,9 +7,9 @@ use orb_k8s::doctor::{CheckResult, run_checks};
 use serde_json::json;
 
 use super::config::effective_provider;
-use super::{Output, Session};
 use crate::failure::{CliResult, Failure};
 use crate::render::{self, Table};
+use crate::session::{Output, Session};
 
 pub async fn run(session: &Session) -> CliResult<Output> {
     let loaded = session.config()?;

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::{Output, Session};
 use crate::cli::HostfactoryCommand;
 use crate::failure::{CliResult, Failure};
 use crate::render;
 use crate::scripts::{SCRIPTS, script_text};
+use crate::session::{Output, Session};
 
 pub fn run(session: &Session, command: HostfactoryCommand) -> CliResult<Output> {
     let HostfactoryCommand::Install {

@@ -6,10 +6,10 @@ use orb_core::template::ProviderApi;
 use serde_json::{Map, Value, json};
 
 use super::templates::example_templates;
-use super::{Output, Session};
 use crate::cli::{InitArgs, SchedulerKind};
 use crate::failure::{CliResult, Failure};
 use crate::render;
+use crate::session::{Output, Session};
 
 fn local_control_plane_kubeconfig() -> PathBuf {
     let state = std::env::var("ORB_CP_STATE_DIR")

@@ -8,12 +8,12 @@ use orb_core::ids::RequestId;
 use orb_core::machine::Machine;
 use orb_store::MachineFilter;
 
-use super::{Output, Session};
 use crate::cli::MachinesCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
+use crate::session::{Output, Session};
 use orb_broker::UnknownNames;
 use orb_broker::{Broker, RequestView};
 

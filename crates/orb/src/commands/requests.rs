@@ -8,12 +8,12 @@ use orb_store::RequestFilter;
 use serde_json::json;
 
 use super::machines::view_table;
-use super::{Output, Session};
 use crate::cli::RequestsCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
+use crate::session::{Output, Session};
 
 pub async fn run(session: &Session, command: RequestsCommand) -> CliResult<Output> {
     match command {

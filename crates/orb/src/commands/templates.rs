@@ -11,12 +11,12 @@ use orb_k8s::dry_run::{Client, DryRunVerdict, server_dry_run};
 use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
 
 use self::bodies::{K8sTarget, Rendering};
-use super::{Output, Session};
 use crate::cli::TemplatesCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
+use crate::session::{Output, Session};
 use crate::template_checks::{check_template, unservable_reason};
 use orb_broker::catalog::Catalog;
 

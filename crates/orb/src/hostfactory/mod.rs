@@ -8,9 +8,9 @@ pub mod daemon_target;
 mod operations;
 
 pub use operations::{
-    HfEnv, Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, get_available_templates,
-    get_request_status, get_return_requests, request_machines, request_return_machines,
-    run_operation, submitted, submitted_output,
+    Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, get_available_templates, get_request_status,
+    get_return_requests, request_machines, request_return_machines, run_operation, submitted,
+    submitted_output,
 };
 
 use serde_json::Value;
@@ -18,9 +18,9 @@ use serde_json::Value;
 use self::daemon_client::{Forward, ForwardError, forward};
 use self::daemon_target::{Choice, DEFAULT_SOCKET_FILE, DaemonSection, choose};
 use crate::cli::{Command, MachinesCommand, RequestsCommand, SchedulerKind, TemplatesCommand};
-use crate::commands::{Output, Session, failure_output};
 use crate::context;
 use crate::failure::{CliResult, Failure};
+use crate::session::{Output, Session, failure_output};
 
 /// The HostFactory operation this command line is, when it is one the daemon can answer:
 /// HostFactory conventions, and the input given as HostFactory JSON (`-f`/`-d`) for the

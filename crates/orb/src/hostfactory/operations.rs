@@ -15,11 +15,11 @@ use orb_core::ids::RequestId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::commands::{Output, failure_output};
 use crate::failure::{CliResult, Failure};
 use crate::render;
+use crate::session::{BrokerEnv, Output, failure_output};
 use crate::template_checks::unservable_reason;
-use orb_broker::{Broker, RequestView, UnknownNames};
+use orb_broker::{RequestView, UnknownNames};
 
 /// One of the five HostFactory provider operations, named as HostFactory's scripts are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -140,21 +140,11 @@ impl From<ScriptReply> for Output {
     }
 }
 
-/// A broker and what loading its template file said.
-pub struct HfEnv {
-    pub broker: Broker,
-    /// Template-file warnings, or the reason the file could not be read (as the direct
-    /// path has always reported it).
-    pub warnings: Vec<String>,
-    /// Why the template file could not be read; `getAvailableTemplates` fails with it.
-    pub catalog_failure: Option<Failure>,
-}
-
 /// Runs `op` on `input` (the HostFactory JSON, `None` when none was given). The input is
 /// checked before `open` builds the broker, so bad input never touches the store.
 pub async fn run_operation<F>(op: Operation, input: Option<&Value>, open: F) -> Output
 where
-    F: AsyncFnOnce() -> CliResult<HfEnv>,
+    F: AsyncFnOnce() -> CliResult<BrokerEnv>,
 {
     match call(op, input, open).await {
         Ok(output) => output,
@@ -172,7 +162,7 @@ fn parsed<T>(
 
 async fn call<F>(op: Operation, input: Option<&Value>, open: F) -> CliResult<Output>
 where
-    F: AsyncFnOnce() -> CliResult<HfEnv>,
+    F: AsyncFnOnce() -> CliResult<BrokerEnv>,
 {
     match op {
         Operation::GetAvailableTemplates => get_available_templates(&open().await?).await,
@@ -203,7 +193,7 @@ where
 }
 
 /// getAvailableTemplates: usable templates with their limits and live machines.
-pub async fn get_available_templates(env: &HfEnv) -> CliResult<Output> {
+pub async fn get_available_templates(env: &BrokerEnv) -> CliResult<Output> {
     if let Some(failure) = &env.catalog_failure {
         return Err(failure.clone());
     }
@@ -243,7 +233,7 @@ pub async fn get_available_templates(env: &HfEnv) -> CliResult<Output> {
 }
 
 /// requestMachines: starts an acquire.
-pub async fn request_machines(env: &HfEnv, template_id: &str, count: u32) -> CliResult<Output> {
+pub async fn request_machines(env: &BrokerEnv, template_id: &str, count: u32) -> CliResult<Output> {
     if env.broker.catalog.templates.is_empty() && !env.warnings.is_empty() {
         return Err(Failure::invalid(env.warnings.join("; ")));
     }
@@ -254,7 +244,7 @@ pub async fn request_machines(env: &HfEnv, template_id: &str, count: u32) -> Cli
 /// requestReturnMachines: starts returning the named machines; unknown names are reported
 /// as failed rather than refused, as HostFactory expects.
 pub async fn request_return_machines(
-    env: &HfEnv,
+    env: &BrokerEnv,
     machines: &[MachineSelector],
 ) -> CliResult<Output> {
     let view = env
@@ -300,7 +290,7 @@ pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String])
 }
 
 /// getRequestStatus: every id gets an answer; an unknown one is finished with an error.
-pub async fn get_request_status(env: &HfEnv, ids: &[String]) -> CliResult<Output> {
+pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Output> {
     let mut entries = Vec::new();
     let mut notes = Vec::new();
     for raw in ids {
@@ -326,7 +316,10 @@ pub async fn get_request_status(env: &HfEnv, ids: &[String]) -> CliResult<Output
 }
 
 /// getReturnRequests: the hosts the cluster is taking back on its own.
-pub async fn get_return_requests(env: &HfEnv, machines: &[MachineSelector]) -> CliResult<Output> {
+pub async fn get_return_requests(
+    env: &BrokerEnv,
+    machines: &[MachineSelector],
+) -> CliResult<Output> {
     let (reclaims, note) = env.broker.reclaims(machines).await?;
     let entries = reclaims
         .iter()

@@ -16,11 +16,11 @@ use super::token_review::TokenReviewVerifier;
 use super::version_gate::refuse_old_apiserver;
 use super::{AppState, ServeOptions, local_router, router};
 use crate::cli::ServeArgs;
-use crate::commands::{Output, Session};
 use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory::daemon_target::DaemonSection;
 use crate::provider_factory::{ProviderContext, build_kubernetes_provider, is_kubernetes};
+use crate::session::{Output, Session};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 

@@ -18,7 +18,8 @@ use super::AppState;
 use super::problem::Problem;
 use crate::context;
 use crate::failure::CliResult;
-use crate::hostfactory::{HfEnv, Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, run_operation};
+use crate::hostfactory::{Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, run_operation};
+use crate::session::BrokerEnv;
 use orb_broker::catalog::Catalog;
 use orb_broker::{Broker, ProviderHandle};
 
@@ -90,7 +91,7 @@ pub async fn hostfactory_call(
 
 /// The daemon's broker with a freshly read template file (or the one it started with when
 /// it has no template source, as in tests).
-fn call_env(state: &AppState) -> CliResult<HfEnv> {
+fn call_env(state: &AppState) -> CliResult<BrokerEnv> {
     let base = state.broker();
     let (catalog, warnings, catalog_failure) = match state.template_source() {
         Some(source) => match context::find_template_file(&source.config_dir, &source.entry)
@@ -120,7 +121,7 @@ fn call_env(state: &AppState) -> CliResult<HfEnv> {
         clock: base.clock.clone(),
         refreshed: base.refreshed.clone(),
     };
-    Ok(HfEnv {
+    Ok(BrokerEnv {
         broker,
         warnings,
         catalog_failure,
