@@ -13,6 +13,7 @@ mod reclaim;
 mod release;
 mod resume;
 mod status;
+pub mod templates;
 pub mod usage;
 
 #[cfg(test)]

@@ -15,9 +15,7 @@ use orb_k8s::provider::PlannedAcquire;
 
 use crate::context::override_refusal;
 
-/// Machines the checks plan for. Count-dependent limits (maxNumber, the per-request cap,
-/// names past 9,999 pods) are the request's, not the template's.
-pub const CHECK_COUNT: u32 = 1;
+use orb_broker::templates::CHECK_COUNT;
 
 /// What the checks of one template found.
 #[derive(Debug, Default)]
@@ -69,27 +67,4 @@ pub fn check_template(provider: Option<&K8sProvider>, template: &Template) -> Te
         }
     }
     verdict
-}
-
-/// Why a template cannot be served (its problems, joined), or `None` when it can. The
-/// listings skip such templates: HostFactory would otherwise keep asking for them. Without a
-/// provider only the template's own problems are known.
-pub fn unservable_reason(
-    provider: Option<&dyn orb_core::provider::Provider>,
-    template: &Template,
-) -> Option<String> {
-    let problems = template.problems();
-    if !problems.is_empty() {
-        return Some(
-            problems
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-        );
-    }
-    provider?
-        .check_acquire(template, CHECK_COUNT)
-        .err()
-        .map(|e| e.to_string())
 }

@@ -42,6 +42,15 @@ pub struct TemplateUsage {
     pub reserved: i64,
 }
 
+impl TemplateUsage {
+    /// How many more machines `max_machines` allows (`availableNumber`): what is not live or
+    /// reserved, never below 0. `None` when the template is unlimited (a negative maximum).
+    pub fn available(&self, max_machines: i64) -> Option<i64> {
+        (max_machines >= 0)
+            .then(|| (max_machines - self.live_machine_names.len() as i64 - self.reserved).max(0))
+    }
+}
+
 /// Attributes HostFactory sizes hosts by: the template's explicit `attributes` win key by
 /// key over values derived from resource requests (else limits); 1 CPU / 1024 MiB / X86_64
 /// only when nothing is known.
@@ -107,12 +116,8 @@ pub fn template_entry(
     let mut out = Map::new();
     out.insert("templateId".into(), json!(template.template_id));
     out.insert("maxNumber".into(), json!(max_machines));
-    if max_machines >= 0 {
-        let live = usage.live_machine_names.len() as i64;
-        out.insert(
-            "availableNumber".into(),
-            json!((max_machines - live - usage.reserved).max(0)),
-        );
+    if let Some(available) = usage.available(max_machines) {
+        out.insert("availableNumber".into(), json!(available));
     }
     out.insert("requestedMachines".into(), json!(usage.live_machine_names));
     out.insert(

@@ -17,7 +17,7 @@ use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
-use crate::template_checks::{check_template, unservable_reason};
+use crate::template_checks::check_template;
 use orb_broker::catalog::Catalog;
 
 pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Output> {
@@ -35,14 +35,6 @@ pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Outp
     }
 }
 
-fn warnings_of(catalog: &Catalog) -> Vec<String> {
-    catalog
-        .notes()
-        .iter()
-        .map(|w| format!("warning: {w}"))
-        .collect()
-}
-
 async fn list(session: &Session) -> CliResult<Output> {
     let loaded = session.config()?;
     // HostFactory sends {} here; it must still be JSON.
@@ -51,51 +43,42 @@ async fn list(session: &Session) -> CliResult<Output> {
         let env = session.hostfactory_env(&loaded).await?;
         return hostfactory::get_available_templates(&env).await;
     }
-    let entry = context::select_provider(&session.global, &loaded)?;
-    let catalog = context::load_catalog(&session.dirs, entry)?;
     // Strict: a Kubernetes provider that cannot be built is an error, not an unchecked list.
-    let provider = session.kubernetes_provider(&loaded)?;
-    let mut stderr = warnings_of(&catalog);
-    let mut usable = Vec::new();
-    for template in &catalog.templates {
-        match unservable_reason(provider.as_deref(), template) {
-            None => usable.push(template),
-            Some(reason) => stderr.push(format!(
-                "warning: template {:?} is not listed (every request would be refused): {reason}",
-                template.template_id
-            )),
-        }
+    let env = session.hostfactory_env(&loaded).await?;
+    if let Some(failure) = env.catalog_failure {
+        return Err(failure);
     }
-    let store = context::open_store(&loaded.config, &session.dirs).await?;
-    let default_max = loaded.config.template.max_number;
-    let usages = orb_broker::usage::template_usages(&store, &usable).await?;
-    let entries: Vec<_> = usable
+    let mut stderr: Vec<String> = env
+        .warnings
         .iter()
-        .zip(&usages)
-        .map(|(t, usage)| template_entry(t, t.max_machines_or(default_max), usage))
+        .map(|w| format!("warning: {w}"))
         .collect();
+    let list = env.broker.servable_templates().await?;
+    stderr.extend(list.unservable.iter().map(|(id, reason)| {
+        format!("warning: template {id:?} is not listed (every request would be refused): {reason}")
+    }));
     let stdout = {
-        let plain: Vec<Value> = usable
+        let plain: Vec<Value> = list
+            .listed
             .iter()
-            .zip(&entries)
-            .map(|(t, e)| {
-                let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
-                v["max_machines"] = e["maxNumber"].clone();
-                v["available_number"] = e.get("availableNumber").cloned().unwrap_or(Value::Null);
-                v["attributes"] = e["attributes"].clone();
+            .map(|l| {
+                let entry = template_entry(l.template, l.max_machines, &l.usage);
+                let mut v = serde_json::to_value(l.template).unwrap_or(Value::Null);
+                v["max_machines"] = json!(l.max_machines);
+                v["available_number"] = json!(l.available);
+                v["attributes"] = entry["attributes"].clone();
                 v
             })
             .collect();
         render::render(&plain, session.global.output, || {
             let mut t = Table::new(vec!["TEMPLATE", "API", "IMAGE", "MAX", "AVAILABLE"]);
-            for (template, entry) in usable.iter().zip(&entries) {
+            for l in &list.listed {
                 t.row(vec![
-                    template.template_id.clone(),
-                    template.api().to_string(),
-                    or_dash(template.container_image.as_deref()),
-                    entry["maxNumber"].to_string(),
-                    entry
-                        .get("availableNumber")
+                    l.template.template_id.clone(),
+                    l.template.api().to_string(),
+                    or_dash(l.template.container_image.as_deref()),
+                    l.max_machines.to_string(),
+                    l.available
                         .map(|v| v.to_string())
                         .unwrap_or_else(|| "unlimited".into()),
                 ]);

@@ -18,7 +18,6 @@ use serde_json::Value;
 use crate::failure::{CliResult, Failure};
 use crate::render;
 use crate::session::{BrokerEnv, Output, failure_output};
-use crate::template_checks::unservable_reason;
 use orb_broker::{RequestView, UnknownNames};
 
 /// One of the five HostFactory provider operations, named as HostFactory's scripts are.
@@ -204,26 +203,18 @@ pub async fn get_available_templates(env: &BrokerEnv) -> CliResult<Output> {
         .map(|w| format!("warning: {w}"))
         .collect();
     // A template every request would refuse is not advertised (HostFactory would keep
-    // asking for it); the reason goes to stderr. Without a provider only the template's own
-    // problems are known.
-    let provider = broker.provider.get().ok();
-    let mut usable = Vec::new();
-    for template in &broker.catalog.templates {
-        match unservable_reason(provider.as_deref(), template) {
-            None => usable.push(template),
-            Some(reason) => stderr.push(format!(
-                "warning: template {:?} is not advertised (every request would be refused): \
-                 {reason}",
-                template.template_id
-            )),
-        }
-    }
-    let default_max = broker.settings.default_max_machines;
-    let usages = orb_broker::usage::template_usages(&broker.store, &usable).await?;
-    let entries: Vec<_> = usable
+    // asking for it); the reason goes to stderr.
+    let list = broker.servable_templates().await?;
+    stderr.extend(list.unservable.iter().map(|(id, reason)| {
+        format!(
+            "warning: template {id:?} is not advertised (every request would be refused): \
+             {reason}"
+        )
+    }));
+    let entries: Vec<_> = list
+        .listed
         .iter()
-        .zip(&usages)
-        .map(|(t, usage)| template_entry(t, t.max_machines_or(default_max), usage))
+        .map(|l| template_entry(l.template, l.max_machines, &l.usage))
         .collect();
     Ok(Output {
         stdout: render::json(&templates_reply(entries))?,

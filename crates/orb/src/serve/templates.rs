@@ -2,7 +2,6 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use orb_core::hostfactory::output::template_entry;
 use orb_core::template::Template;
 use orb_core::template::file::parse_template_file;
 use serde_json::Value;
@@ -14,15 +13,11 @@ use super::problem::Problem;
 use crate::template_checks::check_template;
 
 async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<TemplateInfo>, Problem> {
-    let broker = state.broker();
-    let default_max = broker.settings.default_max_machines;
-    let usages = orb_broker::usage::template_usages(&broker.store, templates).await?;
-    Ok(templates
-        .iter()
-        .zip(usages)
-        .map(|(t, usage)| {
-            let max = t.max_machines_or(default_max);
-            let entry = template_entry(t, max, &usage);
+    let listings = state.broker().templates_with_usage(templates).await?;
+    Ok(listings
+        .into_iter()
+        .map(|l| {
+            let t = l.template;
             let problems = match (state.kubernetes(), t.problems().is_empty()) {
                 (Some(provider), true) => check_template(Some(provider.as_ref()), t).problems,
                 _ => t.problems().iter().map(ToString::to_string).collect(),
@@ -30,8 +25,8 @@ async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<Templ
             TemplateInfo {
                 template_id: t.template_id.clone(),
                 provider_api: t.api().to_string(),
-                max_machines: max,
-                available_number: entry.get("availableNumber").and_then(Value::as_i64),
+                max_machines: l.max_machines,
+                available_number: l.available,
                 problems,
                 template: serde_json::to_value(t).unwrap_or(Value::Null),
             }
