@@ -15,6 +15,7 @@ mod resume;
 mod status;
 pub mod templates;
 pub mod usage;
+pub mod watch;
 
 #[cfg(test)]
 mod test_provider;

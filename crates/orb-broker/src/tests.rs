@@ -1121,3 +1121,102 @@ async fn reclaims_report_failed_machines_and_refresh_finished_requests_first() {
         "the request stays complete"
     );
 }
+
+/// A quick pace, so the watch tests poll every few milliseconds.
+fn quick() -> crate::watch::Pace {
+    crate::watch::Pace {
+        first: std::time::Duration::from_millis(5),
+        max: std::time::Duration::from_millis(20),
+    }
+}
+
+#[tokio::test]
+async fn a_watch_reports_each_change_once_and_ends_after_the_terminal_status() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let id = view.request.request_id.clone();
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    let partial = report(
+        Verdict::Partial { is_final: false },
+        &[(a, MachineStatus::Running), (b, MachineStatus::Pending)],
+    );
+    f.provider.statuses.lock().unwrap().extend([
+        Ok(partial.clone()),
+        // Nothing changed: no report, the watch keeps polling.
+        Ok(partial),
+        Ok(report(
+            Verdict::Fulfilled,
+            &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
+        )),
+    ]);
+    let mut watch = crate::watch::Watch::new(id.clone(), quick(), Some(view));
+    let mut seen = Vec::new();
+    while let Some(next) = watch.next(&f.broker).await {
+        let next = next.unwrap();
+        seen.push((next.request.status, next.request.fulfilled_count));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (RequestStatus::InProgress, 0),
+            (RequestStatus::PartialPending, 1),
+            (RequestStatus::Complete, 2),
+        ]
+    );
+    let polls = f
+        .provider
+        .calls()
+        .iter()
+        .filter(|c| **c == format!("status {id}"))
+        .count();
+    assert_eq!(polls, 3, "{:?}", f.provider.calls());
+    assert!(watch.next(&f.broker).await.is_none(), "ended for good");
+}
+
+#[tokio::test]
+async fn a_watch_of_an_unknown_request_ends_with_gone() {
+    let f = fixture().await;
+    let id = RequestId::new_acquire();
+    let mut watch = crate::watch::Watch::new(id.clone(), quick(), None);
+    match watch.next(&f.broker).await {
+        Some(Err(crate::watch::WatchError::Gone(gone))) => assert_eq!(gone, id),
+        other => panic!("expected Gone, got {other:?}"),
+    }
+    assert!(watch.next(&f.broker).await.is_none());
+}
+
+#[tokio::test]
+async fn a_watch_ends_with_the_provider_error_that_stopped_it() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 1).await.unwrap();
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .push_back(Err(ProviderError::Unavailable("forbidden: pods".into())));
+    let mut watch = crate::watch::Watch::new(view.request.request_id.clone(), quick(), None);
+    let first = watch.next(&f.broker).await.unwrap();
+    // A status read the provider cannot answer is not an error of the read: the stored view
+    // comes back with a note, and the watch reports it as a change.
+    match first {
+        Ok(view) => assert!(view.note.is_some(), "{view:?}"),
+        Err(e) => assert!(e.to_string().contains("forbidden"), "{e}"),
+    }
+}
+
+#[test]
+fn pace_starts_at_a_quarter_of_the_ceiling_and_never_below_100_ms() {
+    use crate::watch::Pace;
+    use std::time::Duration;
+    let p = Pace::up_to(Duration::from_secs(2));
+    assert_eq!(p.first, Duration::from_millis(500));
+    assert_eq!(p.max, Duration::from_secs(2));
+    assert_eq!(
+        Pace::up_to(Duration::from_millis(200)).first,
+        Duration::from_millis(100)
+    );
+    assert_eq!(
+        Pace::up_to(Duration::from_millis(50)).first,
+        Duration::from_millis(50)
+    );
+}

@@ -1,7 +1,7 @@
 //! `orb machines request|return|list`.
 
 use std::io::IsTerminal;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use orb_core::hostfactory::input::{RequestMachinesInput, ReturnMachinesInput};
 use orb_core::ids::RequestId;
@@ -15,7 +15,12 @@ use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
 use orb_broker::UnknownNames;
+use orb_broker::watch::{Pace, Watch, WatchError};
 use orb_broker::{Broker, RequestView};
+
+/// The longest `--wait` goes between two status reads (it starts at a quarter of this and
+/// backs off while nothing changes).
+const WAIT_POLL: Duration = Duration::from_secs(2);
 
 pub async fn run(session: &Session, command: MachinesCommand) -> CliResult<Output> {
     match command {
@@ -127,12 +132,7 @@ fn submitted(
     Ok(hostfactory::submitted_output(stdout, &view, &warnings))
 }
 
-async fn wait_for(
-    broker: &Broker,
-    mut view: RequestView,
-    limit: Duration,
-) -> CliResult<RequestView> {
-    let started = Instant::now();
+async fn wait_for(broker: &Broker, view: RequestView, limit: Duration) -> CliResult<RequestView> {
     let bar = std::io::stdout().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(u64::from(view.request.requested_count));
         bar.set_style(
@@ -143,32 +143,40 @@ async fn wait_for(
         );
         bar
     });
-    while !view.request.status.is_terminal() && started.elapsed() < limit {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        if let Some(fresh) = broker.refresh(&view.request.request_id).await? {
-            view = fresh;
+    let id = view.request.request_id.clone();
+    let mut last = view.clone();
+    let mut watch = Watch::new(id.clone(), Pace::up_to(WAIT_POLL), Some(view));
+    let followed = tokio::time::timeout(limit, async {
+        while let Some(next) = watch.next(broker).await {
+            last = next.map_err(|e| match e {
+                WatchError::Broker(err) => Failure::from(err),
+                gone @ WatchError::Gone(_) => Failure::generic(gone.to_string()),
+            })?;
+            if let Some(bar) = &bar {
+                bar.set_position(u64::from(last.request.fulfilled_count));
+                bar.set_message(format!(
+                    "{} {}",
+                    last.request.request_id, last.request.status
+                ));
+            }
         }
-        if let Some(bar) = &bar {
-            bar.set_position(u64::from(view.request.fulfilled_count));
-            bar.set_message(format!(
-                "{} {}",
-                view.request.request_id, view.request.status
-            ));
-        }
-    }
+        CliResult::Ok(())
+    })
+    .await;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    if !view.request.status.is_terminal() {
+    if let Ok(result) = followed {
+        result?;
+    }
+    if !last.request.status.is_terminal() {
         return Err(Failure::generic(format!(
-            "gave up waiting after {}s; request {} is still {} (poll it with `orb requests status {}`)",
+            "gave up waiting after {}s; request {id} is still {} (poll it with `orb requests status {id}`)",
             limit.as_secs(),
-            view.request.request_id,
-            view.request.status,
-            view.request.request_id
+            last.request.status,
         )));
     }
-    Ok(view)
+    Ok(last)
 }
 
 pub(super) fn machine_row(m: &Machine) -> Vec<String> {

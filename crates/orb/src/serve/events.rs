@@ -1,7 +1,7 @@
-//! `GET /api/v1/requests/{id}/events`: a Server-Sent Events stream of one request. The
-//! request is re-read (through the broker, so the provider is asked as for a status call)
-//! every poll interval; an event is sent whenever what a client sees has changed, and the
-//! stream ends after the event that shows a terminal status.
+//! `GET /api/v1/requests/{id}/events`: a Server-Sent Events stream of one request, over the
+//! broker's [`Watch`] (each poll a status call, backing off to the poll interval while
+//! nothing changes): an event whenever what a client sees has changed, and the stream ends
+//! after the event that shows a terminal status.
 
 use std::convert::Infallible;
 
@@ -14,45 +14,16 @@ use super::model::RequestDetail;
 use super::problem::Problem;
 use super::requests::{parse_id, unknown};
 use orb_broker::RequestView;
-use orb_core::ids::RequestId;
+use orb_broker::watch::{Pace, Watch, WatchError};
 
 /// Event names on the stream.
 pub const STATUS_EVENT: &str = "status";
 pub const ERROR_EVENT: &str = "error";
 
-/// What a subscriber can observe of a request; a change of any part is an event.
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    status: orb_core::request::RequestStatus,
-    fulfilled: u32,
-    failed: u32,
-    message: Option<String>,
-    machines: Vec<(String, orb_core::machine::MachineStatus)>,
-}
-
-impl Seen {
-    fn of(view: &RequestView) -> Self {
-        Self {
-            status: view.request.status,
-            fulfilled: view.request.fulfilled_count,
-            failed: view.request.failed_count,
-            message: view.request.status_message.clone(),
-            machines: view
-                .machines
-                .iter()
-                .map(|m| (m.machine_id.clone(), m.status))
-                .collect(),
-        }
-    }
-}
-
 struct Cursor {
     state: AppState,
-    id: RequestId,
-    last: Option<Seen>,
-    first: Option<RequestView>,
+    watch: Watch,
     sequence: u64,
-    done: bool,
 }
 
 fn status_event(sequence: u64, view: &RequestView) -> Event {
@@ -64,38 +35,15 @@ fn status_event(sequence: u64, view: &RequestView) -> Event {
 }
 
 async fn next_event(mut cursor: Cursor) -> Option<(Result<Event, Infallible>, Cursor)> {
-    if cursor.done {
-        return None;
-    }
-    loop {
-        let view = match cursor.first.take() {
-            Some(view) => view,
-            None => {
-                tokio::time::sleep(cursor.state.options().poll_interval).await;
-                match cursor.state.broker().refresh(&cursor.id).await {
-                    Ok(Some(view)) => view,
-                    Ok(None) => {
-                        cursor.done = true;
-                        let problem = unknown(&cursor.id);
-                        return Some((Ok(error_event(&problem)), cursor));
-                    }
-                    Err(err) => {
-                        cursor.done = true;
-                        let problem = Problem::from(err);
-                        return Some((Ok(error_event(&problem)), cursor));
-                    }
-                }
-            }
-        };
-        let seen = Seen::of(&view);
-        if cursor.last.as_ref() == Some(&seen) {
-            continue;
+    let event = match cursor.watch.next(cursor.state.broker()).await? {
+        Ok(view) => {
+            cursor.sequence += 1;
+            status_event(cursor.sequence, &view)
         }
-        cursor.last = Some(seen);
-        cursor.sequence += 1;
-        cursor.done = view.request.status.is_terminal();
-        return Some((Ok(status_event(cursor.sequence, &view)), cursor));
-    }
+        Err(WatchError::Gone(id)) => error_event(&unknown(&id)),
+        Err(WatchError::Broker(err)) => error_event(&Problem::from(err)),
+    };
+    Some((Ok(event), cursor))
 }
 
 fn error_event(problem: &Problem) -> Event {
@@ -126,13 +74,11 @@ pub async fn request_events(
     let Some(first) = state.broker().refresh(&id).await? else {
         return Err(unknown(&id));
     };
+    let pace = Pace::up_to(state.options().poll_interval);
     let cursor = Cursor {
         state,
-        id,
-        last: None,
-        first: Some(first),
+        watch: Watch::new(id, pace, Some(first)),
         sequence: 0,
-        done: false,
     };
     Ok(Sse::new(futures::stream::unfold(cursor, next_event)).keep_alive(KeepAlive::default()))
 }

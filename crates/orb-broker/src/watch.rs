@@ -1,0 +1,129 @@
+//! Following one request until it finishes: the one polling loop behind the CLI's `--wait`,
+//! the REST event stream (and, later, REST `?wait` and MCP). Each poll is a status call (the
+//! provider is asked), polls start quick and back off to a ceiling while nothing changes, and
+//! only a change of what a client can see is reported.
+
+use std::time::Duration;
+
+use orb_core::ids::RequestId;
+use orb_core::machine::MachineStatus;
+use orb_core::request::RequestStatus;
+
+use crate::{Broker, BrokerError, RequestView};
+
+/// How often a watch polls: `first` after a change (or at the start), doubling while nothing
+/// changes, never more than `max` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    pub first: Duration,
+    pub max: Duration,
+}
+
+impl Pace {
+    /// Polls starting at a quarter of `max` (at least 100 ms) and backing off to `max`.
+    pub fn up_to(max: Duration) -> Self {
+        Self {
+            first: (max / 4).max(Duration::from_millis(100)).min(max),
+            max,
+        }
+    }
+}
+
+/// What a client can observe of a request; a change of any part is worth reporting.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    status: RequestStatus,
+    fulfilled: u32,
+    failed: u32,
+    message: Option<String>,
+    machines: Vec<(String, MachineStatus)>,
+}
+
+impl Seen {
+    fn of(view: &RequestView) -> Self {
+        Self {
+            status: view.request.status,
+            fulfilled: view.request.fulfilled_count,
+            failed: view.request.failed_count,
+            message: view.request.status_message.clone(),
+            machines: view
+                .machines
+                .iter()
+                .map(|m| (m.machine_id.clone(), m.status))
+                .collect(),
+        }
+    }
+}
+
+/// Why a watch ended without a terminal status.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("request {0} not found; check the id (`orb requests list` shows recent ones)")]
+    Gone(RequestId),
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+/// A watch of one request. [`Watch::next`] returns each view that differs from the last one
+/// returned, and `None` after the view that shows a terminal status (or after an error).
+#[derive(Debug)]
+pub struct Watch {
+    id: RequestId,
+    pace: Pace,
+    delay: Duration,
+    first: Option<RequestView>,
+    last: Option<Seen>,
+    done: bool,
+}
+
+impl Watch {
+    /// Watches `id`; `first` is a view already read (returned at once, not read again).
+    pub fn new(id: RequestId, pace: Pace, first: Option<RequestView>) -> Self {
+        Self {
+            id,
+            pace,
+            delay: pace.first,
+            first,
+            last: None,
+            done: false,
+        }
+    }
+
+    pub fn request_id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// The next change, polling `broker` as long as nothing changes.
+    pub async fn next(&mut self, broker: &Broker) -> Option<Result<RequestView, WatchError>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let view = match self.first.take() {
+                Some(view) => view,
+                None => {
+                    tokio::time::sleep(self.delay).await;
+                    self.delay = (self.delay * 2).min(self.pace.max);
+                    match broker.refresh(&self.id).await {
+                        Ok(Some(view)) => view,
+                        Ok(None) => return self.fail(WatchError::Gone(self.id.clone())),
+                        Err(err) => return self.fail(err.into()),
+                    }
+                }
+            };
+            let seen = Seen::of(&view);
+            if self.last.as_ref() == Some(&seen) {
+                continue;
+            }
+            self.last = Some(seen);
+            self.delay = self.pace.first;
+            self.done = view.request.status.is_terminal();
+            return Some(Ok(view));
+        }
+    }
+
+    fn fail(&mut self, err: WatchError) -> Option<Result<RequestView, WatchError>> {
+        self.done = true;
+        Some(Err(err))
+    }
+}
