@@ -1,0 +1,321 @@
+//! `orb serve`'s accept loop and request-head limits over real TCP: the router on a real
+//! SQLite store (no cluster) served by `listener::serve`, as the binary serves it. Raw
+//! HTTP/1.1 on sockets, so what hyper itself answers shows as a client sees it.
+
+mod serve_support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use orb_cli::serve::listener::{self, Limits};
+use serde_json::Value;
+use serve_support::Env;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+/// The limits docs/rest-api.md promises.
+const DOCUMENTED_MAX_URI_BYTES: usize = 8 * 1024;
+const DOCUMENTED_MAX_HEADER_BYTES: usize = 32 * 1024;
+const DOCUMENTED_MAX_HEADER_FIELDS: usize = 100;
+
+/// How long any single read may take before the test calls the server stuck.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A returnable machine of the seeded store (terminated, so the return needs no provider).
+const RETURN_BODY: &str = r#"{"machine_ids": ["orb-111111111111-0001"]}"#;
+
+struct Served {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<usize>,
+}
+
+impl Served {
+    async fn start(env: &Env, limits: Limits) -> Self {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let (stop, stopping) = watch::channel(false);
+        let task = tokio::spawn(listener::serve(tcp, env.app.clone(), limits, stopping));
+        Self { addr, stop, task }
+    }
+
+    async fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.addr)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.addr))
+    }
+
+    /// Stops the server; returns how many connections it still had open after its grace.
+    async fn stop(self) -> usize {
+        self.stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the server stops within its shutdown grace")
+            .unwrap()
+    }
+}
+
+struct Reply {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}\n\n{}",
+            self.head,
+            String::from_utf8_lossy(&self.body)
+        )
+    }
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "not a JSON body ({e}): {}\n{}",
+                self.head,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+async fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut chunk = [0u8; 16 * 1024];
+    let n = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut chunk))
+        .await
+        .map_err(|_| std::io::Error::other(format!("no answer within {READ_TIMEOUT:?}")))??;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
+
+/// Sends `raw` and reads one reply (head, then `Content-Length` bytes of body), leaving the
+/// connection open for the next request.
+async fn exchange(stream: &mut TcpStream, raw: &[u8]) -> std::io::Result<Reply> {
+    stream.write_all(raw).await?;
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at;
+        }
+        if read_some(stream, &mut buf).await? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "closed before a whole reply head; got {:?}",
+                    String::from_utf8_lossy(&buf)
+                ),
+            ));
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    let mut reply = Reply {
+        status,
+        head,
+        body: buf[head_end + 4..].to_vec(),
+    };
+    let length: usize = reply
+        .header("content-length")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or_else(|| panic!("only replies with a Content-Length are expected: {reply:?}"));
+    while reply.body.len() < length {
+        if read_some(stream, &mut reply.body).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(reply)
+}
+
+/// One request on a fresh connection.
+async fn send(served: &Served, raw: &[u8]) -> Reply {
+    let mut stream = served.connect().await;
+    exchange(&mut stream, raw)
+        .await
+        .unwrap_or_else(|e| panic!("no reply to {}: {e}", preview(raw)))
+}
+
+fn preview(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    text.chars().take(120).collect()
+}
+
+fn get(target: &str, extra_headers: &str) -> Vec<u8> {
+    format!("GET {target} HTTP/1.1\r\nHost: orb\r\n{extra_headers}\r\n").into_bytes()
+}
+
+fn post_json(target: &str, extra_headers: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST {target} HTTP/1.1\r\nHost: orb\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n{extra_headers}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// `path?pad=xxx…`, exactly `len` bytes long.
+fn padded_target(path: &str, len: usize) -> String {
+    let target = format!("{path}?pad=");
+    let pad = len.checked_sub(target.len()).expect("len covers the path");
+    format!("{target}{}", "x".repeat(pad))
+}
+
+/// A problem document with this status, type and a detail containing `needle`.
+fn assert_problem_reply(reply: &Reply, status: u16, slug: &str, needle: &str) {
+    assert_eq!(reply.status, status, "{}", reply.head);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json"),
+        "{}",
+        reply.head
+    );
+    let body = reply.json();
+    assert_eq!(body["status"], status, "{body}");
+    assert_eq!(body["type"], format!("urn:orb:problem:{slug}"), "{body}");
+    assert!(
+        body["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{body}"
+    );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(needle),
+        "detail {detail:?} should contain {needle:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_uri_over_8_kib_is_a_414_problem_document_and_changes_nothing() {
+    let env = Env::new().await;
+    env.seed().await;
+    let served = Served::start(&env, Limits::default()).await;
+    let before = env.request_count().await;
+    // Just over the limit, and just under hyper's own fixed URI cap (64 KiB): both reach the
+    // router and get its document.
+    for len in [DOCUMENTED_MAX_URI_BYTES + 1, 60 * 1024] {
+        let target = padded_target("/api/v1/machines/return", len);
+        let reply = send(&served, &post_json(&target, "", RETURN_BODY)).await;
+        assert_problem_reply(
+            &reply,
+            414,
+            "uri-too-long",
+            &format!("the request URI is {len} bytes, more than the 8192 allowed"),
+        );
+        assert_eq!(
+            env.request_count().await,
+            before,
+            "a refused return stores nothing"
+        );
+    }
+    // The same call at the limit is served and stores its return: the refusal was the length.
+    let target = padded_target("/api/v1/machines/return", DOCUMENTED_MAX_URI_BYTES);
+    let reply = send(&served, &post_json(&target, "", RETURN_BODY)).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json()["request"]["status"], "complete");
+    assert_eq!(env.request_count().await, before + 1);
+    // Past hyper's fixed cap hyper answers itself (no body can be had there); the server
+    // keeps serving.
+    let mut stream = served.connect().await;
+    let reply = exchange(&mut stream, &get(&padded_target("/livez", 70 * 1024), ""))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 414, "{reply:?}");
+    assert_eq!(send(&served, &get("/livez", "")).await.status, 200);
+    assert_eq!(served.stop().await, 0);
+}
+
+#[tokio::test]
+async fn header_fields_over_32_kib_or_100_are_a_431_problem_document_and_change_nothing() {
+    let env = Env::new().await;
+    env.seed().await;
+    let served = Served::start(&env, Limits::default()).await;
+    let before = env.request_count().await;
+    let one_big = format!("X-Padding: {}\r\n", "y".repeat(DOCUMENTED_MAX_HEADER_BYTES));
+    let reply = send(
+        &served,
+        &post_json("/api/v1/machines/return", &one_big, RETURN_BODY),
+    )
+    .await;
+    assert_problem_reply(
+        &reply,
+        431,
+        "request-header-fields-too-large",
+        "(the largest is x-padding, 32781 bytes), more than the 32768 allowed",
+    );
+    // Host, Content-Type, Content-Length and 98 more: 101 fields.
+    let many: String = (0..DOCUMENTED_MAX_HEADER_FIELDS - 2)
+        .map(|i| format!("X-Field-{i}: {i}\r\n"))
+        .collect();
+    let reply = send(
+        &served,
+        &post_json("/api/v1/machines/return", &many, RETURN_BODY),
+    )
+    .await;
+    assert_problem_reply(
+        &reply,
+        431,
+        "request-header-fields-too-large",
+        "the request has 101 header fields, more than the 100 allowed",
+    );
+    assert_eq!(
+        env.request_count().await,
+        before,
+        "a refused return stores nothing"
+    );
+    // 100 fields of nearly 32 KiB in all are served, and the return is stored.
+    let at_limit: String = (0..DOCUMENTED_MAX_HEADER_FIELDS - 3)
+        .map(|i| format!("X-Field-{i:02}: {}\r\n", "z".repeat(300)))
+        .collect();
+    let reply = send(
+        &served,
+        &post_json("/api/v1/machines/return", &at_limit, RETURN_BODY),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(env.request_count().await, before + 1);
+    // Past hyper's backstop of 400 fields hyper answers 431 itself, without a body.
+    let too_many: String = (0..500).map(|i| format!("X-F-{i}: {i}\r\n")).collect();
+    let mut stream = served.connect().await;
+    let reply = exchange(&mut stream, &get("/livez", &too_many))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 431, "{reply:?}");
+    assert!(reply.body.is_empty(), "hyper's own reply: {reply:?}");
+    // A 200 KiB head is past hyper's 128 KiB backstop (under hyper's default 400 KiB it would
+    // reach the router): hyper refuses it, and as the server closes with the rest of the head
+    // unread, the client may see a reset instead of the 431.
+    let huge = format!("X-Padding: {}\r\n", "y".repeat(200 * 1024));
+    let mut stream = served.connect().await;
+    match exchange(&mut stream, &get("/livez", &huge)).await {
+        Ok(reply) => {
+            assert_eq!(reply.status, 431, "{reply:?}");
+            assert!(reply.body.is_empty(), "hyper's own reply: {reply:?}");
+        }
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            ),
+            "refused by closing, not {e}"
+        ),
+    }
+    assert_eq!(send(&served, &get("/livez", "")).await.status, 200);
+    assert_eq!(served.stop().await, 0);
+}
