@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 /// The limits docs/rest-api.md promises.
+const DOCUMENTED_MAX_CONNECTIONS: usize = 1024;
 const DOCUMENTED_MAX_URI_BYTES: usize = 8 * 1024;
 const DOCUMENTED_MAX_HEADER_BYTES: usize = 32 * 1024;
 const DOCUMENTED_MAX_HEADER_FIELDS: usize = 100;
@@ -318,4 +319,112 @@ async fn header_fields_over_32_kib_or_100_are_a_431_problem_document_and_change_
     }
     assert_eq!(send(&served, &get("/livez", "")).await.status, 200);
     assert_eq!(served.stop().await, 0);
+}
+
+/// Raises this process's soft limit on open files to `needed` if it is lower: both ends of
+/// every connection of the cap test live in this process.
+fn ensure_open_files(needed: u64) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_none_or(|soft| soft >= needed) {
+        return;
+    }
+    if let Some(hard) = limit.maximum.filter(|hard| *hard < needed) {
+        panic!(
+            "this test holds {needed} sockets open, but the hard limit on open files is {hard}; \
+             raise it (ulimit -Hn {needed} as root, or LimitNOFILE= in a systemd unit)"
+        );
+    }
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(needed),
+            maximum: limit.maximum,
+        },
+    )
+    .unwrap_or_else(|e| panic!("raising the soft limit on open files to {needed}: {e}"));
+}
+
+const LIVEZ: &[u8] = b"GET /livez HTTP/1.1\r\nHost: orb\r\n\r\n";
+
+/// Whether a new connection is closed by the server without an answer, as the accept loop
+/// does over the cap (`Ok(())`), or served (`Err` with what came back).
+async fn closed_at_accept(served: &Served) -> Result<(), String> {
+    let mut stream = served.connect().await;
+    // The server may already have closed: a failed write is the same refusal.
+    let _ = stream.write_all(LIVEZ).await;
+    let mut buf = Vec::new();
+    match read_some(&mut stream, &mut buf).await {
+        Ok(0) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(()),
+        Ok(_) => Err(format!(
+            "it was answered: {:?}",
+            String::from_utf8_lossy(&buf)
+        )),
+        Err(e) => Err(format!("neither answered nor closed: {e}")),
+    }
+}
+
+/// A new connection that is served (a slot is free), trying until `within` has passed: a
+/// slot frees once the server has noticed a client's close.
+async fn served_connection(served: &Served, within: Duration) -> TcpStream {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let mut stream = served.connect().await;
+        match exchange(&mut stream, LIVEZ).await {
+            Ok(reply) if reply.status == 200 => return stream,
+            Ok(reply) => panic!("/livez should be 200: {reply:?}"),
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("no connection was served within {within:?} of freeing slots: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_closes_the_next_connection_at_accept_until_one_ends() {
+    // The default cap; a long header timeout only so that idle connections outlive the test
+    // on a slow machine (the default 15 s would close them, freeing slots by itself).
+    let limits = Limits {
+        header_read_timeout: Duration::from_secs(300),
+        ..Limits::default()
+    };
+    let cap = limits.max_connections;
+    assert_eq!(cap, DOCUMENTED_MAX_CONNECTIONS);
+    ensure_open_files(2 * cap as u64 + 512);
+    let env = Env::new().await;
+    let served = Served::start(&env, limits).await;
+
+    // Each connection is answered once, so it holds a slot, then stays open and idle.
+    let mut held = Vec::with_capacity(cap);
+    for i in 0..cap {
+        let mut stream = served.connect().await;
+        let reply = exchange(&mut stream, LIVEZ)
+            .await
+            .unwrap_or_else(|e| panic!("connection {} of {cap} should be served: {e}", i + 1));
+        assert_eq!(reply.status, 200, "{reply:?}");
+        held.push(stream);
+    }
+    if let Err(e) = closed_at_accept(&served).await {
+        panic!("connection {} should be closed at accept: {e}", cap + 1);
+    }
+    // The connections being served are untouched by the refusal.
+    let reply = exchange(&mut held[0], LIVEZ).await.unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let reply = exchange(&mut held[cap - 1], LIVEZ).await.unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
+
+    // Ten clients leave: ten new connections are served, and the cap is full again.
+    const FREED: usize = 10;
+    held.drain(..FREED);
+    for _ in 0..FREED {
+        held.push(served_connection(&served, Duration::from_secs(10)).await);
+    }
+    if let Err(e) = closed_at_accept(&served).await {
+        panic!("with the freed slots taken again, the next connection should be closed: {e}");
+    }
+
+    drop(held);
+    assert_eq!(served.stop().await, 0, "idle connections end at shutdown");
 }
