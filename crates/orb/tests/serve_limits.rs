@@ -7,9 +7,10 @@ mod serve_support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::http::StatusCode;
 use orb_cli::serve::listener::{self, Limits};
 use serde_json::Value;
-use serve_support::Env;
+use serve_support::{Env, assert_problem};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -177,27 +178,16 @@ fn padded_target(path: &str, len: usize) -> String {
     format!("{target}{}", "x".repeat(pad))
 }
 
-/// A problem document with this status, type and a detail containing `needle`.
+/// A problem document with this status, type and a detail containing `needle`, sent as
+/// `application/problem+json`.
 fn assert_problem_reply(reply: &Reply, status: u16, slug: &str, needle: &str) {
-    assert_eq!(reply.status, status, "{}", reply.head);
     assert_eq!(
         reply.header("content-type"),
         Some("application/problem+json"),
-        "{}",
-        reply.head
+        "{reply:?}"
     );
-    let body = reply.json();
-    assert_eq!(body["status"], status, "{body}");
-    assert_eq!(body["type"], format!("urn:orb:problem:{slug}"), "{body}");
-    assert!(
-        body["title"].as_str().is_some_and(|t| !t.is_empty()),
-        "{body}"
-    );
-    let detail = body["detail"].as_str().unwrap_or_default();
-    assert!(
-        detail.contains(needle),
-        "detail {detail:?} should contain {needle:?}"
-    );
+    let code = StatusCode::from_u16(reply.status).unwrap();
+    assert_problem(&(code, reply.json()), status, slug, needle);
 }
 
 #[tokio::test]
