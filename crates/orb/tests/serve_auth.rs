@@ -186,3 +186,24 @@ async fn a_verified_token_is_cached_briefly() {
     }
     assert_eq!(verifier.calls.load(Ordering::SeqCst), 3);
 }
+
+#[tokio::test]
+async fn an_oversized_request_head_is_refused_before_any_token_is_checked() {
+    let (env, verifier) = env().await;
+    let long_uri = format!("/api/v1/machines?pad={}", "x".repeat(9 * 1024));
+    for token in [None, Some("viewer-token")] {
+        let (code, body, challenge) = call(&env, "GET", &long_uri, token, "").await;
+        assert_problem(
+            &(code, body),
+            414,
+            "uri-too-long",
+            "more than the 8192 allowed",
+        );
+        assert_eq!(challenge, None, "refused for its size, not for a token");
+    }
+    assert_eq!(
+        verifier.calls.load(Ordering::SeqCst),
+        0,
+        "no TokenReview for a refused head"
+    );
+}

@@ -4,6 +4,12 @@
 //! connections are served at once (more are closed at accept, so file descriptors cannot run
 //! out), and on shutdown the connections in flight get [`Limits::shutdown_grace`] to finish
 //! before the server stops anyway. A slow request body is cut by the router's body timeout.
+//!
+//! A request head over the router's limits ([`request_head`](super::request_head): an 8 KiB
+//! URI, 32 KiB or 100 header fields) is refused by the router with a problem document. hyper's
+//! own caps are only a backstop well above those: past [`BACKSTOP_HEAD_BYTES`],
+//! [`BACKSTOP_HEADER_FIELDS`] or hyper's fixed 64 KiB URI cap, hyper answers 431 (or 414) with
+//! an empty body and closes the connection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +19,23 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{Semaphore, watch};
+
+use super::request_head::{MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_URI_BYTES};
+
+/// hyper's cap on a request head (its read buffer, so also the most one connection buffers):
+/// room for hyper's largest URI (64 KiB) plus the router's header limit, so any head short of
+/// that URI cap reaches the router's problem documents; and, over 1,024 connections, at most
+/// 128 MiB of head buffers instead of hyper's default 400 KiB each.
+pub const BACKSTOP_HEAD_BYTES: usize = 128 * 1024;
+/// hyper's cap on the number of header fields (its default is the router's limit, 100).
+pub const BACKSTOP_HEADER_FIELDS: usize = 4 * MAX_HEADER_FIELDS;
+/// hyper's fixed cap on the URI (its `MAX_URI_LEN`), for the comparison below.
+const HYPER_MAX_URI_BYTES: usize = u16::MAX as usize - 1;
+const _: () = assert!(
+    MAX_URI_BYTES * 4 <= HYPER_MAX_URI_BYTES
+        && HYPER_MAX_URI_BYTES + MAX_HEADER_BYTES <= BACKSTOP_HEAD_BYTES,
+    "hyper's caps must stay well above the router's limits, or refusals lose their problem body"
+);
 
 /// The serving limits; the defaults suit production.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +114,9 @@ pub async fn serve<L: Accept>(
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout);
+            .header_read_timeout(limits.header_read_timeout)
+            .max_buf_size(BACKSTOP_HEAD_BYTES)
+            .max_headers(BACKSTOP_HEADER_FIELDS);
         let connection =
             builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
         let connection = graceful.watch(connection);

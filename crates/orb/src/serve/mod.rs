@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod model;
 mod probes;
 pub mod problem;
+pub mod request_head;
 mod requests;
 pub mod socket;
 mod templates;
@@ -256,7 +257,9 @@ fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
         Some(auth) => routes.layer(middleware::from_fn_with_state(auth, auth::require_token)),
         None => routes,
     };
+    // An oversized head is refused before a token is reviewed for it, and counted.
     routes
+        .layer(middleware::from_fn(request_head::refuse_oversized_head))
         .layer(middleware::from_fn_with_state(state.clone(), count_http))
         .layer(middleware::map_response(problem_for_plain_errors))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
