@@ -8,6 +8,7 @@
 mod acquire;
 mod cancel;
 pub mod catalog;
+mod lookup;
 mod observe;
 mod reclaim;
 mod release;
@@ -37,6 +38,7 @@ use serde::Serialize;
 
 use crate::catalog::Catalog;
 
+pub use lookup::Lookup;
 pub use reclaim::Reclaim;
 pub use release::UnknownNames;
 pub use resume::{is_unrecorded_acquire, nothing_recorded};

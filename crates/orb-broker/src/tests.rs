@@ -1186,7 +1186,7 @@ async fn a_watch_of_an_unknown_request_ends_with_gone() {
 }
 
 #[tokio::test]
-async fn a_watch_ends_with_the_provider_error_that_stopped_it() {
+async fn a_watch_reports_a_status_the_provider_could_not_answer_with_its_note() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 1).await.unwrap();
     f.provider
@@ -1197,11 +1197,15 @@ async fn a_watch_ends_with_the_provider_error_that_stopped_it() {
     let mut watch = crate::watch::Watch::new(view.request.request_id.clone(), quick(), None);
     let first = watch.next(&f.broker).await.unwrap();
     // A status read the provider cannot answer is not an error of the read: the stored view
-    // comes back with a note, and the watch reports it as a change.
-    match first {
-        Ok(view) => assert!(view.note.is_some(), "{view:?}"),
-        Err(e) => assert!(e.to_string().contains("forbidden"), "{e}"),
-    }
+    // comes back with a note saying why, and the watch goes on.
+    let view = first.unwrap();
+    assert!(
+        view.note
+            .as_deref()
+            .is_some_and(|n| n.contains("forbidden")),
+        "{view:?}"
+    );
+    assert!(!view.request.status.is_terminal());
 }
 
 #[test]
@@ -1219,4 +1223,43 @@ fn pace_starts_at_a_quarter_of_the_ceiling_and_never_below_100_ms() {
         Pace::up_to(Duration::from_millis(50)).first,
         Duration::from_millis(50)
     );
+}
+
+#[tokio::test]
+async fn statuses_answer_every_id_in_order_and_set_unknown_ones_apart() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 1).await.unwrap();
+    let known = view.request.request_id.to_string();
+    let missing = RequestId::new_acquire().to_string();
+    let ids = vec![missing.clone(), known.clone(), "not-an-id".to_string()];
+    let found = f.broker.statuses(&ids).await.unwrap();
+    assert_eq!(found.len(), 3);
+    assert_eq!(found[0], crate::Lookup::Unknown(missing));
+    match &found[1] {
+        crate::Lookup::Found(v) => assert_eq!(v.request.request_id.to_string(), known),
+        other => panic!("expected the request, got {other:?}"),
+    }
+    assert_eq!(found[2], crate::Lookup::Unknown("not-an-id".into()));
+}
+
+#[tokio::test]
+async fn a_return_by_name_takes_machine_ids_or_host_names_and_refuses_strangers() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
+    let by_id = acquire.machines[0].machine_id.clone();
+    let by_host = acquire.machines[1].name.clone();
+    let err = f
+        .broker
+        .return_named(&[by_id.clone(), "ghost".into()])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("ghost"), "{err}");
+    assert_eq!(
+        f.stored_requests().await,
+        1,
+        "nothing stored for a refused return"
+    );
+    let ret = f.broker.return_named(&[by_id, by_host]).await.unwrap();
+    assert_eq!(ret.request.request_type, RequestType::Return);
+    assert_eq!(ret.machines.len(), 2);
 }

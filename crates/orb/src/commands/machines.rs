@@ -96,18 +96,7 @@ async fn return_machines(
             let id = RequestId::parse(&id).map_err(|e| Failure::invalid(e.to_string()))?;
             broker.return_request_machines(&id).await?
         }
-        (None, None) if !machine_ids.is_empty() => {
-            let selectors: Vec<_> = machine_ids
-                .iter()
-                .map(|id| orb_core::hostfactory::input::MachineSelector {
-                    machine_id: Some(id.clone()),
-                    name: Some(id.clone()),
-                })
-                .collect();
-            broker
-                .return_machines(&selectors, UnknownNames::Refuse)
-                .await?
-        }
+        (None, None) if !machine_ids.is_empty() => broker.return_named(&machine_ids).await?,
         (None, None) => {
             return Err(Failure::invalid(
                 "name the machines to return (`orb machines return <id>...`), or pass --request-id, \

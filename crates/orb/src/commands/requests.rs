@@ -14,6 +14,7 @@ use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
+use orb_broker::Lookup;
 
 pub async fn run(session: &Session, command: RequestsCommand) -> CliResult<Output> {
     match command {
@@ -47,19 +48,15 @@ async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output>
     let mut views = Vec::new();
     let mut unknown = Vec::new();
     let mut notes = Vec::new();
-    for raw in &ids {
-        let view = match RequestId::parse(raw) {
-            Ok(id) => broker.refresh(&id).await?,
-            Err(_) => None,
-        };
-        match view {
-            Some(view) => {
+    for found in broker.statuses(&ids).await? {
+        match found {
+            Lookup::Found(view) => {
                 if let Some(note) = &view.note {
                     notes.push(format!("warning: {}: {note}", view.request.request_id));
                 }
-                views.push(view);
+                views.push(*view);
             }
-            None => unknown.push(raw.clone()),
+            Lookup::Unknown(raw) => unknown.push(raw),
         }
     }
     if !unknown.is_empty() {

@@ -11,14 +11,13 @@ use orb_core::hostfactory::output::{
     ReclaimEntry, StatusReply, SubmitReply, request_status_entry, return_requests_reply,
     template_entry, templates_reply, unknown_request_entry,
 };
-use orb_core::ids::RequestId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::failure::{CliResult, Failure};
 use crate::render;
 use crate::session::{BrokerEnv, Output, failure_output};
-use orb_broker::{RequestView, UnknownNames};
+use orb_broker::{Lookup, RequestView, UnknownNames};
 
 /// One of the five HostFactory provider operations, named as HostFactory's scripts are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -284,19 +283,15 @@ pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String])
 pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Output> {
     let mut entries = Vec::new();
     let mut notes = Vec::new();
-    for raw in ids {
-        let view = match RequestId::parse(raw) {
-            Ok(id) => env.broker.refresh(&id).await?,
-            Err(_) => None,
-        };
-        match view {
-            Some(view) => {
+    for found in env.broker.statuses(ids).await? {
+        match found {
+            Lookup::Found(view) => {
                 if let Some(note) = &view.note {
                     notes.push(format!("warning: {}: {note}", view.request.request_id));
                 }
                 entries.push(request_status_entry(&view.request, &view.machines));
             }
-            None => entries.push(unknown_request_entry(raw)),
+            Lookup::Unknown(raw) => entries.push(unknown_request_entry(&raw)),
         }
     }
     Ok(Output {

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use orb_core::hostfactory::input::MachineSelector;
 use orb_core::ids::RequestId;
 use orb_store::MachineFilter;
 
@@ -16,7 +15,7 @@ use super::model::{
     MachineInfo, MachineListQuery, MachineRequestBody, RequestDetail, ReturnBody, WaitQuery,
 };
 use super::problem::Problem;
-use orb_broker::{BrokerError, RequestView, UnknownNames};
+use orb_broker::{BrokerError, RequestView};
 
 /// The longest `?wait=true` may hold a connection.
 pub const MAX_WAIT_SECS: u64 = 600;
@@ -149,18 +148,7 @@ pub async fn return_machines(
     let broker = state.broker();
     let started = Instant::now();
     let result = match (body.machine_ids, body.request_id) {
-        (Some(ids), None) if !ids.is_empty() => {
-            let selectors: Vec<MachineSelector> = ids
-                .iter()
-                .map(|id| MachineSelector {
-                    machine_id: Some(id.clone()),
-                    name: Some(id.clone()),
-                })
-                .collect();
-            broker
-                .return_machines(&selectors, UnknownNames::Refuse)
-                .await
-        }
+        (Some(ids), None) if !ids.is_empty() => broker.return_named(&ids).await,
         (None, Some(raw)) => {
             let id = RequestId::parse(&raw).map_err(|e| Problem::malformed_request_id(&raw, e))?;
             broker.return_request_machines(&id).await
