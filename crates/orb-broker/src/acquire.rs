@@ -22,15 +22,15 @@ impl Broker {
         template_id: &str,
         count: u32,
     ) -> Result<RequestView, BrokerError> {
-        if let Some(refused) = self.catalog.refusal(template_id) {
+        let catalog = self.catalog.current();
+        if let Some(refused) = catalog.refusal(template_id) {
             return Err(BrokerError::RefusedTemplate(refused.reason.clone()));
         }
-        let template = self
-            .catalog
+        let template = catalog
             .get(template_id)
             .ok_or_else(|| BrokerError::UnknownTemplate {
                 template_id: template_id.to_string(),
-                available: self.catalog.ids(),
+                available: catalog.ids(),
             })?
             .clone();
         let problems = template.problems();

@@ -19,6 +19,38 @@ pub struct Catalog {
     pub refused: Vec<RefusedTemplate>,
 }
 
+/// The catalog a long-running process serves from, replaced as a whole when its file changes
+/// (readers keep the snapshot they took).
+#[derive(Debug, Default)]
+pub struct CatalogCell {
+    current: std::sync::RwLock<std::sync::Arc<Catalog>>,
+}
+
+impl CatalogCell {
+    pub fn new(catalog: Catalog) -> Self {
+        Self {
+            current: std::sync::RwLock::new(std::sync::Arc::new(catalog)),
+        }
+    }
+
+    /// The catalog as it is now.
+    pub fn current(&self) -> std::sync::Arc<Catalog> {
+        match self.current.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Serves `catalog` from now on.
+    pub fn replace(&self, catalog: Catalog) {
+        let fresh = std::sync::Arc::new(catalog);
+        match self.current.write() {
+            Ok(mut guard) => *guard = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+    }
+}
+
 /// A template the loader refused, and why (template, key and who may set it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedTemplate {

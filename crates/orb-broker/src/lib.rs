@@ -36,7 +36,7 @@ use orb_core::template::TemplateError;
 use orb_store::{Store, StoreError};
 use serde::Serialize;
 
-use crate::catalog::Catalog;
+use crate::catalog::CatalogCell;
 
 pub use lookup::Lookup;
 pub use reclaim::Reclaim;
@@ -84,7 +84,8 @@ pub struct Broker {
     pub store: Store,
     pub provider: ProviderHandle,
     pub settings: BrokerSettings,
-    pub catalog: Catalog,
+    /// The templates; a long-running process replaces them when the file changes.
+    pub catalog: CatalogCell,
     pub clock: Clock,
     /// When each unfinished request was last refreshed from the provider (shared by the
     /// brokers of one process, so the daemon's refresh pass skips what clients just read).

@@ -252,10 +252,11 @@ impl Broker {
                 )
             })
             .collect();
+        let catalog = self.catalog.current();
         let templates = to_release
             .iter()
             .filter_map(|m| {
-                self.catalog
+                catalog
                     .get(&m.template_id)
                     .map(|t| (m.template_id.clone(), t.clone()))
             })

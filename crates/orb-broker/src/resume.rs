@@ -117,8 +117,7 @@ impl Broker {
         let template = request
             .template_id
             .as_deref()
-            .and_then(|id| self.catalog.get(id))
-            .cloned();
+            .and_then(|id| self.catalog.current().get(id).cloned());
         let mut machines = match template {
             None => {
                 let reason = format!(

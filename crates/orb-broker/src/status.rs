@@ -159,8 +159,7 @@ impl Broker {
                 let template = request
                     .template_id
                     .as_deref()
-                    .and_then(|id| self.catalog.get(id))
-                    .cloned();
+                    .and_then(|id| self.catalog.current().get(id).cloned());
                 let input = StatusInput {
                     request_id: request.request_id.clone(),
                     request_type: request.request_type,

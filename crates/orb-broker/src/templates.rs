@@ -14,8 +14,8 @@ pub const CHECK_COUNT: u32 = 1;
 
 /// One template and what it holds against its maximum.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TemplateListing<'c> {
-    pub template: &'c Template,
+pub struct TemplateListing {
+    pub template: Template,
     /// `maxNumber`: the template's own, else the config's default; negative = unlimited.
     pub max_machines: i64,
     pub usage: TemplateUsage,
@@ -25,8 +25,8 @@ pub struct TemplateListing<'c> {
 
 /// The templates a listing shows, and the ones every request would refuse (not shown).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TemplateList<'c> {
-    pub listed: Vec<TemplateListing<'c>>,
+pub struct TemplateList {
+    pub listed: Vec<TemplateListing>,
     /// Template id and why every request for it would be refused.
     pub unservable: Vec<(String, String)>,
 }
@@ -35,11 +35,12 @@ impl Broker {
     /// The templates an acquire can be served from, with their usage, in file order; the
     /// others set apart with the reason. Without a provider only the templates' own problems
     /// are known.
-    pub async fn servable_templates(&self) -> Result<TemplateList<'_>, BrokerError> {
+    pub async fn servable_templates(&self) -> Result<TemplateList, BrokerError> {
         let provider = self.provider.get().ok();
         let mut usable = Vec::new();
         let mut unservable = Vec::new();
-        for template in &self.catalog.templates {
+        let catalog = self.catalog.current();
+        for template in &catalog.templates {
             match unservable_reason(provider.as_deref(), template) {
                 None => usable.push(template),
                 Some(reason) => unservable.push((template.template_id.clone(), reason)),
@@ -52,10 +53,10 @@ impl Broker {
     }
 
     /// `templates` with their usage, in the order given.
-    pub async fn templates_with_usage<'c>(
+    pub async fn templates_with_usage(
         &self,
-        templates: &[&'c Template],
-    ) -> Result<Vec<TemplateListing<'c>>, BrokerError> {
+        templates: &[&Template],
+    ) -> Result<Vec<TemplateListing>, BrokerError> {
         let usages = crate::usage::template_usages(&self.store, templates).await?;
         Ok(templates
             .iter()
@@ -63,7 +64,7 @@ impl Broker {
             .map(|(template, usage)| {
                 let max_machines = template.max_machines_or(self.settings.default_max_machines);
                 TemplateListing {
-                    template,
+                    template: (*template).clone(),
                     max_machines,
                     available: usage.available(max_machines),
                     usage,

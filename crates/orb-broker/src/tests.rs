@@ -82,7 +82,7 @@ async fn fixture_with(provider: ProviderHandle, scripted: Arc<ScriptedProvider>)
                 max_machines_per_request: 10,
                 default_max_machines: 10,
             },
-            catalog: catalog(),
+            catalog: crate::catalog::CatalogCell::new(catalog()),
             clock: Arc::new(move || {
                 Timestamp::from_second(clock_now.load(Ordering::SeqCst)).unwrap()
             }),
@@ -736,7 +736,7 @@ async fn without_a_provider_the_deadline_still_settles_requests() {
         store: f.broker.store.clone(),
         provider: offline.broker.provider,
         settings: f.broker.settings.clone(),
-        catalog: catalog(),
+        catalog: crate::catalog::CatalogCell::new(catalog()),
         clock: f.broker.clock.clone(),
         refreshed: Default::default(),
     };

@@ -127,3 +127,31 @@ impl Watch {
         Some(Err(err))
     }
 }
+
+impl Broker {
+    /// Follows `view`'s request until its status is terminal or `limit` has passed, calling
+    /// `on_change` with each new view; returns the last view seen (not terminal when the
+    /// limit passed first).
+    pub async fn wait_for(
+        &self,
+        view: RequestView,
+        pace: Pace,
+        limit: Duration,
+        mut on_change: impl FnMut(&RequestView),
+    ) -> Result<RequestView, WatchError> {
+        let mut last = view.clone();
+        let mut watch = Watch::new(view.request.request_id.clone(), pace, Some(view));
+        let followed = tokio::time::timeout(limit, async {
+            while let Some(next) = watch.next(self).await {
+                last = next?;
+                on_change(&last);
+            }
+            Ok::<(), WatchError>(())
+        })
+        .await;
+        if let Ok(result) = followed {
+            result?;
+        }
+        Ok(last)
+    }
+}

@@ -102,21 +102,28 @@ impl Session {
         loaded: &LoadedConfig,
         provider: Option<Arc<dyn orb_core::provider::Provider>>,
     ) -> CliResult<(Broker, Vec<String>)> {
-        let env = self.broker_env(loaded, provider).await?;
-        Ok((env.broker, env.warnings))
+        let (broker, warnings, _) = self.assemble(loaded, provider).await?;
+        Ok((broker, warnings))
     }
 
     /// The broker for a HostFactory operation, keeping why the template file could not be
     /// read (getAvailableTemplates fails with it; the other operations only warn).
     pub async fn hostfactory_env(&self, loaded: &LoadedConfig) -> CliResult<BrokerEnv> {
-        self.broker_env(loaded, None).await
+        let (broker, warnings, catalog_failure) = self.assemble(loaded, None).await?;
+        Ok(BrokerEnv {
+            broker: Arc::new(broker),
+            warnings,
+            catalog_failure,
+        })
     }
 
-    async fn broker_env(
+    /// The broker on the configured store, provider and template file, with what loading
+    /// the file said (its warnings, and why it could not be read).
+    async fn assemble(
         &self,
         loaded: &LoadedConfig,
         provider: Option<Arc<dyn orb_core::provider::Provider>>,
-    ) -> CliResult<BrokerEnv> {
+    ) -> CliResult<(Broker, Vec<String>, Option<Failure>)> {
         let entry = context::select_provider(&self.global, loaded)?.clone();
         // Status, returns and cancels work on stored requests even when the template file is
         // missing or broken; an acquire then finds no template and says which exist.
@@ -156,21 +163,17 @@ impl Session {
                 }),
             },
             settings,
-            catalog,
+            catalog: orb_broker::catalog::CatalogCell::new(catalog),
             clock: Arc::new(jiff::Timestamp::now),
             refreshed: Default::default(),
         };
-        Ok(BrokerEnv {
-            broker,
-            warnings,
-            catalog_failure,
-        })
+        Ok((broker, warnings, catalog_failure))
     }
 }
 
-/// A broker and what loading its template file said.
+/// A broker and what loading its template file said (`orb serve` shares its own broker).
 pub struct BrokerEnv {
-    pub broker: Broker,
+    pub broker: Arc<Broker>,
     /// Template-file warnings, or the reason the file could not be read (as the direct
     /// path has always reported it).
     pub warnings: Vec<String>,

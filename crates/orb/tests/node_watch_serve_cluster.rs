@@ -133,7 +133,7 @@ async fn serve_watchers_put_node_facts_on_stored_machines_and_disruptions_in_rec
             max_machines_per_request: 5,
             default_max_machines: 5,
         },
-        catalog: catalog.clone(),
+        catalog: orb_broker::catalog::CatalogCell::new(catalog.clone()),
         clock: Arc::new(Timestamp::now),
         refreshed: Default::default(),
     };

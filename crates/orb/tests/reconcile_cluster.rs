@@ -97,7 +97,7 @@ async fn setup(
             max_machines_per_request: 50,
             default_max_machines: 50,
         },
-        catalog,
+        catalog: orb_broker::catalog::CatalogCell::new(catalog),
         clock: Arc::new(Timestamp::now),
         refreshed: Default::default(),
     };
@@ -418,7 +418,7 @@ async fn daemon(s: &Setup) -> Daemon {
             store: s.broker.store.clone(),
             provider: ProviderHandle::ready(s.provider.clone()),
             settings: s.broker.settings.clone(),
-            catalog: s.broker.catalog.clone(),
+            catalog: orb_broker::catalog::CatalogCell::new((*s.broker.catalog.current()).clone()),
             clock: Arc::new(Timestamp::now),
             refreshed: Default::default(),
         },

@@ -453,3 +453,76 @@ async fn a_hostfactory_call_answers_in_json_or_in_the_compact_form_when_asked() 
         "stdout is sent as is"
     );
 }
+
+/// REST and the HostFactory route answer from one catalog, and both follow the template file:
+/// an edit shows on the next call of either, and a broken file is reported by both.
+#[tokio::test]
+async fn rest_and_hostfactory_follow_the_same_template_file() {
+    let env = Env::new().await;
+    let rest_ids = |body: &serde_json::Value| -> Vec<String> {
+        body.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["template_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, before) = env.get("/api/v1/templates").await;
+    assert_eq!(rest_ids(&before), ["worker", "gpu", "broken"]);
+
+    std::fs::write(
+        env.template_file(),
+        r#"{"templates": [
+          {"templateId": "worker", "maxNumber": 7, "imageId": "busybox:1.36"},
+          {"templateId": "fresh", "maxNumber": 2, "imageId": "busybox:1.36"}
+        ]}"#,
+    )
+    .unwrap();
+    let (code, after) = env.get("/api/v1/templates").await;
+    assert_eq!(code, StatusCode::OK, "{after}");
+    assert_eq!(rest_ids(&after), ["worker", "fresh"]);
+    assert_eq!(after[0]["max_machines"], 7);
+    let hf = hf_templates(&env).await;
+    assert_eq!(hf["exit_code"], 0, "{hf}");
+    let stdout: serde_json::Value = serde_json::from_str(hf["stdout"].as_str().unwrap()).unwrap();
+    let hf_ids: Vec<&str> = stdout["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["templateId"].as_str().unwrap())
+        .collect();
+    assert_eq!(hf_ids, ["worker", "fresh"]);
+    assert_eq!(stdout["templates"][0]["maxNumber"], 7);
+    let (code, shown) = env.get("/api/v1/templates/fresh").await;
+    assert_eq!(code, StatusCode::OK, "{shown}");
+
+    std::fs::write(env.template_file(), "{not json").unwrap();
+    let file_name = env
+        .template_file()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert_problem(
+        &env.get("/api/v1/templates").await,
+        500,
+        "template-file",
+        &file_name,
+    );
+    let hf = hf_templates(&env).await;
+    assert_ne!(hf["exit_code"], 0, "{hf}");
+    assert!(
+        hf["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("kube_templates.json"),
+        "the reply names the file: {hf}"
+    );
+}
+
+async fn hf_templates(env: &Env) -> serde_json::Value {
+    let (code, body) = env
+        .post("/api/v1/hostfactory/getAvailableTemplates", "{}")
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    body
+}

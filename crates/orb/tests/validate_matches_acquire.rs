@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use orb_broker::catalog::Catalog;
+use orb_broker::catalog::{Catalog, CatalogCell};
 use orb_broker::{Broker, BrokerError, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_kubernetes_provider};
@@ -76,7 +76,7 @@ async fn install(template: Value) -> Installation {
             max_machines_per_request: 100,
             default_max_machines: 10,
         },
-        catalog: catalog.clone(),
+        catalog: CatalogCell::new(catalog.clone()),
         clock: Arc::new(Timestamp::now),
         refreshed: Default::default(),
     };
@@ -240,7 +240,7 @@ async fn rest_validate_gives_the_cli_verdict(#[case] template: Value) {
             store: i.broker.store.clone(),
             provider: ProviderHandle::ready(i.provider.clone()),
             settings: i.broker.settings.clone(),
-            catalog: i.catalog.clone(),
+            catalog: CatalogCell::new(i.catalog.clone()),
             clock: Arc::new(Timestamp::now),
             refreshed: Default::default(),
         },

@@ -15,7 +15,7 @@ use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
 use orb_broker::UnknownNames;
-use orb_broker::watch::{Pace, Watch, WatchError};
+use orb_broker::watch::{Pace, WatchError};
 use orb_broker::{Broker, RequestView};
 
 /// The longest `--wait` goes between two status reads (it starts at a quarter of this and
@@ -67,7 +67,7 @@ async fn request(
     };
     let loaded = session.config()?;
     let (broker, warnings) = session.broker(&loaded).await?;
-    if broker.catalog.templates.is_empty() && !warnings.is_empty() {
+    if broker.catalog.current().templates.is_empty() && !warnings.is_empty() {
         return Err(Failure::invalid(warnings.join("; ")));
     }
     let mut view = broker.request_machines(&template_id, count).await?;
@@ -133,31 +133,24 @@ async fn wait_for(broker: &Broker, view: RequestView, limit: Duration) -> CliRes
         bar
     });
     let id = view.request.request_id.clone();
-    let mut last = view.clone();
-    let mut watch = Watch::new(id.clone(), Pace::up_to(WAIT_POLL), Some(view));
-    let followed = tokio::time::timeout(limit, async {
-        while let Some(next) = watch.next(broker).await {
-            last = next.map_err(|e| match e {
-                WatchError::Broker(err) => Failure::from(err),
-                gone @ WatchError::Gone(_) => Failure::generic(gone.to_string()),
-            })?;
+    let followed = broker
+        .wait_for(view, Pace::up_to(WAIT_POLL), limit, |view| {
             if let Some(bar) = &bar {
-                bar.set_position(u64::from(last.request.fulfilled_count));
+                bar.set_position(u64::from(view.request.fulfilled_count));
                 bar.set_message(format!(
                     "{} {}",
-                    last.request.request_id, last.request.status
+                    view.request.request_id, view.request.status
                 ));
             }
-        }
-        CliResult::Ok(())
-    })
-    .await;
+        })
+        .await;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    if let Ok(result) = followed {
-        result?;
-    }
+    let last = followed.map_err(|e| match e {
+        WatchError::Broker(err) => Failure::from(err),
+        gone @ WatchError::Gone(_) => Failure::generic(gone.to_string()),
+    })?;
     if !last.request.status.is_terminal() {
         return Err(Failure::generic(format!(
             "gave up waiting after {}s; request {id} is still {} (poll it with `orb requests status {id}`)",

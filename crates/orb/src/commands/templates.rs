@@ -62,8 +62,8 @@ async fn list(session: &Session) -> CliResult<Output> {
             .listed
             .iter()
             .map(|l| {
-                let entry = template_entry(l.template, l.max_machines, &l.usage);
-                let mut v = serde_json::to_value(l.template).unwrap_or(Value::Null);
+                let entry = template_entry(&l.template, l.max_machines, &l.usage);
+                let mut v = serde_json::to_value(&l.template).unwrap_or(Value::Null);
                 v["max_machines"] = json!(l.max_machines);
                 v["available_number"] = json!(l.available);
                 v["attributes"] = entry["attributes"].clone();

@@ -213,7 +213,7 @@ pub async fn get_available_templates(env: &BrokerEnv) -> CliResult<Output> {
     let entries: Vec<_> = list
         .listed
         .iter()
-        .map(|l| template_entry(l.template, l.max_machines, &l.usage))
+        .map(|l| template_entry(&l.template, l.max_machines, &l.usage))
         .collect();
     Ok(Output {
         stdout: render::json(&templates_reply(entries))?,
@@ -224,7 +224,7 @@ pub async fn get_available_templates(env: &BrokerEnv) -> CliResult<Output> {
 
 /// requestMachines: starts an acquire.
 pub async fn request_machines(env: &BrokerEnv, template_id: &str, count: u32) -> CliResult<Output> {
-    if env.broker.catalog.templates.is_empty() && !env.warnings.is_empty() {
+    if env.broker.catalog.current().templates.is_empty() && !env.warnings.is_empty() {
         return Err(Failure::invalid(env.warnings.join("; ")));
     }
     let view = env.broker.request_machines(template_id, count).await?;

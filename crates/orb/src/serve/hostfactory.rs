@@ -1,34 +1,21 @@
 //! `POST /api/v1/hostfactory/{operation}`: one HostFactory script call answered by the
 //! daemon (the scripts forward here over the Unix socket). It runs the same
-//! [`run_operation`] as the direct path, on a broker that shares the daemon's store and
-//! provider (and so its watch cache) but re-reads the template file on every call, as the
-//! direct path does, so the reply is byte for byte what the script would print itself.
-
-use std::path::PathBuf;
+//! [`run_operation`] as the direct path, on the daemon's own broker (its store, provider and
+//! watch cache) with the templates brought up to date with the file first (see
+//! [`super::template_file`]), so the reply is byte for byte what the script would print.
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use orb_core::config::ProviderEntry;
 use serde_json::Value;
 
 use super::AppState;
 use super::problem::Problem;
-use crate::context;
 use crate::failure::CliResult;
 use crate::hostfactory::{Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, run_operation};
 use crate::session::BrokerEnv;
-use orb_broker::catalog::Catalog;
-use orb_broker::{Broker, ProviderHandle};
-
-/// Where the template file of the served provider is looked up on each call.
-#[derive(Debug, Clone)]
-pub struct TemplateSource {
-    pub config_dir: PathBuf,
-    pub entry: ProviderEntry,
-}
 
 /// Runs one HostFactory operation and returns what its script prints and its exit code.
 /// A failed operation is still a 200: the failure is in the script reply, as on the
@@ -89,41 +76,12 @@ pub async fn hostfactory_call(
     })
 }
 
-/// The daemon's broker with a freshly read template file (or the one it started with when
-/// it has no template source, as in tests).
+/// The daemon's broker, its templates brought up to date with the file first.
 fn call_env(state: &AppState) -> CliResult<BrokerEnv> {
-    let base = state.broker();
-    let (catalog, warnings, catalog_failure) = match state.template_source() {
-        Some(source) => match context::find_template_file(&source.config_dir, &source.entry)
-            .and_then(|path| context::load_catalog_from(&path, &source.entry))
-        {
-            Ok(catalog) => {
-                let warnings = catalog.notes();
-                (catalog, warnings, None)
-            }
-            Err(failure) => (
-                Catalog::default(),
-                vec![failure.message.clone()],
-                Some(failure),
-            ),
-        },
-        None => (base.catalog.clone(), base.catalog.notes(), None),
-    };
-    let provider = match base.provider.get() {
-        Ok(provider) => ProviderHandle::ready(provider),
-        Err(e) => ProviderHandle::lazy(move || Err(e.clone())),
-    };
-    let broker = Broker {
-        store: base.store.clone(),
-        provider,
-        settings: base.settings.clone(),
-        catalog,
-        clock: base.clock.clone(),
-        refreshed: base.refreshed.clone(),
-    };
+    let loaded = state.templates_now();
     Ok(BrokerEnv {
-        broker,
-        warnings,
-        catalog_failure,
+        broker: state.shared_broker(),
+        warnings: loaded.warnings,
+        catalog_failure: loaded.failure,
     })
 }

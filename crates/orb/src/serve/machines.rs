@@ -15,6 +15,7 @@ use super::model::{
     MachineInfo, MachineListQuery, MachineRequestBody, RequestDetail, ReturnBody, WaitQuery,
 };
 use super::problem::Problem;
+use orb_broker::watch::{Pace, WatchError};
 use orb_broker::{BrokerError, RequestView};
 
 /// The longest `?wait=true` may hold a connection.
@@ -57,21 +58,21 @@ fn wait_limit(state: &AppState, query: &WaitQuery) -> Result<Option<Duration>, P
     Ok(Some(Duration::from_secs(secs)))
 }
 
-/// Re-reads the request until it is terminal or `limit` has passed.
+/// Follows the request (the broker's watch) until it is terminal or `limit` has passed.
 async fn wait_for(
     state: &AppState,
-    mut view: RequestView,
+    view: RequestView,
     limit: Duration,
 ) -> Result<RequestView, Problem> {
-    let started = Instant::now();
-    let poll = state.options().poll_interval;
-    while !view.request.status.is_terminal() && started.elapsed() < limit {
-        tokio::time::sleep(poll.min(limit.saturating_sub(started.elapsed()))).await;
-        if let Some(fresh) = state.broker().refresh(&view.request.request_id).await? {
-            view = fresh;
-        }
-    }
-    Ok(view)
+    let pace = Pace::up_to(state.options().poll_interval);
+    state
+        .broker()
+        .wait_for(view, pace, limit, |_| {})
+        .await
+        .map_err(|e| match e {
+            WatchError::Gone(id) => super::requests::unknown(&id),
+            WatchError::Broker(err) => Problem::from(err),
+        })
 }
 
 fn accepted(view: &RequestView) -> (StatusCode, Json<RequestDetail>) {
@@ -106,10 +107,12 @@ pub async fn request_machines(
     ApiJson(body): ApiJson<MachineRequestBody>,
 ) -> Result<(StatusCode, Json<RequestDetail>), Problem> {
     let limit = wait_limit(&state, &query)?;
+    state.templates_now();
     let broker = state.broker();
     let handler = handler_label(
         broker
             .catalog
+            .current()
             .get(&body.template_id)
             .map(|t| t.api().as_str()),
     );

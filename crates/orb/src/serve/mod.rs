@@ -19,6 +19,7 @@ pub mod problem;
 pub mod request_head;
 mod requests;
 pub mod socket;
+pub mod template_file;
 mod templates;
 pub mod token_review;
 pub mod version_gate;
@@ -71,11 +72,12 @@ pub struct AppState {
 }
 
 struct Inner {
-    broker: Broker,
+    broker: Arc<Broker>,
     metrics: Metrics,
     options: ServeOptions,
     kubernetes: Option<Arc<orb_k8s::K8sProvider>>,
-    template_source: OnceLock<hostfactory::TemplateSource>,
+    template_source: OnceLock<template_file::TemplateSource>,
+    template_file: template_file::TemplateFile,
     version_check: version_gate::VersionCheckCache,
     reachability: version_gate::ReachabilityCache,
 }
@@ -84,11 +86,12 @@ impl AppState {
     pub fn new(broker: Broker, options: ServeOptions) -> Self {
         Self {
             inner: Arc::new(Inner {
-                broker,
+                broker: Arc::new(broker),
                 metrics: Metrics::new(),
                 options,
                 kubernetes: None,
                 template_source: OnceLock::new(),
+                template_file: Default::default(),
                 version_check: Default::default(),
                 reachability: Default::default(),
             }),
@@ -105,7 +108,7 @@ impl AppState {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                broker,
+                broker: Arc::new(broker),
                 metrics: if provider.config().metrics_enabled {
                     Metrics::with_kubernetes(provider.metrics())
                 } else {
@@ -114,6 +117,7 @@ impl AppState {
                 options,
                 kubernetes: Some(provider),
                 template_source: OnceLock::new(),
+                template_file: Default::default(),
                 version_check: Default::default(),
                 reachability: Default::default(),
             }),
@@ -129,6 +133,24 @@ impl AppState {
         &self.inner.broker
     }
 
+    /// The broker, shared (the HostFactory route runs its operations on it).
+    pub fn shared_broker(&self) -> Arc<Broker> {
+        self.inner.broker.clone()
+    }
+
+    /// Brings the broker's templates up to date with the template file (when the server
+    /// follows one) and says what loading it said. Every call that reads templates runs this
+    /// first, so REST and the HostFactory route answer from the same catalog.
+    pub fn templates_now(&self) -> template_file::Loaded {
+        match self.template_source() {
+            Some(source) => self.inner.template_file.sync(source, &self.inner.broker),
+            None => template_file::Loaded {
+                warnings: self.inner.broker.catalog.current().notes(),
+                failure: None,
+            },
+        }
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
     }
@@ -139,11 +161,11 @@ impl AppState {
 
     /// Makes the HostFactory route re-read the template file on every call, as the direct
     /// path does (without it, the route uses the broker's catalog).
-    pub fn reload_templates_from(&self, source: hostfactory::TemplateSource) {
+    pub fn reload_templates_from(&self, source: template_file::TemplateSource) {
         let _ = self.inner.template_source.set(source);
     }
 
-    pub fn template_source(&self) -> Option<&hostfactory::TemplateSource> {
+    pub fn template_source(&self) -> Option<&template_file::TemplateSource> {
         self.inner.template_source.get()
     }
 

@@ -2,6 +2,7 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use orb_core::template::Template;
 use orb_core::template::file::parse_template_file;
 use serde_json::Value;
@@ -17,7 +18,7 @@ async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<Templ
     Ok(listings
         .into_iter()
         .map(|l| {
-            let t = l.template;
+            let t = &l.template;
             let problems = match (state.kubernetes(), t.problems().is_empty()) {
                 (Some(provider), true) => check_template(Some(provider.as_ref()), t).problems,
                 _ => t.problems().iter().map(ToString::to_string).collect(),
@@ -47,7 +48,16 @@ async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<Templ
 pub async fn list_templates(
     State(state): State<AppState>,
 ) -> Result<Json<Vec<TemplateInfo>>, Problem> {
-    let all: Vec<&Template> = state.broker().catalog.templates.iter().collect();
+    if let Some(failure) = state.templates_now().failure {
+        return Err(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "template-file",
+            "The template file cannot be read",
+            failure.message,
+        ));
+    }
+    let catalog = state.broker().catalog.current();
+    let all: Vec<&Template> = catalog.templates.iter().collect();
     Ok(Json(describe(&state, &all).await?))
 }
 
@@ -66,7 +76,8 @@ pub async fn show_template(
     State(state): State<AppState>,
     Path(template_id): Path<String>,
 ) -> Result<Json<TemplateInfo>, Problem> {
-    let catalog = &state.broker().catalog;
+    state.templates_now();
+    let catalog = state.broker().catalog.current();
     let Some(template) = catalog.get(&template_id) else {
         return Err(Problem::not_found(
             "unknown-template",

@@ -43,6 +43,7 @@ pub struct Env {
     pub root: tempfile::TempDir,
     pub store: Store,
     pub app: Router,
+    template_file: PathBuf,
 }
 
 /// The provider entry the CLI tests use: a type no build knows.
@@ -77,7 +78,11 @@ impl Env {
         let root = tempfile::tempdir().unwrap();
         let config_dir = root.path().join("config");
         std::fs::create_dir_all(&config_dir).unwrap();
-        let template_file = config_dir.join("kube_templates.json");
+        // Named as the provider's template file is looked up, so the server follows it.
+        let template_file = config_dir.join(
+            &orb_core::template::file::template_file_candidates(&entry.name, &entry.provider_type)
+                [0],
+        );
         std::fs::write(&template_file, templates).unwrap();
         let catalog = load_catalog_from(&template_file, &entry).unwrap();
         let store = Store::open_sqlite_file(&root.path().join("work/orb.db"))
@@ -98,7 +103,7 @@ impl Env {
                 max_machines_per_request: 5,
                 default_max_machines: 10,
             },
-            catalog,
+            catalog: orb_broker::catalog::CatalogCell::new(catalog),
             clock: Arc::new(Timestamp::now),
             refreshed: Default::default(),
         };
@@ -108,8 +113,24 @@ impl Env {
             template_defaults: Default::default(),
             auth,
         };
-        let app = router(AppState::new(broker, options));
-        Self { root, store, app }
+        let state = AppState::new(broker, options);
+        // As `orb serve` does: every call that reads templates follows the file.
+        state.reload_templates_from(orb_cli::serve::template_file::TemplateSource {
+            config_dir: root.path().join("config"),
+            entry,
+        });
+        let app = router(state);
+        Self {
+            root,
+            store,
+            app,
+            template_file,
+        }
+    }
+
+    /// The template file the server follows.
+    pub fn template_file(&self) -> PathBuf {
+        self.template_file.clone()
     }
 
     pub fn db(&self) -> PathBuf {
