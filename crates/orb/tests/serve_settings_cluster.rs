@@ -258,7 +258,7 @@ async fn serve_reports_the_security_opt_outs_at_start() {
     let serve = Serve::start(command);
     assert!(
         serve.startup.contains(
-            "orb serve: reject_high_risk_pod_fields (from env \
+            "reject_high_risk_pod_fields (from env \
              ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): SECURITY opt-out: reject mode is off"
         ),
         "{}",

@@ -49,15 +49,6 @@ impl Default for DaemonOptions {
     }
 }
 
-/// A warning line on stderr, where `orb serve` writes its log.
-fn warn(line: &str) {
-    eprintln!("warning: {line}");
-}
-
-fn info(line: &str) {
-    eprintln!("orb serve: {line}");
-}
-
 /// The stored requests the objects' labels name, with their machines.
 async fn stored_requests(
     broker: &Broker,
@@ -112,7 +103,7 @@ pub async fn settle_interrupted_acquires(broker: &Broker) -> Vec<String> {
             Ok(None) => continue,
             Err(e) => format!("{id} not resumed: {e}"),
         };
-        info(&format!("interrupted acquire {line}"));
+        tracing::info!("interrupted acquire {line}");
         lines.push(line);
     }
     lines
@@ -177,15 +168,15 @@ pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> Result<G
     )
     .await;
     for orphan in &outcome.reported {
-        warn(&format!(
+        tracing::warn!(
             "orphan GC: orphaned managed {orphan}; set auto_cleanup_orphans=true to let orb delete it"
-        ));
+        );
     }
     for orphan in &outcome.deleted {
-        warn(&format!("orphan GC: deleted orphaned managed {orphan}"));
+        tracing::warn!("orphan GC: deleted orphaned managed {orphan}");
     }
     for (orphan, e) in &outcome.failed {
-        warn(&format!("orphan GC: could not delete {orphan}: {e}"));
+        tracing::warn!("orphan GC: could not delete {orphan}: {e}");
     }
     Ok(outcome)
 }
@@ -200,7 +191,7 @@ pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
     let unfinished = match broker.unfinished_acquires().await {
         Ok(requests) => requests,
         Err(e) => {
-            warn(&format!("timeout GC: unfinished acquires not listed: {e}"));
+            tracing::warn!("timeout GC: unfinished acquires not listed: {e}");
             return;
         }
     };
@@ -217,7 +208,7 @@ pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
                 }
             }
         }
-        Err(e) => warn(&format!("requests with live machines not listed: {e}")),
+        Err(e) => tracing::warn!("requests with live machines not listed: {e}"),
     }
     for id in ids
         .into_iter()
@@ -233,12 +224,12 @@ async fn refresh_own(broker: &Broker, id: &orb_core::ids::RequestId, chore: &str
         Ok(Some(r)) if r.provider_name == broker.settings.provider_name => {}
         Ok(_) => return,
         Err(e) => {
-            warn(&format!("{chore}: request {id} not read: {e}"));
+            tracing::warn!("{chore}: request {id} not read: {e}");
             return;
         }
     }
     if let Err(e) = broker.refresh(id).await {
-        warn(&format!("{chore}: request {id} not refreshed: {e}"));
+        tracing::warn!("{chore}: request {id} not refreshed: {e}");
     }
 }
 
@@ -338,10 +329,12 @@ pub async fn start(
         )
         .await
         .map_err(|e| e.to_string())?;
-        info(&format!(
+        tracing::info!(
             "leader election on Lease {}/{} as {}",
-            settings.namespace, settings.name, settings.identity
-        ));
+            settings.namespace,
+            settings.name,
+            settings.identity
+        );
         tasks.push(task);
         leadership
     } else {
@@ -369,12 +362,12 @@ pub async fn start(
             let report = reconcile(&provider, state.broker(), leadership.is_leader()).await;
             let line = report.summary();
             if report.error.is_some() {
-                warn(&line);
+                tracing::warn!("{line}");
             } else {
-                info(&line);
+                tracing::info!("{line}");
             }
             for orphan in &report.orphans {
-                warn(&format!("reconciliation: orphaned managed {orphan}"));
+                tracing::warn!("reconciliation: orphaned managed {orphan}");
             }
             status.set_reconciliation(report);
         }));
@@ -397,9 +390,7 @@ pub async fn start(
                 let (provider, state) = (provider.clone(), state.clone());
                 async move {
                     if let Err(e) = orphan_gc_pass(&provider, state.broker()).await {
-                        warn(&format!(
-                            "orphan GC pass failed: {e}; next try in {every:?}"
-                        ));
+                        tracing::warn!("orphan GC pass failed: {e}; next try in {every:?}");
                     }
                 }
             },

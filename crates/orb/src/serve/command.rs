@@ -30,8 +30,10 @@ pub fn run(session: &Session, args: ServeArgs) -> CliResult<Output> {
     // stderr, at `info` unless ORB_LOG says otherwise (e.g. ORB_LOG=debug, ORB_LOG=orb_k8s=debug).
     let filter = tracing_subscriber::EnvFilter::try_from_env("ORB_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: a container's stderr goes to log collectors.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -113,7 +115,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         let provider = build_kubernetes_provider(&entry, &context, &loaded.config.other)
             .map_err(|e| Failure::provider(format!("orb serve cannot start: {e}")))?;
         for opt_out in provider.security_opt_outs() {
-            eprintln!("orb serve: {opt_out}");
+            tracing::warn!("{opt_out}");
         }
         Some(provider)
     } else {
@@ -129,12 +131,12 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     if let Some(provider) = &kubernetes
         && let Some(warning) = refuse_old_apiserver(provider).await?
     {
-        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
     }
     let auth_source = auth_plan.as_ref().map(|plan| plan.switched_on_by);
     if auth_plan.as_ref().is_some_and(|plan| plan.implicit_default) {
-        eprintln!(
-            "orb serve: no role mapping configured, so every caller the TokenReview accepts is \
+        tracing::info!(
+            "no role mapping configured, so every caller the TokenReview accepts is \
              a {} (read only); map service accounts to operator in config.json serve.auth.roles \
              or with --auth-role WHO=operator to let them request machines",
             auth_config::DEFAULT_ROLE.as_str()
@@ -153,7 +155,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         )
         .await?;
     for warning in &warnings {
-        eprintln!("warning: {warning}");
+        tracing::warn!("{warning}");
     }
     let options = ServeOptions {
         default_wait_secs: loaded.config.request.default_timeout,
@@ -174,8 +176,8 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
             match Daemon::start(provider, state.clone(), daemon_options).await {
                 Ok(daemon) => Some(daemon),
                 Err(e) => {
-                    eprintln!(
-                        "warning: orb serve runs without its watch cache and background tasks: {e}"
+                    tracing::warn!(
+                        "orb serve runs without its watch cache and background tasks: {e}"
                     );
                     None
                 }
@@ -194,8 +196,8 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         ))
     })?;
     let bound = listener.local_addr().unwrap_or(listen);
-    eprintln!(
-        "orb serve: listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
+    tracing::info!(
+        "listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
         entry.name,
         match auth_source {
             Some(source) => format!("Bearer tokens checked by TokenReview ({source})"),
@@ -210,8 +212,8 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let local = match socket_path {
         Some(path) => {
             let (socket, file) = bind_owner_only(&path)?;
-            eprintln!(
-                "orb serve: HostFactory scripts reach it at unix:{} (owner only, no token)",
+            tracing::info!(
+                "HostFactory scripts reach it at unix:{} (owner only, no token)",
                 file.path().display()
             );
             let served = super::listener::serve(
