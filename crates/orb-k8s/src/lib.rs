@@ -11,6 +11,7 @@ pub mod fulfilment;
 pub mod handlers;
 pub mod labels;
 pub mod machine_state;
+pub mod metrics;
 pub mod naming;
 pub mod native_spec;
 pub mod provider;

@@ -24,9 +24,10 @@ use crate::config::{
     AuthEnvironment, AuthPlan, K8sProviderConfig, ResolvedConfig, TemplateOverrides,
     kube_config_for, plan_auth, resolve_default_namespace,
 };
-use crate::daemon::{K8sMetrics, NodeIndex, PodCache};
+use crate::daemon::{NodeIndex, PodCache};
 use crate::error::K8sError;
 use crate::handlers::{HandlerCx, Victims, handler_for};
+use crate::metrics::K8sMetrics;
 use crate::naming::ResourceKind;
 use crate::native_spec::NativeSpecSwitches;
 use crate::provider_data::RequestRecord;
@@ -350,7 +351,7 @@ impl K8sProvider {
         record: &RequestRecord,
         expected: &std::collections::HashSet<&str>,
     ) -> Result<Vec<Arc<k8s_openapi::api::core::v1::Pod>>, K8sError> {
-        use crate::daemon::metrics::ReasonLabels;
+        use crate::metrics::ReasonLabels;
         if let Some(cache) = self.pod_cache.get()
             && record.label_prefix == self.resolved.config.label_prefix
             && let Ok(pods) = cache.pods_of(&record.namespace, &record.request_id)

@@ -213,7 +213,7 @@ impl K8sProvider {
                         Ok(_) => {
                             self.metrics()
                                 .timed_out
-                                .get_or_create(&crate::daemon::metrics::KindLabels {
+                                .get_or_create(&crate::metrics::KindLabels {
                                     kind: crate::daemon::reconcile::kind_label(kind),
                                 })
                                 .inc_by(victims.names.len() as u64);

@@ -25,7 +25,7 @@ use orb_core::provider::{AcquireInput, Provider, ProviderError};
 use orb_core::template::ProviderApi;
 use orb_k8s::K8sProvider;
 use orb_k8s::config::{ConfigLayers, FileLayer};
-use orb_k8s::daemon::metrics::{HandlerLabels, RetryLabels};
+use orb_k8s::metrics::{HandlerLabels, RetryLabels};
 use orb_k8s::resilience::BreakerState;
 use serde_json::{Value, json};
 

@@ -18,8 +18,8 @@ use kube_fixture::{Check, client_from, default_kubeconfig_path, wait_for};
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{Provider, ReclaimQuery};
 use orb_k8s::daemon::NodeIndex;
-use orb_k8s::daemon::metrics::ReasonLabels;
 use orb_k8s::daemon::nodes::{run_event_watch, run_node_watch};
+use orb_k8s::metrics::ReasonLabels;
 use serde_json::json;
 use tokio::sync::watch;
 

@@ -24,7 +24,7 @@ use kube_fixture::{Check, wait_for};
 use orb_core::provider::Provider;
 use orb_k8s::config::NamespaceScope;
 use orb_k8s::daemon::PodCache;
-use orb_k8s::daemon::metrics::ReasonLabels;
+use orb_k8s::metrics::ReasonLabels;
 use serde_json::json;
 use tokio::sync::watch;
 

@@ -27,7 +27,7 @@ use orb_core::config::ProviderEntry;
 use orb_core::ids::RequestId;
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_k8s::K8sProvider;
-use orb_k8s::daemon::metrics::OrphanLabels;
+use orb_k8s::metrics::OrphanLabels;
 use orb_store::Store;
 use serde_json::{Value, json};
 use support::postgres_url;
@@ -298,7 +298,7 @@ async fn reconciliation_adopts_stored_requests_and_reports_every_kind_of_orphan(
         s.provider
             .metrics()
             .adopted
-            .get_or_create(&orb_k8s::daemon::metrics::KindLabels { kind: "pod" })
+            .get_or_create(&orb_k8s::metrics::KindLabels { kind: "pod" })
             .get(),
         2
     );

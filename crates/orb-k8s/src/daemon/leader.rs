@@ -11,8 +11,8 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::daemon::K8sMetrics;
 use crate::error::K8sError;
+use crate::metrics::K8sMetrics;
 
 /// Where the Lease lives and how it is held.
 #[derive(Debug, Clone, PartialEq, Eq)]

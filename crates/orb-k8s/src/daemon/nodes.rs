@@ -23,7 +23,7 @@ use orb_core::provider::MachineObservation;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::metrics::{K8sMetrics, ReasonLabels};
+use crate::metrics::{K8sMetrics, ReasonLabels};
 
 /// How long a disruption event counts after it happened (as in ORB 1.8.5).
 pub const DISRUPTION_TTL: Duration = Duration::from_secs(3600);

@@ -27,9 +27,9 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
-use super::metrics::{K8sMetrics, ReasonLabels, WatchEventLabels};
 use crate::config::NamespaceScope;
 use crate::labels::LabelKeys;
+use crate::metrics::{K8sMetrics, ReasonLabels, WatchEventLabels};
 
 /// Server-side timeout of one WATCH call; the loop resumes from its resourceVersion after it.
 const WATCH_TIMEOUT_SECS: u32 = 290;

@@ -24,10 +24,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::NamespaceScope;
-use crate::daemon::K8sMetrics;
-use crate::daemon::metrics::{KindLabels, OrphanLabels};
 use crate::error::{K8sError, is_conflict, is_not_found};
 use crate::labels::LabelKeys;
+use crate::metrics::K8sMetrics;
+use crate::metrics::{KindLabels, OrphanLabels};
 use crate::naming::ResourceKind;
 
 /// Deletes of one GC pass in flight at once.

@@ -42,7 +42,7 @@ pub const SCALE_CONFLICT_ATTEMPTS: usize = 5;
 pub struct HandlerCx<'a> {
     pub client: &'a Client,
     pub status_cache: &'a ControllerStatusCache,
-    pub metrics: &'a crate::daemon::K8sMetrics,
+    pub metrics: &'a crate::metrics::K8sMetrics,
 }
 
 /// The `orb_k8s_pod_creations_total` outcome of one pod create.

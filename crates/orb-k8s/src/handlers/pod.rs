@@ -59,7 +59,7 @@ impl WorkloadHandler for PodHandler {
                 let outcome = super::creation_outcome(&result);
                 cx.metrics
                     .pod_creations
-                    .get_or_create(&crate::daemon::metrics::CreationLabels { outcome })
+                    .get_or_create(&crate::metrics::CreationLabels { outcome })
                     .inc();
                 match result {
                     Ok(pod) => created.push(pod),

@@ -16,9 +16,9 @@ pub use breaker::{Admission, BreakerState, CallOutcome, CircuitBreaker, Refusal}
 pub use retry::{RetryCause, RetryLayer, RetryPolicy};
 
 use crate::config::K8sProviderConfig;
-use crate::daemon::K8sMetrics;
-use crate::daemon::metrics::HandlerLabels;
 use crate::error::K8sError;
+use crate::metrics::HandlerLabels;
+use crate::metrics::K8sMetrics;
 use crate::naming::ResourceKind;
 
 /// A kube client for `config` with orb's retry layer outermost (it sees each call once, and

@@ -15,8 +15,8 @@ use tower::buffer::Buffer;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use crate::config::K8sProviderConfig;
-use crate::daemon::K8sMetrics;
-use crate::daemon::metrics::RetryLabels;
+use crate::metrics::K8sMetrics;
+use crate::metrics::RetryLabels;
 
 /// Why one attempt may be repeated; the value of `api_retries{cause}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

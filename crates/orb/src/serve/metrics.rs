@@ -120,7 +120,7 @@ impl Metrics {
     }
 
     /// The HTTP layer's metrics plus the Kubernetes provider's (`orb_k8s_*`).
-    pub fn with_kubernetes(k8s: &orb_k8s::daemon::K8sMetrics) -> Self {
+    pub fn with_kubernetes(k8s: &orb_k8s::metrics::K8sMetrics) -> Self {
         let metrics = Self::new();
         {
             let mut registry = metrics
