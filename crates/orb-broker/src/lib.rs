@@ -150,7 +150,9 @@ pub enum ErrorClass {
 impl BrokerError {
     pub fn class(&self) -> ErrorClass {
         match self {
-            BrokerError::Provider(ProviderError::Rejected(_)) => ErrorClass::InvalidInput,
+            BrokerError::Provider(ProviderError::Rejected(_) | ProviderError::Conflict(_)) => {
+                ErrorClass::InvalidInput
+            }
             BrokerError::Provider(_) => ErrorClass::Provider,
             BrokerError::Store(_)
             | BrokerError::Lifecycle(LifecycleError::IllegalTransition { .. }) => {

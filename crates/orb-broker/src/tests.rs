@@ -1193,7 +1193,7 @@ async fn a_watch_reports_a_status_the_provider_could_not_answer_with_its_note() 
         .statuses
         .lock()
         .unwrap()
-        .push_back(Err(ProviderError::Unavailable("forbidden: pods".into())));
+        .push_back(Err(ProviderError::Forbidden("forbidden: pods".into())));
     let mut watch = crate::watch::Watch::new(view.request.request_id.clone(), quick(), None);
     let first = watch.next(&f.broker).await.unwrap();
     // A status read the provider cannot answer is not an error of the read: the stored view
@@ -1262,4 +1262,18 @@ async fn a_return_by_name_takes_machine_ids_or_host_names_and_refuses_strangers(
     let ret = f.broker.return_named(&[by_id, by_host]).await.unwrap();
     assert_eq!(ret.request.request_type, RequestType::Return);
     assert_eq!(ret.machines.len(), 2);
+}
+
+#[rstest]
+#[case(ProviderError::Rejected("audit".into()), ErrorClass::InvalidInput)]
+#[case(ProviderError::Conflict("taken".into()), ErrorClass::InvalidInput)]
+#[case(ProviderError::Forbidden("rbac".into()), ErrorClass::Provider)]
+#[case(ProviderError::Unavailable("quota".into()), ErrorClass::Provider)]
+#[case(ProviderError::Interrupted("no answer".into()), ErrorClass::Provider)]
+#[case(ProviderError::Misconfigured("no kubeconfig".into()), ErrorClass::Provider)]
+fn provider_errors_keep_their_kind_up_to_the_doors(
+    #[case] err: ProviderError,
+    #[case] class: ErrorClass,
+) {
+    assert_eq!(BrokerError::Provider(err).class(), class);
 }

@@ -41,7 +41,17 @@ pub enum ProviderError {
     /// plan, audit rejection). Nothing was created. CLI exit code 2.
     #[error("{0}")]
     Rejected(String),
-    /// The cluster refused us (auth, quota) or cannot be used. CLI exit code 3.
+    /// An object the request needs already exists and is not the request's own (a name
+    /// taken by something else), or was changed under us. Nothing of this request was
+    /// created in its place. CLI exit code 2.
+    #[error("{0}")]
+    Conflict(String),
+    /// The cluster does not let orb do this (RBAC: orb's own identity lacks a permission).
+    /// CLI exit code 3.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The cluster refused us (quota, an error it will not explain) or cannot be used. CLI
+    /// exit code 3.
     #[error("{0}")]
     Unavailable(String),
     /// The cluster did not answer (network, timeout, server errors past the retries, an open

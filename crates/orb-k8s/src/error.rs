@@ -103,7 +103,14 @@ impl From<K8sError> for ProviderError {
         let text = error.to_string();
         match &error {
             K8sError::Api {
-                code: Some(400 | 404 | 409 | 410 | 422),
+                code: Some(409), ..
+            } => ProviderError::Conflict(text),
+            K8sError::Api {
+                code: Some(401 | 403),
+                ..
+            } => ProviderError::Forbidden(text),
+            K8sError::Api {
+                code: Some(400 | 404 | 410 | 422),
                 ..
             }
             | K8sError::Spec(_)
@@ -139,7 +146,11 @@ mod tests {
     #[case::throttled(api(Some(429)), "interrupted")]
     #[case::server_error(api(Some(503)), "interrupted")]
     #[case::breaker(K8sError::CircuitOpen { handler: "pod", failures: 5, retry_in_secs: 60 }, "interrupted")]
-    #[case::forbidden(api(Some(403)), "unavailable")]
+    #[case::forbidden(api(Some(403)), "forbidden")]
+    #[case::unauthorized(api(Some(401)), "forbidden")]
+    #[case::taken(api(Some(409)), "conflict")]
+    #[case::gone(api(Some(410)), "rejected")]
+    #[case::other_4xx(api(Some(413)), "unavailable")]
     #[case::invalid(api(Some(422)), "rejected")]
     #[case::refused(K8sError::Refused("no".into()), "rejected")]
     #[case::client(K8sError::Client("bad kubeconfig".into()), "misconfigured")]
@@ -149,6 +160,8 @@ mod tests {
             ProviderError::Unavailable(_) => "unavailable",
             ProviderError::Rejected(_) => "rejected",
             ProviderError::Misconfigured(_) => "misconfigured",
+            ProviderError::Conflict(_) => "conflict",
+            ProviderError::Forbidden(_) => "forbidden",
         };
         assert_eq!(got, want);
     }

@@ -57,7 +57,9 @@ impl From<StoreError> for Failure {
 impl From<ProviderError> for Failure {
     fn from(err: ProviderError) -> Self {
         match err {
-            ProviderError::Rejected(message) => Self::invalid(message),
+            ProviderError::Rejected(message) | ProviderError::Conflict(message) => {
+                Self::invalid(message)
+            }
             other => Self::provider(other.to_string()),
         }
     }

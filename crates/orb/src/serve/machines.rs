@@ -25,9 +25,10 @@ fn outcome_of(result: &Result<RequestView, BrokerError>) -> Outcome {
     match result {
         Ok(view) if view.request.status.is_unsuccessful() => Outcome::Failed,
         Ok(_) => Outcome::Accepted,
-        Err(BrokerError::Provider(orb_core::provider::ProviderError::Rejected(_))) => {
-            Outcome::Rejected
-        }
+        Err(BrokerError::Provider(
+            orb_core::provider::ProviderError::Rejected(_)
+            | orb_core::provider::ProviderError::Conflict(_),
+        )) => Outcome::Rejected,
         Err(BrokerError::Provider(_) | BrokerError::Store(_) | BrokerError::Lifecycle(_)) => {
             Outcome::Error
         }

@@ -164,6 +164,18 @@ impl From<ProviderError> for Problem {
                 "Provider unavailable",
                 detail,
             ),
+            ProviderError::Conflict(_) => Self::new(
+                StatusCode::CONFLICT,
+                "provider-conflict",
+                "Conflicts with what is in the cluster",
+                detail,
+            ),
+            ProviderError::Forbidden(_) => Self::new(
+                StatusCode::FORBIDDEN,
+                "provider-forbidden",
+                "The cluster does not allow orb this",
+                detail,
+            ),
             ProviderError::Misconfigured(_) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "provider-misconfigured",
@@ -219,6 +231,10 @@ mod tests {
     #[case(BrokerError::UnknownTemplate { template_id: "t".into(), available: "a".into() }, 422, "unknown-template")]
     #[case(BrokerError::Provider(ProviderError::Misconfigured("no such type".into())), 503, "provider-misconfigured")]
     #[case(BrokerError::Provider(ProviderError::Rejected("audit".into())), 422, "provider-rejected")]
+    #[case(BrokerError::Provider(ProviderError::Conflict("pod p exists and is not this request's".into())), 409, "provider-conflict")]
+    #[case(BrokerError::Provider(ProviderError::Forbidden("pods is forbidden".into())), 403, "provider-forbidden")]
+    #[case(BrokerError::Provider(ProviderError::Interrupted("no answer".into())), 503, "provider-unavailable")]
+    #[case(BrokerError::Provider(ProviderError::Unavailable("quota".into())), 503, "provider-unavailable")]
     fn broker_errors_map_to_status_and_type(
         #[case] err: BrokerError,
         #[case] status: u16,
