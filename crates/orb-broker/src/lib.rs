@@ -10,6 +10,7 @@ mod cancel;
 pub mod catalog;
 mod lookup;
 mod observe;
+mod queries;
 mod reclaim;
 mod release;
 mod resume;

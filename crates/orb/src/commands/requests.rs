@@ -141,7 +141,6 @@ async fn list_returns(session: &Session) -> CliResult<Output> {
     let (reclaims, note) = broker.reclaims(&query.machines).await?;
     let note = note.map(|n| format!("warning: {n}"));
     let returns = broker
-        .store
         .list_requests(&RequestFilter {
             request_type: Some(RequestType::Return),
             limit: Some(50),

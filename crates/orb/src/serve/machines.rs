@@ -210,7 +210,6 @@ pub async fn list_machines(
 ) -> Result<Json<Vec<MachineInfo>>, Problem> {
     let machines = state
         .broker()
-        .store
         .list_machines(&MachineFilter {
             live_only: !query.all,
             ..Default::default()

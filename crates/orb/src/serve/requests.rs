@@ -10,7 +10,7 @@ use super::AppState;
 use super::extract::ApiQuery;
 use super::model::{RequestDetail, RequestInfo, RequestListQuery};
 use super::problem::Problem;
-use orb_broker::{BrokerError, RequestView};
+use orb_broker::BrokerError;
 
 pub const DEFAULT_LIST_LIMIT: u32 = 50;
 pub const MAX_LIST_LIMIT: u32 = 1000;
@@ -84,7 +84,7 @@ pub async fn list_requests(
     ApiQuery(query): ApiQuery<RequestListQuery>,
 ) -> Result<Json<Vec<RequestInfo>>, Problem> {
     let filter = parse_filter(&query)?;
-    let requests = state.broker().store.list_requests(&filter).await?;
+    let requests = state.broker().list_requests(&filter).await?;
     Ok(Json(requests.iter().map(RequestInfo::from).collect()))
 }
 
@@ -105,16 +105,10 @@ pub async fn show_request(
     Path(raw): Path<String>,
 ) -> Result<Json<RequestDetail>, Problem> {
     let id = parse_id(&raw)?;
-    let broker = state.broker();
-    let Some(request) = broker.store.get_request(&id).await? else {
-        return Err(unknown(&id));
-    };
-    let machines = broker.machines_of(&request).await?;
-    Ok(Json(RequestDetail::from(&RequestView {
-        request,
-        machines,
-        note: None,
-    })))
+    match state.broker().stored_view(&id).await? {
+        Some(view) => Ok(Json(RequestDetail::from(&view))),
+        None => Err(unknown(&id)),
+    }
 }
 
 /// Where a request stands now: the provider is asked for unfinished requests and the
