@@ -519,6 +519,7 @@ impl K8sProvider {
         }
         for (request_id, (_, _, victims)) in groups.iter_mut() {
             victims.kept = input.others.get(request_id).cloned();
+            victims.return_request_id = Some(input.return_request_id.to_string());
         }
         let client = self.client().await?;
         let cx = self.cx(client);
