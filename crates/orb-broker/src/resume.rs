@@ -69,12 +69,16 @@ pub fn is_unrecorded_acquire(request: &Request, machine_count: usize) -> bool {
 /// No provider answer was stored: the bookkeeping is still the empty value the request was
 /// created with.
 pub fn nothing_recorded(request: &Request) -> bool {
-    let empty = match &request.provider_data {
+    is_empty_data(&request.provider_data) && request.resource_ids.is_empty()
+}
+
+/// Provider bookkeeping that says nothing: null or `{}`.
+pub(super) fn is_empty_data(data: &serde_json::Value) -> bool {
+    match data {
         serde_json::Value::Null => true,
         serde_json::Value::Object(map) => map.is_empty(),
         _ => false,
-    };
-    empty && request.resource_ids.is_empty()
+    }
 }
 
 impl Broker {

@@ -12,6 +12,7 @@ use orb_store::{MachineFilter, StoreError};
 
 use super::observe::machine_from_observation;
 use super::resume::is_unrecorded_acquire;
+use super::resume_return::is_unrecorded_return;
 use super::{Broker, BrokerError, RequestView};
 
 /// Concurrent pollers may race; a conflicting write is retried on fresh data this many times.
@@ -118,6 +119,41 @@ impl Broker {
                             note: Some(
                                 "the acquire is still creating its objects in another orb \
                                  process; its machines appear once it has recorded them"
+                                    .into(),
+                            ),
+                        }));
+                    }
+                    stored = now;
+                    stored_machines = machines;
+                }
+            }
+        }
+        if is_unrecorded_return(&stored) {
+            // Nothing recorded of the release: resume it now if nobody is releasing it, else
+            // leave it to the process that is.
+            match self.resume_interrupted_return(request_id).await? {
+                Some(resumed) if !is_unrecorded_return(&resumed.request) => {
+                    stored = resumed.request;
+                    stored_machines = resumed.machines;
+                }
+                Some(resumed) => {
+                    return Ok(Some(RequestView {
+                        note: resumed.request.status_message.clone(),
+                        ..resumed
+                    }));
+                }
+                None => {
+                    let Some(now) = self.store.get_request(request_id).await? else {
+                        return Ok(None);
+                    };
+                    let machines = self.machines_of(&now).await?;
+                    if is_unrecorded_return(&now) {
+                        return Ok(Some(RequestView {
+                            request: now,
+                            machines,
+                            note: Some(
+                                "the return is still releasing its machines in another orb \
+                                 process"
                                     .into(),
                             ),
                         }));
