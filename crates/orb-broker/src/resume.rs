@@ -85,10 +85,18 @@ impl Broker {
     /// This provider's acquires that have not ended (one store may serve several providers;
     /// each looks after its own): the requests the background passes settle and refresh.
     pub async fn unfinished_acquires(&self) -> Result<Vec<Request>, orb_store::StoreError> {
+        self.unfinished(RequestType::Acquire).await
+    }
+
+    /// This provider's requests of `request_type` that have not ended.
+    pub(super) async fn unfinished(
+        &self,
+        request_type: RequestType,
+    ) -> Result<Vec<Request>, orb_store::StoreError> {
         let requests = self
             .store
             .list_requests(&orb_store::RequestFilter {
-                request_type: Some(RequestType::Acquire),
+                request_type: Some(request_type),
                 statuses: orb_core::request::RequestStatus::UNFINISHED.to_vec(),
                 ..Default::default()
             })

@@ -8,7 +8,7 @@
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent, Verdict};
 use orb_core::machine::{Machine, MachineStatus};
-use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_core::request::{Request, RequestType};
 
 use super::release::interrupted_release_message;
 use super::resume::nothing_recorded;
@@ -26,18 +26,7 @@ impl Broker {
     /// This provider's returns that have not ended: the background pass resumes the
     /// interrupted ones among them.
     pub async fn unfinished_returns(&self) -> Result<Vec<Request>, orb_store::StoreError> {
-        let requests = self
-            .store
-            .list_requests(&orb_store::RequestFilter {
-                request_type: Some(RequestType::Return),
-                statuses: RequestStatus::UNFINISHED.to_vec(),
-                ..Default::default()
-            })
-            .await?;
-        Ok(requests
-            .into_iter()
-            .filter(|r| r.provider_name == self.settings.provider_name)
-            .collect())
+        self.unfinished(RequestType::Return).await
     }
 
     /// Finishes an interrupted return: takes its claim, asks the provider again to release

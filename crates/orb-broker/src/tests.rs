@@ -629,15 +629,9 @@ async fn a_failed_release_fails_the_return() {
 #[tokio::test]
 async fn a_refused_release_fails_the_return_and_frees_the_machines_for_another_return() {
     let f = fixture().await;
-    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
-    let ids: Vec<String> = acquire
-        .machines
-        .iter()
-        .map(|m| m.machine_id.clone())
-        .collect();
+    let (ids, selectors) = acquired(&f, 2).await;
     let refusal = "releasing ordinal 0 also needs ordinal 1 to go";
     *f.provider.release_error.lock().unwrap() = Some(ProviderError::Rejected(refusal.into()));
-    let selectors: Vec<_> = ids.iter().map(|id| by_name(id)).collect();
 
     let refused = f
         .broker
@@ -687,6 +681,18 @@ fn cut_off_next_release(f: &Fixture) {
     ));
 }
 
+/// An acquire of `count` workers: its machine ids, and selectors naming them.
+async fn acquired(f: &Fixture, count: u32) -> (Vec<String>, Vec<MachineSelector>) {
+    let acquire = f.broker.request_machines("worker", count).await.unwrap();
+    let ids: Vec<String> = acquire
+        .machines
+        .iter()
+        .map(|m| m.machine_id.clone())
+        .collect();
+    let selectors = ids.iter().map(|id| by_name(id)).collect();
+    (ids, selectors)
+}
+
 fn releases(f: &Fixture) -> usize {
     f.provider
         .calls()
@@ -698,13 +704,7 @@ fn releases(f: &Fixture) -> usize {
 #[tokio::test]
 async fn a_release_cut_off_by_an_outage_is_resumed_by_the_next_status_read() {
     let f = fixture().await;
-    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
-    let ids: Vec<String> = acquire
-        .machines
-        .iter()
-        .map(|m| m.machine_id.clone())
-        .collect();
-    let selectors: Vec<_> = ids.iter().map(|id| by_name(id)).collect();
+    let (ids, selectors) = acquired(&f, 2).await;
     cut_off_next_release(&f);
 
     let cut = f
@@ -766,13 +766,7 @@ async fn a_release_cut_off_by_an_outage_is_resumed_by_the_next_status_read() {
 #[tokio::test]
 async fn a_return_the_cluster_keeps_cut_off_ends_failed_at_its_deadline_and_frees_its_machines() {
     let f = fixture().await;
-    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
-    let ids: Vec<String> = acquire
-        .machines
-        .iter()
-        .map(|m| m.machine_id.clone())
-        .collect();
-    let selectors: Vec<_> = ids.iter().map(|id| by_name(id)).collect();
+    let (ids, selectors) = acquired(&f, 2).await;
     cut_off_next_release(&f);
     let cut = f
         .broker

@@ -54,12 +54,17 @@ pub(crate) async fn managed_pods(w: &World) -> BTreeSet<String> {
 
 /// The one acquire stored in this installation.
 fn the_acquire(w: &World) -> String {
+    the_one(w, "acquire")
+}
+
+/// The one request of `request_type` stored in this installation.
+pub(crate) fn the_one(w: &World, request_type: &str) -> String {
     let listed = w.json(&["requests", "list"]);
     let ids: Vec<String> = listed
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["request_type"] == "acquire")
+        .filter(|r| r["request_type"] == request_type)
         .map(|r| r["request_id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(ids.len(), 1, "{listed}");

@@ -12,22 +12,13 @@ use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
 use kube_fixture::{Check, wait_for};
 use serde_json::Value;
 
-use crate::crashes::{COUNT, ROOM, finished_whole, kill9, managed_pods, setup};
+use crate::crashes::{COUNT, ROOM, finished_whole, kill9, managed_pods, setup, the_one};
 use crate::lifecycle::{Kind, Setup, World, machine_ids, summary};
 use crate::support::serve_process::http;
 
 /// The one return stored in this installation.
 fn the_return(w: &World) -> String {
-    let listed = w.json(&["requests", "list"]);
-    let ids: Vec<String> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["request_type"] == "return")
-        .map(|r| r["request_id"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(ids.len(), 1, "{listed}");
-    ids[0].clone()
+    the_one(w, "return")
 }
 
 /// Waits (tightly: 200 deletes take about a second) until the release has started.
