@@ -593,9 +593,13 @@ async fn check_pod_timeout(w: &World, a: &Arranged, state: State) {
         }
         return;
     }
+    // A StatefulSet may delete and recreate a pod its node refused, so a read can catch the
+    // subject with no pod for a moment ("terminated", no longer exists); wait for the timeout
+    // itself to be recorded.
     let view = w
         .wait_status(&a.id, "the pending machine timed out", |v| {
-            status_of(v, &a.subject) == "failed" || status_of(v, &a.subject) == "terminated"
+            (status_of(v, &a.subject) == "failed" || status_of(v, &a.subject) == "terminated")
+                && reason_of(v, &a.subject).contains("timed out")
         })
         .await;
     assert!(
