@@ -1179,7 +1179,7 @@ async fn a_watch_of_an_unknown_request_ends_with_gone() {
     let id = RequestId::new_acquire();
     let mut watch = crate::watch::Watch::new(id.clone(), quick(), None);
     match watch.next(&f.broker).await {
-        Some(Err(crate::watch::WatchError::Gone(gone))) => assert_eq!(gone, id),
+        Some(Err(BrokerError::UnknownRequest(gone))) => assert_eq!(gone, id.to_string()),
         other => panic!("expected Gone, got {other:?}"),
     }
     assert!(watch.next(&f.broker).await.is_none());

@@ -55,15 +55,6 @@ impl Seen {
     }
 }
 
-/// Why a watch ended without a terminal status.
-#[derive(Debug, thiserror::Error)]
-pub enum WatchError {
-    #[error("request {0} not found; check the id (`orb requests list` shows recent ones)")]
-    Gone(RequestId),
-    #[error(transparent)]
-    Broker(#[from] BrokerError),
-}
-
 /// A watch of one request. [`Watch::next`] returns each view that differs from the last one
 /// returned, and `None` after the view that shows a terminal status (or after an error).
 #[derive(Debug)]
@@ -89,12 +80,9 @@ impl Watch {
         }
     }
 
-    pub fn request_id(&self) -> &RequestId {
-        &self.id
-    }
-
-    /// The next change, polling `broker` as long as nothing changes.
-    pub async fn next(&mut self, broker: &Broker) -> Option<Result<RequestView, WatchError>> {
+    /// The next change, polling `broker` as long as nothing changes. A request that is gone
+    /// ends the watch with [`BrokerError::UnknownRequest`].
+    pub async fn next(&mut self, broker: &Broker) -> Option<Result<RequestView, BrokerError>> {
         if self.done {
             return None;
         }
@@ -106,8 +94,10 @@ impl Watch {
                     self.delay = (self.delay * 2).min(self.pace.max);
                     match broker.refresh(&self.id).await {
                         Ok(Some(view)) => view,
-                        Ok(None) => return self.fail(WatchError::Gone(self.id.clone())),
-                        Err(err) => return self.fail(err.into()),
+                        Ok(None) => {
+                            return self.fail(BrokerError::UnknownRequest(self.id.to_string()));
+                        }
+                        Err(err) => return self.fail(err),
                     }
                 }
             };
@@ -122,7 +112,7 @@ impl Watch {
         }
     }
 
-    fn fail(&mut self, err: WatchError) -> Option<Result<RequestView, WatchError>> {
+    fn fail(&mut self, err: BrokerError) -> Option<Result<RequestView, BrokerError>> {
         self.done = true;
         Some(Err(err))
     }
@@ -138,7 +128,7 @@ impl Broker {
         pace: Pace,
         limit: Duration,
         mut on_change: impl FnMut(&RequestView),
-    ) -> Result<RequestView, WatchError> {
+    ) -> Result<RequestView, BrokerError> {
         let mut last = view.clone();
         let mut watch = Watch::new(view.request.request_id.clone(), pace, Some(view));
         let followed = tokio::time::timeout(limit, async {
@@ -146,7 +136,7 @@ impl Broker {
                 last = next?;
                 on_change(&last);
             }
-            Ok::<(), WatchError>(())
+            Ok::<(), BrokerError>(())
         })
         .await;
         if let Ok(result) = followed {

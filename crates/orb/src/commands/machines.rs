@@ -15,7 +15,7 @@ use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
 use orb_broker::UnknownNames;
-use orb_broker::watch::{Pace, WatchError};
+use orb_broker::watch::Pace;
 use orb_broker::{Broker, RequestView};
 
 /// The longest `--wait` goes between two status reads (it starts at a quarter of this and
@@ -147,10 +147,7 @@ async fn wait_for(broker: &Broker, view: RequestView, limit: Duration) -> CliRes
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let last = followed.map_err(|e| match e {
-        WatchError::Broker(err) => Failure::from(err),
-        gone @ WatchError::Gone(_) => Failure::generic(gone.to_string()),
-    })?;
+    let last = followed?;
     if !last.request.status.is_terminal() {
         return Err(Failure::generic(format!(
             "gave up waiting after {}s; request {id} is still {} (poll it with `orb requests status {id}`)",

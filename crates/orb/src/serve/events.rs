@@ -14,7 +14,7 @@ use super::model::RequestDetail;
 use super::problem::Problem;
 use super::requests::{parse_id, unknown};
 use orb_broker::RequestView;
-use orb_broker::watch::{Pace, Watch, WatchError};
+use orb_broker::watch::{Pace, Watch};
 
 /// Event names on the stream.
 pub const STATUS_EVENT: &str = "status";
@@ -40,8 +40,7 @@ async fn next_event(mut cursor: Cursor) -> Option<(Result<Event, Infallible>, Cu
             cursor.sequence += 1;
             status_event(cursor.sequence, &view)
         }
-        Err(WatchError::Gone(id)) => error_event(&unknown(&id)),
-        Err(WatchError::Broker(err)) => error_event(&Problem::from(err)),
+        Err(err) => error_event(&Problem::from(err)),
     };
     Some((Ok(event), cursor))
 }

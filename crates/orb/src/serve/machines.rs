@@ -15,7 +15,7 @@ use super::model::{
     MachineInfo, MachineListQuery, MachineRequestBody, RequestDetail, ReturnBody, WaitQuery,
 };
 use super::problem::Problem;
-use orb_broker::watch::{Pace, WatchError};
+use orb_broker::watch::Pace;
 use orb_broker::{BrokerError, RequestView};
 
 /// The longest `?wait=true` may hold a connection.
@@ -70,10 +70,7 @@ async fn wait_for(
         .broker()
         .wait_for(view, pace, limit, |_| {})
         .await
-        .map_err(|e| match e {
-            WatchError::Gone(id) => super::requests::unknown(&id),
-            WatchError::Broker(err) => Problem::from(err),
-        })
+        .map_err(Problem::from)
 }
 
 fn accepted(view: &RequestView) -> (StatusCode, Json<RequestDetail>) {
