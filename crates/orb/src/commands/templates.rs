@@ -2,7 +2,7 @@
 
 mod bodies;
 
-use orb_core::hostfactory::output::template_entry;
+use orb_core::hostfactory::output::template_attributes;
 use orb_core::template::wire::template_to_hostfactory;
 use orb_core::template::{ProviderApi, Template};
 use serde_json::{Value, json};
@@ -62,11 +62,10 @@ async fn list(session: &Session) -> CliResult<Output> {
             .listed
             .iter()
             .map(|l| {
-                let entry = template_entry(&l.template, l.max_machines, &l.usage);
                 let mut v = serde_json::to_value(&l.template).unwrap_or(Value::Null);
                 v["max_machines"] = json!(l.max_machines);
                 v["available_number"] = json!(l.available);
-                v["attributes"] = entry["attributes"].clone();
+                v["attributes"] = json!(template_attributes(&l.template));
                 v
             })
             .collect();
