@@ -51,9 +51,7 @@ async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output>
     for found in broker.statuses(&ids).await? {
         match found {
             Lookup::Found(view) => {
-                if let Some(note) = &view.note {
-                    notes.push(format!("warning: {}: {note}", view.request.request_id));
-                }
+                notes.extend(hostfactory::stale_warning(&view));
                 views.push(*view);
             }
             Lookup::Unknown(raw) => unknown.push(raw),

@@ -254,6 +254,12 @@ pub fn submitted(view: RequestView, warnings: &[String]) -> CliResult<Output> {
     Ok(submitted_output(stdout, &view, warnings))
 }
 
+/// The stderr line for a status read that could not ask the provider (its note), if any.
+pub fn stale_warning(view: &RequestView) -> Option<String> {
+    let note = view.note.as_ref()?;
+    Some(format!("warning: {}: {note}", view.request.request_id))
+}
+
 /// stderr and exit code of a submit reply, whatever format its stdout is in.
 pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String]) -> Output {
     let status = view.request.status;
@@ -286,9 +292,7 @@ pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Ou
     for found in env.broker.statuses(ids).await? {
         match found {
             Lookup::Found(view) => {
-                if let Some(note) = &view.note {
-                    notes.push(format!("warning: {}: {note}", view.request.request_id));
-                }
+                notes.extend(stale_warning(&view));
                 entries.push(request_status_entry(&view.request, &view.machines));
             }
             Lookup::Unknown(raw) => entries.push(unknown_request_entry(&raw)),
