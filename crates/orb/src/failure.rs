@@ -55,13 +55,9 @@ impl From<StoreError> for Failure {
 }
 
 impl From<ProviderError> for Failure {
+    /// Classified as the broker classifies it (`BrokerError::class`), with the same message.
     fn from(err: ProviderError) -> Self {
-        match err {
-            ProviderError::Rejected(message) | ProviderError::Conflict(message) => {
-                Self::invalid(message)
-            }
-            other => Self::provider(other.to_string()),
-        }
+        BrokerError::Provider(err).into()
     }
 }
 
