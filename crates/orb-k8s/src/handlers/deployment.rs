@@ -157,8 +157,16 @@ async fn evict_and_scale(
     if going.is_empty() {
         return Ok((Vec::new(), gone, Vec::new()));
     }
+    // Marked too, so that if the ReplicaSet acts on the lower count before an eviction lands
+    // it still takes a pod some return named (this one's, or a concurrent return's) and not
+    // an unmarked machine. Best effort: the eviction is what removes the victim here.
+    let pods_api: Api<Pod> = Api::namespaced(cx.client.clone(), namespace);
+    let (marked, _, _) = mark_victims(&pods_api, &going).await;
     let api: Api<Deployment> = Api::namespaced(cx.client.clone(), namespace);
-    change_replicas(&api, name, -(going.len() as i64)).await?;
+    if let Err(e) = change_replicas(&api, name, -(going.len() as i64)).await {
+        unmark(&pods_api, &marked).await;
+        return Err(e);
+    }
     let outcomes: Vec<(String, Result<EvictionOutcome, K8sError>)> = stream::iter(going)
         .map(|victim| async move {
             let outcome = evict_pod(cx.client, namespace, &victim, uid(&victim), false).await;
@@ -184,8 +192,11 @@ async fn evict_and_scale(
         }
     }
     if !failed.is_empty() {
-        // The replicas given up for a victim that stays would take one of `instead`.
+        // The replicas given up for a victim that stays would take one of `instead`, and
+        // its mark would put it first in line for the next scale-down.
         change_replicas(&api, name, failed.len() as i64).await?;
+        let staying: Vec<String> = failed.iter().map(|f| f.machine_id.clone()).collect();
+        unmark(&pods_api, &staying).await;
     }
     tracing::info!(
         deployment = name,

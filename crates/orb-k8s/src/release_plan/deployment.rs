@@ -156,6 +156,20 @@ pub fn plan_deployment_release(
     let (victim_ranks, other_ranks): (Vec<&PodRank>, Vec<&PodRank>) = live
         .iter()
         .partition(|p| present_set.contains(p.name.as_str()));
+    // A marked pod orb does not keep is the victim of another return in flight, which lowers
+    // replicas for it: it goes either way, so it takes nothing from this return. Only a mark
+    // on a pod orb keeps (left by a return that never scaled) would make the ReplicaSet remove
+    // a machine nobody named. Without `kept` every marked pod counts as such a leftover.
+    let kept_set: Option<HashSet<&str>> =
+        kept.map(|k| k.iter().map(String::as_str).collect::<HashSet<_>>());
+    let mark = victim_cost();
+    let other_ranks: Vec<&PodRank> = other_ranks
+        .into_iter()
+        .filter(|o| match &kept_set {
+            Some(kept) => o.deletion_cost > mark || kept.contains(o.name.as_str()),
+            None => true,
+        })
+        .collect();
     let instead = pods_taken_before_marked(&victim_ranks, &other_ranks);
     if instead.is_empty() {
         DeploymentReleasePlan::ScaleDown {
@@ -260,6 +274,40 @@ mod tests {
                 victims: names(&["v"]),
                 already_gone: vec![],
                 instead: names(instead),
+            }
+        );
+    }
+
+    /// Two returns of one Deployment at once: the other's victim already carries the mark when
+    /// this return reads the pods. Orb no longer keeps that pod (it is in the other return),
+    /// so both marks plus both scale-downs remove exactly the two victims; evicting here would
+    /// let this scale-down take an unnamed pod before the eviction lands.
+    #[test]
+    fn a_mark_on_another_returns_victim_takes_nothing_from_this_return() {
+        let live = [
+            ready("v"),
+            PodRank {
+                deletion_cost: -9999,
+                ..ready("theirs")
+            },
+            ready("keep"),
+        ];
+        let kept = names(&["keep"]);
+        assert_eq!(
+            plan_deployment_release("d", &live, Some(&kept), &names(&["v"])),
+            DeploymentReleasePlan::ScaleDown {
+                victims: names(&["v"]),
+                already_gone: vec![],
+            }
+        );
+        // The same mark on a pod orb keeps is a leftover: the ReplicaSet would remove it.
+        let kept = names(&["keep", "theirs"]);
+        assert_eq!(
+            plan_deployment_release("d", &live, Some(&kept), &names(&["v"])),
+            DeploymentReleasePlan::EvictAndScale {
+                victims: names(&["v"]),
+                already_gone: vec![],
+                instead: names(&["theirs"]),
             }
         );
     }

@@ -177,6 +177,19 @@ pub async fn release(
     api: &str,
     victims: &[&str],
 ) -> Result<ReleaseOutcome, orb_core::provider::ProviderError> {
+    release_keeping(h, request_id, outcome, api, victims, None).await
+}
+
+/// A release that says, as the broker does, which other machines of the request orb keeps
+/// (stored, in no return); `None` leaves it unknown to the provider.
+pub async fn release_keeping(
+    h: &Harness,
+    request_id: &RequestId,
+    outcome: &AcquireOutcome,
+    api: &str,
+    victims: &[&str],
+    kept: Option<&[String]>,
+) -> Result<ReleaseOutcome, orb_core::provider::ProviderError> {
     h.provider
         .release(ReleaseInput {
             return_request_id: RequestId::new_return(),
@@ -185,7 +198,9 @@ pub async fn release(
                 .map(|v| machine_ref(request_id, v, outcome, api))
                 .collect(),
             templates: Default::default(),
-            others: Default::default(),
+            others: kept
+                .map(|k| [(request_id.to_string(), k.to_vec())].into())
+                .unwrap_or_default(),
         })
         .await
 }
