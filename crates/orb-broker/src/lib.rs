@@ -14,6 +14,7 @@ mod queries;
 mod reclaim;
 mod release;
 mod resume;
+mod resume_return;
 mod status;
 pub mod templates;
 pub mod usage;
@@ -43,6 +44,7 @@ pub use lookup::Lookup;
 pub use reclaim::Reclaim;
 pub use release::UnknownNames;
 pub use resume::{is_unrecorded_acquire, nothing_recorded};
+pub use resume_return::is_unrecorded_return;
 
 /// Builds the provider on first use, so commands that never need the cluster (status of a
 /// finished request, template listing) never construct a client.

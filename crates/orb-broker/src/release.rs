@@ -7,7 +7,9 @@ use orb_core::hostfactory::input::MachineSelector;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent, Verdict};
 use orb_core::machine::{Machine, MachineStatus};
-use orb_core::provider::{ProviderError, ReleaseInput};
+use std::sync::Arc;
+
+use orb_core::provider::{Provider, ProviderError, ReleaseInput};
 use orb_core::request::{Request, RequestType};
 use orb_store::MachineFilter;
 
@@ -195,6 +197,9 @@ impl Broker {
             m.return_request_id = Some(request.request_id.clone());
             m.updated_at = now;
         }
+        // Held while the release runs and is recorded: a process that finds this return
+        // unrecorded and the claim free knows nobody works on it any more, and resumes it.
+        let _claim = self.store.try_claim(&request.request_id).await?;
         self.store
             .insert_request(&mut request, &mut machines)
             .await?;
@@ -219,7 +224,21 @@ impl Broker {
             });
         };
 
-        let refs = self.machine_refs(&to_release).await?;
+        self.release_and_record(request, machines, provider, &to_release)
+            .await
+    }
+
+    /// Asks the provider to release `to_release` for the stored return `request` (whose
+    /// claim the caller holds) and stores what it answered. A release the cluster cut off
+    /// leaves the return in progress with nothing recorded, to be resumed by the next read.
+    pub(super) async fn release_and_record(
+        &self,
+        mut request: Request,
+        mut machines: Vec<Machine>,
+        provider: Arc<dyn Provider>,
+        to_release: &[Machine],
+    ) -> Result<RequestView, BrokerError> {
+        let refs = self.machine_refs(to_release).await?;
         // What orb keeps of each acquire besides the machines named: a return that leaves none
         // deletes the controller, and a Job takes its other hosts along.
         let named: BTreeSet<&str> = machines.iter().map(|m| m.machine_id.as_str()).collect();
@@ -290,7 +309,13 @@ impl Broker {
                     machines.push(sibling);
                 }
                 ended = outcome.ended;
-                request.provider_data = outcome.provider_data;
+                // Something is always recorded: an empty answer would read as a release
+                // that never ran, and be run again.
+                request.provider_data = if crate::resume::is_empty_data(&outcome.provider_data) {
+                    serde_json::json!({"released": outcome.released})
+                } else {
+                    outcome.provider_data
+                };
                 if outcome.message.is_some() {
                     request.status_message = outcome.message;
                 }
@@ -325,18 +350,22 @@ impl Broker {
                     m.updated_at = now;
                 }
             }
+            Err(ProviderError::Interrupted(why)) => {
+                // The cluster did not answer mid-release: some of it may be done, some not.
+                // Releasing is idempotent (deletes by name, a Deployment scaled to a target it
+                // records), so the return stays in progress with nothing recorded, holding its
+                // machines, and the next read resumes it; its deadline still ends it.
+                request.status_message = Some(interrupted_release_message(&why));
+            }
             Err(err) => {
-                // The cluster did not answer or broke down mid-release: some pods may be gone,
-                // others not. The return ends failed and frees what it held (a failed return
-                // is never looked at again, so keeping the machines would strand them as
-                // "already being returned"); a machine that did go shows up as gone on the
-                // next status read, and the rest can be returned again.
+                // The provider broke down in a way a retry would not mend (a misconfigured
+                // client, an apiserver refusing with 401/403): the return ends failed and frees
+                // what it held, so the machines can be returned again.
                 let reason = match &err {
-                    ProviderError::Interrupted(text) | ProviderError::Unavailable(text) => {
-                        format!(
-                            "{text}; the return was cut off and its machines are free again:                              return them again once the cluster answers"
-                        )
-                    }
+                    ProviderError::Unavailable(text) => format!(
+                        "{text}; the return failed and its machines are free again: return \
+                         them again once the cluster accepts it"
+                    ),
                     other => other.to_string(),
                 };
                 lifecycle::apply(&mut request, LifecycleEvent::Fail { reason }, now)?;
@@ -389,4 +418,12 @@ impl Broker {
         }
         Ok(())
     }
+}
+
+/// What a return says while the cluster keeps it from releasing.
+pub(super) fn interrupted_release_message(why: &str) -> String {
+    format!(
+        "the cluster did not answer while releasing the machines ({why}); orb resumes this \
+         return when it answers again, until the return's deadline"
+    )
 }

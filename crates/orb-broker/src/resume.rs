@@ -69,22 +69,34 @@ pub fn is_unrecorded_acquire(request: &Request, machine_count: usize) -> bool {
 /// No provider answer was stored: the bookkeeping is still the empty value the request was
 /// created with.
 pub fn nothing_recorded(request: &Request) -> bool {
-    let empty = match &request.provider_data {
+    is_empty_data(&request.provider_data) && request.resource_ids.is_empty()
+}
+
+/// Provider bookkeeping that says nothing: null or `{}`.
+pub(super) fn is_empty_data(data: &serde_json::Value) -> bool {
+    match data {
         serde_json::Value::Null => true,
         serde_json::Value::Object(map) => map.is_empty(),
         _ => false,
-    };
-    empty && request.resource_ids.is_empty()
+    }
 }
 
 impl Broker {
     /// This provider's acquires that have not ended (one store may serve several providers;
     /// each looks after its own): the requests the background passes settle and refresh.
     pub async fn unfinished_acquires(&self) -> Result<Vec<Request>, orb_store::StoreError> {
+        self.unfinished(RequestType::Acquire).await
+    }
+
+    /// This provider's requests of `request_type` that have not ended.
+    pub(super) async fn unfinished(
+        &self,
+        request_type: RequestType,
+    ) -> Result<Vec<Request>, orb_store::StoreError> {
         let requests = self
             .store
             .list_requests(&orb_store::RequestFilter {
-                request_type: Some(RequestType::Acquire),
+                request_type: Some(request_type),
                 statuses: orb_core::request::RequestStatus::UNFINISHED.to_vec(),
                 ..Default::default()
             })

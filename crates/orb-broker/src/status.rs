@@ -12,6 +12,7 @@ use orb_store::{MachineFilter, StoreError};
 
 use super::observe::machine_from_observation;
 use super::resume::is_unrecorded_acquire;
+use super::resume_return::is_unrecorded_return;
 use super::{Broker, BrokerError, RequestView};
 
 /// Concurrent pollers may race; a conflicting write is retried on fresh data this many times.
@@ -89,14 +90,12 @@ impl Broker {
             return Ok(None);
         };
         let mut stored_machines = self.machines_of(&stored).await?;
-        if is_unrecorded_acquire(&stored, stored_machines.len()) {
-            // Nothing recorded yet: resume it now if nobody is creating it, else wait for the
-            // process that is. Either way the deadline does not judge an acquire that has not
-            // recorded what it created.
-            match self.resume_interrupted_acquire(request_id).await? {
-                Some(resumed)
-                    if !is_unrecorded_acquire(&resumed.request, resumed.machines.len()) =>
-                {
+        if is_unrecorded(&stored, stored_machines.len()) {
+            // Nothing recorded yet: resume it now if nobody is creating or releasing it, else
+            // wait for the process that is. Either way the deadline does not judge an acquire
+            // that has not recorded what it created.
+            match self.resume_unrecorded(&stored).await? {
+                Some(resumed) if !is_unrecorded(&resumed.request, resumed.machines.len()) => {
                     stored = resumed.request;
                     stored_machines = resumed.machines;
                 }
@@ -111,15 +110,21 @@ impl Broker {
                         return Ok(None);
                     };
                     let machines = self.machines_of(&now).await?;
-                    if is_unrecorded_acquire(&now, machines.len()) {
+                    if is_unrecorded(&now, machines.len()) {
+                        let note = match now.request_type {
+                            RequestType::Acquire => {
+                                "the acquire is still creating its objects in another orb \
+                                 process; its machines appear once it has recorded them"
+                            }
+                            RequestType::Return => {
+                                "the return is still releasing its machines in another orb \
+                                 process"
+                            }
+                        };
                         return Ok(Some(RequestView {
                             request: now,
                             machines,
-                            note: Some(
-                                "the acquire is still creating its objects in another orb \
-                                 process; its machines appear once it has recorded them"
-                                    .into(),
-                            ),
+                            note: Some(note.into()),
                         }));
                     }
                     stored = now;
@@ -225,6 +230,18 @@ impl Broker {
         }))
     }
 
+    /// Resumes an acquire or a return with nothing recorded; `None` when another process
+    /// works on it (or it got recorded meanwhile).
+    async fn resume_unrecorded(
+        &self,
+        request: &Request,
+    ) -> Result<Option<RequestView>, BrokerError> {
+        match request.request_type {
+            RequestType::Acquire => self.resume_interrupted_acquire(&request.request_id).await,
+            RequestType::Return => self.resume_interrupted_return(&request.request_id).await,
+        }
+    }
+
     /// A return that ended without releasing everything (its deadline passed, or it failed):
     /// the machines still there are freed, so a later return can try again, and whatever the
     /// provider left on them (a Deployment's victim mark) is cleared.
@@ -270,6 +287,12 @@ impl Broker {
             m.updated_at = now;
         }
     }
+}
+
+/// An acquire that has not recorded what it created, or a return that has not recorded its
+/// release: someone is still at it, or it was interrupted.
+fn is_unrecorded(request: &Request, machines: usize) -> bool {
+    is_unrecorded_acquire(request, machines) || is_unrecorded_return(request)
 }
 
 /// The stored machines of `request` updated from a provider report: observed ones take what

@@ -629,15 +629,9 @@ async fn a_failed_release_fails_the_return() {
 #[tokio::test]
 async fn a_refused_release_fails_the_return_and_frees_the_machines_for_another_return() {
     let f = fixture().await;
-    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
-    let ids: Vec<String> = acquire
-        .machines
-        .iter()
-        .map(|m| m.machine_id.clone())
-        .collect();
+    let (ids, selectors) = acquired(&f, 2).await;
     let refusal = "releasing ordinal 0 also needs ordinal 1 to go";
     *f.provider.release_error.lock().unwrap() = Some(ProviderError::Rejected(refusal.into()));
-    let selectors: Vec<_> = ids.iter().map(|id| by_name(id)).collect();
 
     let refused = f
         .broker
@@ -681,32 +675,119 @@ async fn a_refused_release_fails_the_return_and_frees_the_machines_for_another_r
     );
 }
 
-#[tokio::test]
-async fn a_release_cut_off_by_an_outage_fails_the_return_and_frees_its_machines() {
-    let f = fixture().await;
-    let acquire = f.broker.request_machines("worker", 2).await.unwrap();
+fn cut_off_next_release(f: &Fixture) {
+    *f.provider.release_error.lock().unwrap() = Some(ProviderError::Interrupted(
+        "the Kubernetes API did not answer".into(),
+    ));
+}
+
+/// An acquire of `count` workers: its machine ids, and selectors naming them.
+async fn acquired(f: &Fixture, count: u32) -> (Vec<String>, Vec<MachineSelector>) {
+    let acquire = f.broker.request_machines("worker", count).await.unwrap();
     let ids: Vec<String> = acquire
         .machines
         .iter()
         .map(|m| m.machine_id.clone())
         .collect();
-    let selectors: Vec<_> = ids.iter().map(|id| by_name(id)).collect();
-    *f.provider.release_error.lock().unwrap() = Some(ProviderError::Interrupted(
-        "the Kubernetes API did not answer".into(),
-    ));
+    let selectors = ids.iter().map(|id| by_name(id)).collect();
+    (ids, selectors)
+}
+
+fn releases(f: &Fixture) -> usize {
+    f.provider
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("release "))
+        .count()
+}
+
+#[tokio::test]
+async fn a_release_cut_off_by_an_outage_is_resumed_by_the_next_status_read() {
+    let f = fixture().await;
+    let (ids, selectors) = acquired(&f, 2).await;
+    cut_off_next_release(&f);
 
     let cut = f
         .broker
         .return_machines(&selectors, UnknownNames::Refuse)
         .await
         .unwrap();
-    assert_eq!(cut.request.status, RequestStatus::Failed);
+    // Not failed: in progress, holding its machines, nothing recorded.
+    assert_eq!(cut.request.status, RequestStatus::InProgress);
+    assert!(is_unrecorded_return(&cut.request));
     let message = cut.request.status_message.clone().unwrap_or_default();
     assert!(
-        message.contains("did not answer") && message.contains("return them again"),
+        message.contains("did not answer") && message.contains("resumes this return"),
         "{message}"
     );
-    // The provider is asked to undo whatever it marked, and nothing stays "being returned".
+    let stored = f.broker.store.find_machines(&ids).await.unwrap();
+    assert!(
+        stored
+            .iter()
+            .all(|m| m.return_request_id.as_ref() == Some(&cut.request.request_id)),
+        "{stored:?}"
+    );
+    assert!(!f.provider.calls().iter().any(|c| c.starts_with("abandon ")));
+
+    // Still out on the first read: the release is tried again and the read says why.
+    cut_off_next_release(&f);
+    let still = f
+        .broker
+        .refresh(&cut.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(still.request.status, RequestStatus::InProgress);
+    assert!(still.note.unwrap_or_default().contains("did not answer"));
+    assert_eq!(releases(&f), 2);
+
+    // Back: the next read releases, records it and follows the machines as usual.
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Fulfilled,
+        &[
+            (&ids[0], MachineStatus::Terminated),
+            (&ids[1], MachineStatus::Terminated),
+        ],
+    )));
+    let done = f
+        .broker
+        .refresh(&cut.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(releases(&f), 3);
+    assert!(!is_unrecorded_return(&done.request));
+    assert_eq!(done.request.status, RequestStatus::Complete);
+    // A recorded return is never released again.
+    f.broker.refresh(&cut.request.request_id).await.unwrap();
+    assert_eq!(releases(&f), 3);
+}
+
+#[tokio::test]
+async fn a_return_the_cluster_keeps_cut_off_ends_failed_at_its_deadline_and_frees_its_machines() {
+    let f = fixture().await;
+    let (ids, selectors) = acquired(&f, 2).await;
+    cut_off_next_release(&f);
+    let cut = f
+        .broker
+        .return_machines(&selectors, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    f.advance(301);
+    let ended = f
+        .broker
+        .refresh(&cut.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.request.status, RequestStatus::Failed);
+    let message = ended.request.status_message.clone().unwrap_or_default();
+    assert!(
+        message.contains("before the return's deadline") && message.contains("did not answer"),
+        "{message}"
+    );
+    // No release past the deadline; the marks are undone and the machines are free.
+    assert_eq!(releases(&f), 1);
     assert!(
         f.provider.calls().iter().any(|c| c.starts_with("abandon ")),
         "{:?}",
@@ -722,8 +803,61 @@ async fn a_release_cut_off_by_an_outage_fails_the_return_and_frees_its_machines(
         .return_machines(&selectors, UnknownNames::Refuse)
         .await
         .unwrap();
-    assert_ne!(again.request.status, RequestStatus::Failed);
+    assert_eq!(again.request.status, RequestStatus::InProgress);
     assert_eq!(again.machines.len(), 2);
+}
+
+#[tokio::test]
+async fn a_return_left_unrecorded_is_resumed_only_once_its_claim_is_free() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 1).await.unwrap();
+    let id = acquire.machines[0].machine_id.clone();
+    // The process releasing it dies before recording: the stored return is what is left.
+    cut_off_next_release(&f);
+    let ret = f
+        .broker
+        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    let return_id = ret.request.request_id.clone();
+
+    // While another process holds the claim, a read leaves the release to it.
+    let held = f.broker.store.try_claim(&return_id).await.unwrap().unwrap();
+    let waiting = f.broker.refresh(&return_id).await.unwrap().unwrap();
+    assert!(is_unrecorded_return(&waiting.request));
+    assert!(
+        waiting
+            .note
+            .unwrap_or_default()
+            .contains("in another orb process")
+    );
+    assert!(
+        f.broker
+            .resume_interrupted_return(&return_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(releases(&f), 1);
+
+    // Its holder gone, the next read resumes it at once: no wait for the deadline.
+    drop(held);
+    let resumed = f.broker.refresh(&return_id).await.unwrap().unwrap();
+    assert_eq!(releases(&f), 2);
+    assert!(!is_unrecorded_return(&resumed.request));
+    assert_eq!(resumed.request.status, RequestStatus::InProgress);
+    assert_eq!(
+        resumed.machines[0].return_request_id.as_ref(),
+        Some(&return_id)
+    );
+    assert!(
+        f.broker
+            .unfinished_returns()
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.request_id == return_id)
+    );
 }
 
 #[tokio::test]

@@ -519,6 +519,7 @@ impl K8sProvider {
         }
         for (request_id, (_, _, victims)) in groups.iter_mut() {
             victims.kept = input.others.get(request_id).cloned();
+            victims.return_request_id = Some(input.return_request_id.to_string());
         }
         let client = self.client().await?;
         let cx = self.cx(client);
@@ -561,8 +562,12 @@ impl K8sProvider {
                     messages.extend(result.message);
                 }
                 // A refused plan changes nothing; with one request the whole return fails
-                // with the reason, otherwise the other requests' machines still go.
-                Err(e) if input.machines.len() == victims.names.len() => return Err(e),
+                // with the reason, otherwise the other requests' machines still go. A cluster
+                // that stopped answering cuts the whole release off, whatever was done: it is
+                // idempotent, and the return runs it again once the cluster answers.
+                Err(e) if input.machines.len() == victims.names.len() || e.is_transient() => {
+                    return Err(e);
+                }
                 Err(e) => outcome
                     .failed
                     .extend(victims.names.into_iter().map(|machine_id| MachineFailure {

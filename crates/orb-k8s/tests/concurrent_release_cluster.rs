@@ -17,6 +17,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_fixture::{Check, wait_for};
 use orb_core::machine::MachineStatus;
+use orb_core::provider::Provider;
 use orb_core::template::ProviderApi;
 use serde_json::json;
 
@@ -126,4 +127,45 @@ async fn a_return_reading_another_returns_mark_scales_down_and_takes_no_unnamed_
         .await
         .unwrap();
     wait_live_pods(&h, &req, &kept).await;
+}
+
+/// The same return released twice at once, as a retry after a lost answer can overlap the
+/// first attempt: the scale-down is recorded on the Deployment with the return's id, so the
+/// second attempt finds it and does not lower replicas again (a repeated delta would take a
+/// pod nobody named).
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn the_same_return_released_twice_at_once_scales_down_once() {
+    let h = harness("deploy-repeat", json!({})).await;
+    let t = template("svc", Some(ProviderApi::Deployment));
+    let (req, outcome) = acquire(&h, &t, 4).await;
+    let name = outcome.resource_ids[0].clone();
+    let report = wait_verdict(&h, &status_input(&req, &t, 4, &outcome), "fulfilled").await;
+    let all = ids_with(&report, MachineStatus::Running);
+    assert_eq!(all.len(), 4);
+    let victim = all[0].clone();
+    let input = orb_core::provider::ReleaseInput {
+        return_request_id: orb_core::ids::RequestId::new_return(),
+        machines: vec![machine_ref(&req, &victim, &outcome, "Deployment")],
+        templates: Default::default(),
+        others: Default::default(),
+    };
+    let (first, second) = tokio::join!(
+        h.provider.release(input.clone()),
+        h.provider.release(input.clone()),
+    );
+    for attempt in [first, second] {
+        let attempt = attempt.unwrap_or_else(|e| panic!("a release of {victim} failed: {e}"));
+        assert_eq!(attempt.released, vec![victim.clone()]);
+    }
+    // Once more after both, as a resumed return would.
+    h.provider.release(input).await.unwrap();
+    let live: Vec<String> = all.iter().filter(|n| **n != victim).cloned().collect();
+    wait_live_pods(&h, &req, &live).await;
+    let deployments: Api<Deployment> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    assert_eq!(
+        deployments.get(&name).await.unwrap().spec.replicas,
+        Some(3),
+        "one pod returned, one scale-down, however often the return ran"
+    );
 }

@@ -415,3 +415,58 @@ async fn the_pod_breaker_opens_fails_fast_and_closes_after_a_good_probe() {
     assert_eq!(proxy.requests_matching(&pods_only).len(), seen + 1);
     assert_eq!(breaker(&h, "pod"), BreakerState::Closed);
 }
+
+/// A return spanning two acquires while the apiserver does not answer is reported cut off as
+/// a whole (`Interrupted`), not as per-machine failures of one request, so the broker keeps
+/// the return and runs it again; once the cluster answers, the repeat releases both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_release_of_two_requests_cut_off_by_a_blackout_is_interrupted_then_repeats_cleanly() {
+    let (h, proxy) = harness_through(
+        "cutoff",
+        json!({"max_retries": 1, "retry_base_delay": 0.05, "retry_max_delay": 0.1}),
+    )
+    .await;
+    let t = template("w", Some(ProviderApi::Pod));
+    let (a, out_a) = acquire(&h, &t, 1).await;
+    let (b, out_b) = acquire(&h, &t, 1).await;
+    let input = orb_core::provider::ReleaseInput {
+        return_request_id: RequestId::new_return(),
+        machines: vec![
+            machine_ref(&a, &out_a.resource_ids[0], &out_a, "Pod"),
+            machine_ref(&b, &out_b.resource_ids[0], &out_b, "Pod"),
+        ],
+        templates: Default::default(),
+        others: Default::default(),
+    };
+    proxy.set_plan(FaultPlan {
+        reset_rate: 1.0,
+        ..FaultPlan::default()
+    });
+    let cut = h.provider.release(input.clone()).await;
+    assert!(
+        matches!(cut, Err(ProviderError::Interrupted(_))),
+        "cut off as a whole: {cut:?}"
+    );
+    proxy.set_plan(FaultPlan::default());
+    // The breaker the blackout opened must let the repeat through once it probes again.
+    let done = wait_for("the repeated release", Duration::from_secs(90), || {
+        let input = input.clone();
+        let h = &h;
+        async move {
+            match h.provider.release(input).await {
+                Ok(outcome) if outcome.failed.is_empty() => Check::Done(outcome),
+                other => Check::NotYet(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    let mut released = done.released.clone();
+    released.sort();
+    let mut want = vec![out_a.resource_ids[0].clone(), out_b.resource_ids[0].clone()];
+    want.sort();
+    assert_eq!(released, want);
+    for id in [&a, &b] {
+        wait_live_pods(&h, id, &[]).await;
+    }
+}

@@ -14,6 +14,8 @@ mod support;
 mod crashes;
 #[path = "lifecycle/limits.rs"]
 mod limits;
+#[path = "lifecycle/return_crashes.rs"]
+mod return_crashes;
 #[path = "lifecycle/scenarios.rs"]
 mod scenarios;
 

@@ -16,7 +16,7 @@ use serde_json::json;
 use super::{
     EvictionOutcome, HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims,
     WorkloadHandler, cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone,
-    evict_pod, patch_replicas, request_pods, wrong_body,
+    evict_pod, request_pods, wrong_body,
 };
 use crate::error::{K8sError, is_conflict, is_not_found};
 use crate::fulfilment::{ControllerState, deployment_state};
@@ -100,9 +100,58 @@ async fn patch_each(
         .await
 }
 
+/// Annotation (under the label prefix) on a Deployment listing the returns whose scale-down
+/// it has taken, newest last: a release repeated after an outage or a crash finds its own id
+/// there and does not lower replicas a second time.
+const SCALED_FOR_RETURNS: &str = "scaled-for-returns";
+/// How many return ids the annotation keeps; a return is retried only until its deadline, so
+/// only the latest few can ever come back.
+const SCALED_FOR_KEPT: usize = 32;
+
+/// A scale that must happen at most once: `id` is recorded under `key` with it.
+struct ScaleOnce {
+    key: String,
+    id: String,
+}
+
+impl ScaleOnce {
+    fn new(record: &RequestRecord, victims: &Victims, step: &str) -> Option<Self> {
+        victims.return_request_id.as_ref().map(|ret| Self {
+            key: format!("{}/{SCALED_FOR_RETURNS}", record.label_prefix),
+            id: format!("{ret}{step}"),
+        })
+    }
+}
+
+/// The ids in a `scaled-for-returns` annotation.
+fn scaled_for(annotation: Option<&str>) -> Vec<String> {
+    annotation
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The annotation after recording `id`: appended, the oldest dropped beyond the limit.
+fn scaled_for_with(mut ids: Vec<String>, id: &str) -> String {
+    ids.retain(|i| i != id);
+    ids.push(id.to_string());
+    let drop = ids.len().saturating_sub(SCALED_FOR_KEPT);
+    ids.drain(..drop);
+    ids.join(",")
+}
+
 /// Moves `spec.replicas` by `delta`, re-reading and retrying when another writer got there
-/// first. Returns the new value.
-async fn change_replicas(api: &Api<Deployment>, name: &str, delta: i64) -> Result<u32, K8sError> {
+/// first. With `once`, the scale and its id are written in one patch, and a Deployment that
+/// already carries the id is left as it is. Returns the new value.
+async fn change_replicas(
+    api: &Api<Deployment>,
+    name: &str,
+    delta: i64,
+    once: Option<&ScaleOnce>,
+) -> Result<u32, K8sError> {
     let mut last_error = None;
     for _ in 0..SCALE_CONFLICT_ATTEMPTS {
         let current = api
@@ -110,10 +159,33 @@ async fn change_replicas(api: &Api<Deployment>, name: &str, delta: i64) -> Resul
             .await
             .map_err(|e| K8sError::api(format!("reading Deployment {name}"), e))?;
         let replicas = i64::from(current.spec.replicas.unwrap_or(1));
+        let done = once.map(|o| {
+            let ids = scaled_for(current.annotations().get(&o.key).map(String::as_str));
+            (ids.contains(&o.id), ids)
+        });
+        if let Some((true, _)) = done {
+            tracing::info!(
+                deployment = name,
+                replicas,
+                "this return already scaled the Deployment; not scaling again"
+            );
+            return Ok(replicas.max(0) as u32);
+        }
         let target = (replicas + delta).max(0) as u32;
         let version = current.resource_version().unwrap_or_default();
-        match patch_replicas(api, name, &version, target).await {
-            Ok(()) => return Ok(target),
+        let mut patch = json!({
+            "metadata": {"resourceVersion": version},
+            "spec": {"replicas": target},
+        });
+        if let (Some(o), Some((_, ids))) = (once, done) {
+            patch["metadata"]["annotations"] =
+                json!({ o.key.clone(): scaled_for_with(ids, &o.id) });
+        }
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(target),
             Err(e) if is_conflict(&e) => last_error = Some(e),
             Err(e) => return Err(K8sError::api(format!("scaling Deployment {name}"), e)),
         }
@@ -163,7 +235,8 @@ async fn evict_and_scale(
     let pods_api: Api<Pod> = Api::namespaced(cx.client.clone(), namespace);
     let (marked, _, _) = mark_victims(&pods_api, &going).await;
     let api: Api<Deployment> = Api::namespaced(cx.client.clone(), namespace);
-    if let Err(e) = change_replicas(&api, name, -(going.len() as i64)).await {
+    let scale_down = ScaleOnce::new(record, victims, "");
+    if let Err(e) = change_replicas(&api, name, -(going.len() as i64), scale_down.as_ref()).await {
         unmark(&pods_api, &marked).await;
         return Err(e);
     }
@@ -194,7 +267,8 @@ async fn evict_and_scale(
     if !failed.is_empty() {
         // The replicas given up for a victim that stays would take one of `instead`, and
         // its mark would put it first in line for the next scale-down.
-        change_replicas(&api, name, failed.len() as i64).await?;
+        let restore = ScaleOnce::new(record, victims, "+restore");
+        change_replicas(&api, name, failed.len() as i64, restore.as_ref()).await?;
         let staying: Vec<String> = failed.iter().map(|f| f.machine_id.clone()).collect();
         unmark(&pods_api, &staying).await;
     }
@@ -382,7 +456,9 @@ impl WorkloadHandler for DeploymentHandler {
                             })
                         }
                         ScaleDecision::LowerBy(by) => {
-                            let replicas = change_replicas(&api, name, -i64::from(by)).await?;
+                            let once = ScaleOnce::new(record, &victims, "");
+                            let replicas =
+                                change_replicas(&api, name, -i64::from(by), once.as_ref()).await?;
                             let mut released = marked;
                             released.extend(gone);
                             released.extend(already_gone);
@@ -420,5 +496,33 @@ impl WorkloadHandler for DeploymentHandler {
             record,
             deployment_state,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::none(None, vec![])]
+    #[case::empty(Some(""), vec![])]
+    #[case::two(Some("ret-a, ret-b,"), vec!["ret-a", "ret-b"])]
+    fn the_returns_a_deployment_scaled_for_are_read_from_its_annotation(
+        #[case] annotation: Option<&str>,
+        #[case] expected: Vec<&str>,
+    ) {
+        assert_eq!(scaled_for(annotation), expected);
+    }
+
+    #[test]
+    fn recording_a_return_appends_it_once_and_keeps_the_latest() {
+        assert_eq!(scaled_for_with(vec!["a".into()], "b"), "a,b");
+        assert_eq!(scaled_for_with(vec!["a".into(), "b".into()], "a"), "b,a");
+        let many: Vec<String> = (0..SCALED_FOR_KEPT).map(|i| format!("r{i}")).collect();
+        let kept = scaled_for(Some(&scaled_for_with(many, "new")));
+        assert_eq!(kept.len(), SCALED_FOR_KEPT);
+        assert_eq!(kept.first().map(String::as_str), Some("r1"));
+        assert_eq!(kept.last().map(String::as_str), Some("new"));
     }
 }

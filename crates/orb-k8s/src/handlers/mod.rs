@@ -79,6 +79,10 @@ pub struct Victims {
     /// The request's other machines orb keeps (stored, not gone, in no return); `None` when
     /// the caller does not know. A release that leaves none of them deletes the controller.
     pub kept: Option<Vec<String>>,
+    /// The return releasing them, when a return does (a timed-out pod is released by a status
+    /// read instead). A controller records it with the scale it took, so repeating the same
+    /// release after an outage does not scale again.
+    pub return_request_id: Option<String>,
 }
 
 impl Victims {

@@ -158,14 +158,27 @@ impl WorkloadHandler for PodHandler {
                 .collect()
                 .await;
             let mut result = ReleaseResult::default();
+            let mut cut_off = None;
             for (name, outcome) in outcomes {
                 match outcome {
                     Ok(()) => result.released.push(name),
-                    Err(e) => result.failed.push(MachineFailure {
-                        reason: K8sError::api(format!("deleting pod {name}"), e).to_string(),
-                        machine_id: name,
-                    }),
+                    Err(e) => {
+                        let error = K8sError::api(format!("deleting pod {name}"), e);
+                        if error.is_transient() {
+                            cut_off.get_or_insert(error);
+                        } else {
+                            result.failed.push(MachineFailure {
+                                reason: error.to_string(),
+                                machine_id: name,
+                            });
+                        }
+                    }
                 }
+            }
+            // The cluster did not answer for some: the whole release is reported cut off, so
+            // the return retries it (a delete by name of a pod already gone is a 404, done).
+            if let Some(error) = cut_off {
+                return Err(error);
             }
             result.released.sort();
             Ok(result)

@@ -109,6 +109,37 @@ pub async fn settle_interrupted_acquires(broker: &Broker) -> Vec<String> {
     lines
 }
 
+/// Resumes returns whose release the cluster cut off or whose process died before recording
+/// it, when no live process works on them (their claim is free); past its deadline such a
+/// return ends failed and frees its machines. Returns one line per request.
+pub async fn settle_interrupted_returns(broker: &Broker) -> Vec<String> {
+    let unfinished = match broker.unfinished_returns().await {
+        Ok(requests) => requests,
+        Err(e) => return vec![format!("unfinished returns not listed: {e}")],
+    };
+    let mut lines = Vec::new();
+    for request in unfinished
+        .into_iter()
+        .filter(orb_broker::is_unrecorded_return)
+    {
+        let id = request.request_id.clone();
+        let line = match broker.resume_interrupted_return(&id).await {
+            Ok(Some(view)) if orb_broker::is_unrecorded_return(&view.request) => {
+                format!(
+                    "{id} still cut off: {}",
+                    view.request.status_message.unwrap_or_default()
+                )
+            }
+            Ok(Some(view)) => format!("{id} resumed: {}", view.request.status),
+            Ok(None) => continue,
+            Err(e) => format!("{id} not resumed: {e}"),
+        };
+        tracing::info!("interrupted return {line}");
+        lines.push(line);
+    }
+    lines
+}
+
 /// The start-up reconciliation: LIST every managed object in scope, adopt what belongs to
 /// stored requests, settle interrupted acquires, report the rest as orphans (nothing is
 /// deleted here; the GC decides that).
@@ -124,6 +155,9 @@ pub async fn reconcile(
     let min_age = Duration::from_secs(config.orphan_min_age_seconds);
     if settle_interrupted {
         report.resumed = settle_interrupted_acquires(broker).await;
+        report
+            .resumed
+            .extend(settle_interrupted_returns(broker).await);
     }
     let result = async {
         let client = provider.kube_client().await.map_err(|e| e.to_string())?;
@@ -188,6 +222,7 @@ pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> Result<G
 /// cores (bench `daemon_status`).
 pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
     settle_interrupted_acquires(broker).await;
+    settle_interrupted_returns(broker).await;
     let unfinished = match broker.unfinished_acquires().await {
         Ok(requests) => requests,
         Err(e) => {

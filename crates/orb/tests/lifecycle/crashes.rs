@@ -13,14 +13,14 @@ use serde_json::Value;
 use crate::lifecycle::{Kind, Setup, World, machine_ids, summary};
 use crate::support::serve_process::{Server, http};
 
-const COUNT: u32 = 200;
+pub(crate) const COUNT: u32 = 200;
 
 /// The test cluster has room for 750 pods (3 nodes of 250) and each test here fills 200 of
 /// them: run alongside each other (the suite runs several tests at once) they would leave
 /// pods Pending for want of room, which is not what they test. One at a time, then.
-static ROOM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ROOM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn kill9(child: &mut std::process::Child) {
+pub(crate) fn kill9(child: &mut std::process::Child) {
     let _ = std::process::Command::new("kill")
         .args(["-KILL", &child.id().to_string()])
         .status();
@@ -40,7 +40,7 @@ async fn first_pods(w: &World) -> usize {
     }
 }
 
-async fn managed_pods(w: &World) -> BTreeSet<String> {
+pub(crate) async fn managed_pods(w: &World) -> BTreeSet<String> {
     w.pods_api()
         .list(&kube::api::ListParams::default().labels("orb.io/managed=true"))
         .await
@@ -54,12 +54,17 @@ async fn managed_pods(w: &World) -> BTreeSet<String> {
 
 /// The one acquire stored in this installation.
 fn the_acquire(w: &World) -> String {
+    the_one(w, "acquire")
+}
+
+/// The one request of `request_type` stored in this installation.
+pub(crate) fn the_one(w: &World, request_type: &str) -> String {
     let listed = w.json(&["requests", "list"]);
     let ids: Vec<String> = listed
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["request_type"] == "acquire")
+        .filter(|r| r["request_type"] == request_type)
         .map(|r| r["request_id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(ids.len(), 1, "{listed}");
@@ -68,7 +73,7 @@ fn the_acquire(w: &World) -> String {
 
 /// The invariant after any crash: the request is complete with `COUNT` distinct machines, and
 /// the pods in the cluster are exactly those machines.
-async fn finished_whole(w: &World, id: &str) -> Value {
+pub(crate) async fn finished_whole(w: &World, id: &str) -> Value {
     let view = wait_for(
         "the request to complete",
         Duration::from_secs(180),
@@ -94,7 +99,7 @@ async fn finished_whole(w: &World, id: &str) -> Value {
     view
 }
 
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     Setup::new(Kind::Pod).max_number(500)
 }
 
