@@ -215,8 +215,9 @@ pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> Result<G
     Ok(outcome)
 }
 
-/// Refreshes every unfinished acquire once (the status path applies `pod_timeout_seconds`
-/// and releases timed-out pods), after settling interrupted ones. A request a client has
+/// Refreshes every unfinished acquire and return once (the status path applies
+/// `pod_timeout_seconds` and releases timed-out pods; a return completes once its machines
+/// are gone), after settling interrupted ones. A request a client has
 /// read within `skip_within` was refreshed by that read and is left alone: HostFactory polls
 /// its requests constantly, and refreshing 200 of them again cost reads 600 ms of CPU on two
 /// cores (bench `daemon_status`).
@@ -233,6 +234,13 @@ pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
     broker.retain_refreshed(&unfinished.iter().map(|r| &r.request_id).collect());
     let mut ids: Vec<orb_core::ids::RequestId> =
         unfinished.into_iter().map(|r| r.request_id).collect();
+    // Returns in progress are refreshed too: one resumed above (or released by a process
+    // that died after recording it) completes when its machines are gone, even with nobody
+    // asking about it.
+    match broker.unfinished_returns().await {
+        Ok(returns) => ids.extend(returns.into_iter().map(|r| r.request_id)),
+        Err(e) => tracing::warn!("timeout GC: unfinished returns not listed: {e}"),
+    }
     // Finished acquires are followed while a machine of theirs may still exist: a pod that
     // fails or disappears later is recorded here even if nobody asks about its request.
     match broker.store.requests_with_live_machines().await {
