@@ -23,16 +23,7 @@ impl Broker {
         count: u32,
     ) -> Result<RequestView, BrokerError> {
         let catalog = self.catalog.current();
-        if let Some(refused) = catalog.refusal(template_id) {
-            return Err(BrokerError::RefusedTemplate(refused.reason.clone()));
-        }
-        let template = catalog
-            .get(template_id)
-            .ok_or_else(|| BrokerError::UnknownTemplate {
-                template_id: template_id.to_string(),
-                available: catalog.ids(),
-            })?
-            .clone();
+        let template = catalog.lookup(template_id)?.clone();
         let problems = template.problems();
         if !problems.is_empty() {
             return Err(BrokerError::InvalidTemplate(TemplateError::Invalid {

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use orb_core::config::ProviderEntry;
 use orb_core::template::Template;
+
+use crate::BrokerError;
 use orb_core::template::file::{parse_template_file, template_file_candidates};
 
 /// Templates of one provider, as read from its template file.
@@ -91,6 +93,20 @@ impl Catalog {
         let mut notes = self.warnings.clone();
         notes.extend(self.refused.iter().map(|r| r.reason.clone()));
         notes
+    }
+
+    /// The template `template_id`, or why there is none: refused when the templates were
+    /// loaded (the reason names the key), or not defined (the error lists the ids there are).
+    /// Every door reports a missing template through this one error.
+    pub fn lookup(&self, template_id: &str) -> Result<&Template, BrokerError> {
+        if let Some(refused) = self.refusal(template_id) {
+            return Err(BrokerError::RefusedTemplate(refused.reason.clone()));
+        }
+        self.get(template_id)
+            .ok_or_else(|| BrokerError::UnknownTemplate {
+                template_id: template_id.to_string(),
+                available: self.ids(),
+            })
     }
 
     /// Why `template_id` was refused at load, if it was.

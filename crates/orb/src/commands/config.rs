@@ -146,15 +146,7 @@ pub(super) fn effective_provider(
         .map_err(|e| Failure::invalid(format!("provider {:?} settings:\n{e}", entry.name)))?;
     if let Some(id) = template_id {
         let catalog = context::load_catalog(&session.dirs, entry)?;
-        if let Some(refused) = catalog.refusal(id) {
-            return Err(Failure::invalid(refused.reason.clone()));
-        }
-        let template = catalog.get(id).ok_or_else(|| {
-            Failure::invalid(format!(
-                "template {id:?} is not defined; available templates: {}",
-                catalog.ids()
-            ))
-        })?;
+        let template = catalog.lookup(id)?;
         match &template.provider_config {
             None => {}
             Some(Value::Object(values)) => {

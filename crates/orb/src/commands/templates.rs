@@ -94,15 +94,7 @@ async fn list(session: &Session) -> CliResult<Output> {
 
 /// `template_id` of `catalog`, or why there is none (refused at load, or not defined).
 fn defined<'c>(catalog: &'c Catalog, template_id: &str) -> CliResult<&'c Template> {
-    if let Some(refused) = catalog.refusal(template_id) {
-        return Err(Failure::invalid(refused.reason.clone()));
-    }
-    catalog.get(template_id).ok_or_else(|| {
-        Failure::invalid(format!(
-            "template {template_id:?} is not defined; available templates: {}",
-            catalog.ids()
-        ))
-    })
+    Ok(catalog.lookup(template_id)?)
 }
 
 fn show(session: &Session, template_id: &str) -> CliResult<Output> {

@@ -78,16 +78,10 @@ pub async fn show_template(
 ) -> Result<Json<TemplateInfo>, Problem> {
     state.templates_now();
     let catalog = state.broker().catalog.current();
-    let Some(template) = catalog.get(&template_id) else {
-        return Err(Problem::not_found(
-            "unknown-template",
-            "Unknown template",
-            format!(
-                "template {template_id:?} is not defined; available templates: {}",
-                catalog.ids()
-            ),
-        ));
-    };
+    // Not served either way; the detail says whether it is undefined or was refused (and why).
+    let template = catalog
+        .lookup(&template_id)
+        .map_err(|e| Problem::not_found("unknown-template", "Unknown template", e.to_string()))?;
     let mut described = describe(&state, &[template]).await?;
     Ok(Json(described.remove(0)))
 }
