@@ -8,6 +8,24 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+/// A mistake in how the daemon is configured (config.json `daemon`, `--daemon` /
+/// `ORB_DAEMON`, the token file); the message names the setting and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DaemonConfigError(String);
+
+impl From<String> for DaemonConfigError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for DaemonConfigError {
+    fn from(message: &str) -> Self {
+        Self(message.to_string())
+    }
+}
+
 /// The socket `orb serve` listens on and the scripts look for when nothing else is set.
 pub const DEFAULT_SOCKET_FILE: &str = "orb.sock";
 
@@ -57,7 +75,7 @@ impl DaemonSection {
     /// Reads and checks the `daemon` section of config.json's top-level sections.
     pub fn from_config(
         sections: &std::collections::BTreeMap<String, Value>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, DaemonConfigError> {
         let Some(value) = sections.get("daemon") else {
             return Ok(Self::default());
         };
@@ -123,7 +141,7 @@ impl DaemonSection {
     }
 
     /// The Bearer token of `token_file`, trimmed; `None` when no file is configured.
-    pub fn token(&self) -> Result<Option<String>, String> {
+    pub fn token(&self) -> Result<Option<String>, DaemonConfigError> {
         let Some(path) = &self.token_file else {
             return Ok(None);
         };
@@ -136,11 +154,11 @@ impl DaemonSection {
         })?;
         let token = text.trim();
         if token.is_empty() {
-            return Err(format!(
+            return Err(DaemonConfigError(format!(
                 "the daemon token file {} (config.json daemon.token_file) is empty; write the \
                  token there (e.g. `kubectl create token <serviceaccount>`)",
                 path.display()
-            ));
+            )));
         }
         Ok(Some(token.to_string()))
     }
@@ -159,7 +177,7 @@ impl DaemonSection {
 }
 
 /// `unix:PATH`, an absolute socket path, or `http://HOST:PORT`.
-pub fn parse_target(text: &str) -> Result<DaemonTarget, String> {
+pub fn parse_target(text: &str) -> Result<DaemonTarget, DaemonConfigError> {
     let text = text.trim();
     if let Some(path) = text.strip_prefix("unix:") {
         if path.is_empty() {
@@ -176,21 +194,21 @@ pub fn parse_target(text: &str) -> Result<DaemonTarget, String> {
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         if !valid || authority.contains('/') {
-            return Err(format!(
+            return Err(DaemonConfigError(format!(
                 "{text:?} is not http://HOST:PORT (e.g. http://127.0.0.1:8080)"
-            ));
+            )));
         }
         return Ok(DaemonTarget::Http(authority.to_string()));
     }
     if text.starts_with("https://") {
-        return Err(format!(
+        return Err(DaemonConfigError(format!(
             "{text:?}: the scripts speak plain HTTP only; use the daemon's Unix socket \
              (unix:/path/to/orb.sock) or an http:// address"
-        ));
+        )));
     }
-    Err(format!(
+    Err(DaemonConfigError(format!(
         "{text:?} is not a daemon address; write unix:/path/to/orb.sock, http://HOST:PORT, or off"
-    ))
+    )))
 }
 
 /// Where a call goes.
@@ -212,7 +230,7 @@ pub fn choose(
     section: &DaemonSection,
     default_socket: &Path,
     default_socket_exists: bool,
-) -> Result<Choice, String> {
+) -> Result<Choice, DaemonConfigError> {
     if let Some(value) = requested {
         if value.trim().eq_ignore_ascii_case("off") {
             return Ok(Choice::Direct);
@@ -253,7 +271,7 @@ mod tests {
     use rstest::rstest;
     use serde_json::json;
 
-    fn section(value: Value) -> Result<DaemonSection, String> {
+    fn section(value: Value) -> Result<DaemonSection, DaemonConfigError> {
         DaemonSection::from_config(&[("daemon".to_string(), value)].into_iter().collect())
     }
 
@@ -273,7 +291,7 @@ mod tests {
     ) {
         match (parse_target(text), expected) {
             (Ok(got), Ok(want)) => assert_eq!(got, want),
-            (Err(got), Err(want)) => assert!(got.contains(want), "{got}"),
+            (Err(got), Err(want)) => assert!(got.to_string().contains(want), "{got}"),
             (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
         }
     }
@@ -315,6 +333,7 @@ mod tests {
         assert!(
             choose(Some("ftp://x"), &none, default, false)
                 .unwrap_err()
+                .to_string()
                 .contains("--daemon / ORB_DAEMON")
         );
     }
@@ -329,7 +348,7 @@ mod tests {
     #[case(json!({"url": "http://h:1", "token_file": ""}), "daemon.token_file\" is empty")]
     fn a_bad_daemon_section_says_what_to_fix(#[case] value: Value, #[case] expected: &str) {
         let err = section(value).unwrap_err();
-        assert!(err.contains(expected), "{err}");
+        assert!(err.to_string().contains(expected), "{err}");
     }
 
     #[test]
@@ -337,7 +356,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("token");
         let configured = section(json!({"url": "http://h:1", "token_file": file.clone()})).unwrap();
-        let missing = configured.token().unwrap_err();
+        let missing = configured.token().unwrap_err().to_string();
         assert!(
             missing.starts_with(&format!(
                 "cannot read the daemon token file {}",
@@ -346,7 +365,13 @@ mod tests {
             "{missing}"
         );
         std::fs::write(&file, "  \n").unwrap();
-        assert!(configured.token().unwrap_err().contains("is empty"));
+        assert!(
+            configured
+                .token()
+                .unwrap_err()
+                .to_string()
+                .contains("is empty")
+        );
         std::fs::write(&file, "eyJhbGciOi.first\n").unwrap();
         assert_eq!(
             configured.token().unwrap().as_deref(),

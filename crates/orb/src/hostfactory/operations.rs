@@ -86,6 +86,18 @@ struct ScriptOutputHead {
     exit_code: i32,
 }
 
+/// Why a daemon's compact script reply (a JSON line with stderr and exit code, then stdout)
+/// could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptOutputError {
+    #[error("no line with stderr and exit_code")]
+    NoHead,
+    #[error("the first line is not stderr and exit_code: {0}")]
+    BadHead(serde_json::Error),
+    #[error("stdout is not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
+}
+
 impl ScriptReply {
     /// The compact form (see [`SCRIPT_OUTPUT_MEDIA_TYPE`]).
     pub fn to_script_output(&self) -> Vec<u8> {
@@ -101,15 +113,15 @@ impl ScriptReply {
     }
 
     /// Reads the compact form; the error says what is wrong with it.
-    pub fn from_script_output(bytes: &[u8]) -> Result<Self, String> {
+    pub fn from_script_output(bytes: &[u8]) -> Result<Self, ScriptOutputError> {
         let split = bytes
             .iter()
             .position(|b| *b == b'\n')
-            .ok_or("no line with stderr and exit_code")?;
-        let head: ScriptOutputHead = serde_json::from_slice(&bytes[..split])
-            .map_err(|e| format!("the first line is not stderr and exit_code: {e}"))?;
-        let stdout = std::str::from_utf8(&bytes[split + 1..])
-            .map_err(|e| format!("stdout is not UTF-8: {e}"))?;
+            .ok_or(ScriptOutputError::NoHead)?;
+        let head: ScriptOutputHead =
+            serde_json::from_slice(&bytes[..split]).map_err(ScriptOutputError::BadHead)?;
+        let stdout =
+            std::str::from_utf8(&bytes[split + 1..]).map_err(ScriptOutputError::NotUtf8)?;
         Ok(Self {
             stdout: stdout.to_string(),
             stderr: head.stderr,
@@ -365,7 +377,7 @@ mod tests {
             (&b"{\"stderr\":[],\"exit_code\":0}\n\xff\xfe"[..], "UTF-8"),
         ] {
             let err = ScriptReply::from_script_output(bytes).unwrap_err();
-            assert!(err.contains(says), "{err}");
+            assert!(err.to_string().contains(says), "{err}");
         }
     }
 

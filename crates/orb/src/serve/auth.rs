@@ -39,16 +39,16 @@ impl Role {
 }
 
 impl std::str::FromStr for Role {
-    type Err = String;
+    type Err = AuthConfigError;
 
     fn from_str(raw: &str) -> Result<Self, Self::Err> {
         match raw.trim().to_ascii_lowercase().as_str() {
             "viewer" => Ok(Self::Viewer),
             "operator" => Ok(Self::Operator),
             "admin" => Ok(Self::Admin),
-            other => Err(format!(
+            other => Err(AuthConfigError(format!(
                 "role {other:?} is not known; use viewer, operator or admin"
-            )),
+            ))),
         }
     }
 }
@@ -79,6 +79,24 @@ pub trait TokenVerifier: Send + Sync {
     fn verify<'a>(&'a self, token: &'a str) -> VerifyFuture<'a>;
 }
 
+/// A mistake in the inbound-auth settings (config.json `serve.auth`, the `--auth-*` flags);
+/// the message names the setting and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AuthConfigError(String);
+
+impl From<String> for AuthConfigError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for AuthConfigError {
+    fn from(message: &str) -> Self {
+        Self(message.to_string())
+    }
+}
+
 /// Roles by identity: an exact username (for service accounts also `namespace:name`), then
 /// `*:name` for a service account in any namespace, then the default (none = refused).
 #[derive(Debug, Clone, Default)]
@@ -92,7 +110,7 @@ impl RoleMap {
     pub fn parse<'a>(
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
         default: Option<Role>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, AuthConfigError> {
         let mut entries = HashMap::new();
         for (key, role) in pairs {
             let role: Role = role
@@ -121,17 +139,17 @@ impl RoleMap {
 }
 
 /// One `--auth-role WHO=ROLE` flag.
-pub fn parse_role_flag(flag: &str) -> Result<(String, Role), String> {
+pub fn parse_role_flag(flag: &str) -> Result<(String, Role), AuthConfigError> {
     let Some((who, role)) = flag.rsplit_once('=') else {
-        return Err(format!(
+        return Err(AuthConfigError(format!(
             "--auth-role {flag:?} has no '='; write WHO=ROLE, e.g. batch:hf-driver=operator"
-        ));
+        )));
     };
     let who = who.trim();
     if who.is_empty() {
-        return Err(format!(
+        return Err(AuthConfigError(format!(
             "--auth-role {flag:?} names nobody; write WHO=ROLE, e.g. batch:hf-driver=operator"
-        ));
+        )));
     }
     let role = role
         .parse()
@@ -356,14 +374,16 @@ mod tests {
     ) {
         match (parse_role_flag(flag), want) {
             (Ok(got), Ok(want)) => assert_eq!(got, want),
-            (Err(got), Err(needle)) => assert!(got.contains(&needle), "{got}"),
+            (Err(got), Err(needle)) => assert!(got.to_string().contains(&needle), "{got}"),
             (got, want) => panic!("{flag}: got {got:?}, want {want:?}"),
         }
     }
 
     #[test]
     fn an_unknown_role_name_is_refused_with_the_choices() {
-        let err = RoleMap::parse([("a:b", "root")], None).unwrap_err();
+        let err = RoleMap::parse([("a:b", "root")], None)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("\"root\"") && err.contains("viewer, operator or admin"),
             "{err}"

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::auth::{Role, RoleMap, parse_role_flag};
+use super::auth::{AuthConfigError, Role, RoleMap, parse_role_flag};
 use crate::cli::ServeArgs;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -61,7 +61,7 @@ pub fn plan(
     args: &ServeArgs,
     sections: &BTreeMap<String, Value>,
     inbound_auth_enabled: bool,
-) -> Result<Option<AuthPlan>, String> {
+) -> Result<Option<AuthPlan>, AuthConfigError> {
     let section: ServeSection = match sections.get("serve") {
         Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
             format!(
@@ -273,7 +273,7 @@ mod tests {
         #[case] expected: &str,
     ) {
         let err = plan(&args(flags), &sections(section), enabled).unwrap_err();
-        assert!(err.contains(expected), "{err}");
+        assert!(err.to_string().contains(expected), "{err}");
     }
 
     #[test]

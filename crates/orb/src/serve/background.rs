@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use jiff::Timestamp;
 use orb_k8s::K8sProvider;
 use orb_k8s::daemon::leader::{Leadership, LeaseSettings, elect, lease_identity, lease_name};
@@ -53,7 +54,7 @@ impl Default for DaemonOptions {
 async fn stored_requests(
     broker: &Broker,
     objects: &[ManagedObject],
-) -> Result<BTreeMap<String, StoredRequest>, String> {
+) -> anyhow::Result<BTreeMap<String, StoredRequest>> {
     let mut found = BTreeMap::new();
     for id in request_ids(objects) {
         // A label that is no request id names no stored request.
@@ -64,12 +65,12 @@ async fn stored_requests(
             .store
             .get_request(&parsed)
             .await
-            .map_err(|e| e.to_string())?;
+            .with_context(|| format!("reading request {id}"))?;
         if let Some(request) = request {
             let machines = broker
                 .machines_of(&request)
                 .await
-                .map_err(|e| e.to_string())?;
+                .with_context(|| format!("reading the machines of request {id}"))?;
             found.insert(id, StoredRequest { request, machines });
         }
     }
@@ -160,12 +161,15 @@ pub async fn reconcile(
             .extend(settle_interrupted_returns(broker).await);
     }
     let result = async {
-        let client = provider.kube_client().await.map_err(|e| e.to_string())?;
+        let client = provider
+            .kube_client()
+            .await
+            .context("cannot build the Kubernetes client")?;
         let objects = list_managed(&client, &scope, &config.label_prefix)
             .await
-            .map_err(|e| e.to_string())?;
+            .context("listing the managed objects")?;
         let requests = stored_requests(broker, &objects).await?;
-        Ok::<_, String>(plan_gc(&objects, &requests, Timestamp::now(), min_age))
+        anyhow::Ok(plan_gc(&objects, &requests, Timestamp::now(), min_age))
     }
     .await;
     match result {
@@ -173,7 +177,7 @@ pub async fn reconcile(
             count_adopted(&plan, provider.metrics());
             report.record_plan(&plan);
         }
-        Err(e) => report.error = Some(e),
+        Err(e) => report.error = Some(format!("{e:#}")),
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
     report
@@ -181,12 +185,15 @@ pub async fn reconcile(
 
 /// One orphan-GC pass: report or delete (by `auto_cleanup_orphans`) the orphans older than
 /// `orphan_min_age_seconds`.
-pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> Result<GcOutcome, String> {
+pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> anyhow::Result<GcOutcome> {
     let config = provider.config();
-    let client = provider.kube_client().await.map_err(|e| e.to_string())?;
+    let client = provider
+        .kube_client()
+        .await
+        .context("cannot build the Kubernetes client")?;
     let objects = list_managed(&client, &provider.watch_scope(), &config.label_prefix)
         .await
-        .map_err(|e| e.to_string())?;
+        .context("listing the managed objects")?;
     let requests = stored_requests(broker, &objects).await?;
     let plan = plan_gc(
         &objects,
@@ -347,14 +354,14 @@ pub async fn start(
     state: AppState,
     options: &DaemonOptions,
     shutdown: watch::Receiver<bool>,
-) -> Result<Vec<JoinHandle<()>>, String> {
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut tasks = Vec::new();
     let status = Arc::new(DaemonStatus::default());
     let leadership = if options.leader_elect {
         let client = provider
             .kube_client()
             .await
-            .map_err(|e| format!("cannot build the Kubernetes client: {e}"))?;
+            .context("cannot build the Kubernetes client")?;
         let settings = LeaseSettings {
             name: lease_name(&state.broker().settings.provider_name),
             namespace: provider
@@ -370,8 +377,7 @@ pub async fn start(
             provider.metrics().clone(),
             shutdown.clone(),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         tracing::info!(
             "leader election on Lease {}/{} as {}",
             settings.namespace,
@@ -433,7 +439,7 @@ pub async fn start(
                 let (provider, state) = (provider.clone(), state.clone());
                 async move {
                     if let Err(e) = orphan_gc_pass(&provider, state.broker()).await {
-                        tracing::warn!("orphan GC pass failed: {e}; next try in {every:?}");
+                        tracing::warn!("orphan GC pass failed: {e:#}; next try in {every:?}");
                     }
                 }
             },

@@ -127,7 +127,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         None => inbound_auth_requested(&entry.config),
     };
     let auth_plan = auth_config::plan(&args, &loaded.config.other, inbound_auth_enabled)
-        .map_err(Failure::invalid)?;
+        .map_err(|e| Failure::invalid(e.to_string()))?;
     if let Some(provider) = &kubernetes
         && let Some(warning) = refuse_old_apiserver(provider).await?
     {
@@ -177,7 +177,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
                 Ok(daemon) => Some(daemon),
                 Err(e) => {
                     tracing::warn!(
-                        "orb serve runs without its watch cache and background tasks: {e}"
+                        "orb serve runs without its watch cache and background tasks: {e:#}"
                     );
                     None
                 }

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use anyhow::Context;
 use orb_k8s::K8sProvider;
 use orb_k8s::daemon::nodes::{run_event_watch, run_node_watch};
 use orb_k8s::daemon::{NodeIndex, PodCache};
@@ -36,7 +37,7 @@ impl Daemon {
         provider: Arc<K8sProvider>,
         state: AppState,
         options: DaemonOptions,
-    ) -> Result<Self, String> {
+    ) -> anyhow::Result<Self> {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut daemon = Self {
             provider: provider.clone(),
@@ -47,7 +48,7 @@ impl Daemon {
         let client = provider
             .kube_client()
             .await
-            .map_err(|e| format!("cannot build the Kubernetes client: {e}"))?;
+            .context("cannot build the Kubernetes client")?;
         if let Some(cache) = PodCache::for_provider(&provider) {
             let cache = Arc::new(cache);
             provider.attach_pod_cache(cache.clone());

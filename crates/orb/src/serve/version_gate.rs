@@ -18,16 +18,24 @@ const RETRY_UNKNOWN_AFTER: Duration = Duration::from_secs(10);
 /// The longest a version request may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why the apiserver's version could not be asked.
+#[derive(Debug, thiserror::Error)]
+enum NotAsked {
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(orb_k8s::error::K8sError),
+    #[error("the apiserver did not answer within {ASK_TIMEOUT:?}")]
+    Timeout,
+    #[error("the apiserver did not answer: {0}")]
+    Failed(kube::Error),
+}
+
 /// The apiserver's verdict, or why it could not be asked.
-async fn ask(provider: &K8sProvider) -> Result<CheckResult, String> {
-    let client = provider
-        .kube_client()
-        .await
-        .map_err(|e| format!("cannot build the Kubernetes client: {e}"))?;
+async fn ask(provider: &K8sProvider) -> Result<CheckResult, NotAsked> {
+    let client = provider.kube_client().await.map_err(NotAsked::Client)?;
     let info = tokio::time::timeout(ASK_TIMEOUT, client.apiserver_version())
         .await
-        .map_err(|_| format!("the apiserver did not answer within {ASK_TIMEOUT:?}"))?
-        .map_err(|e| format!("the apiserver did not answer: {e}"))?;
+        .map_err(|_| NotAsked::Timeout)?
+        .map_err(NotAsked::Failed)?;
     Ok(version_result(&info, provider.config()))
 }
 
