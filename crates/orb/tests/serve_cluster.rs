@@ -144,3 +144,87 @@ async fn a_rest_request_runs_pods_and_a_rest_return_removes_them() {
         );
     }
 }
+
+/// orb running as a ServiceAccount nobody bound a Role to: the apiserver answers 403.
+/// An acquire is stored before its first create, so its 403 is recorded on the request: the
+/// reply is the request, `failed`, with the apiserver's words, and nothing is created. A call
+/// whose provider step itself is refused (a cancel, which lists and deletes the request's
+/// objects) is a 403 `provider-forbidden` problem, not a generic 422 or 503 that would send
+/// the user looking at the request or at the cluster's health.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn rbac_that_forbids_orb_fails_the_acquire_on_record_and_a_cancel_with_provider_forbidden() {
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    use kube::Api;
+    use kube::api::PostParams;
+    use kube_fixture::pod_sandbox::{ApiServer, service_account_token};
+
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve-forbidden").await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns.name());
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "orb-no-role"}})).unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let token = service_account_token(&cluster, ns.name(), "orb-no-role").await;
+    let apiserver = ApiServer::from_kubeconfig(&cluster.kubeconfig);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, &apiserver.ca_pem).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://{}:{}\n    certificate-authority: {}\nusers:\n- name: no-role\n  user:\n    token: {token}\ncontexts:\n- name: no-role\n  context:\n    cluster: local\n    user: no-role\ncurrent-context: no-role\n",
+            apiserver.host,
+            apiserver.port,
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let entry = k8s_provider_entry(&cluster, &ns, json!({"kubeconfig_path": kubeconfig}));
+    let templates = r#"{"templates": [
+      {"templateId": "worker", "maxNumber": 4, "imageId": "busybox:1.36",
+       "command": ["sh", "-c", "sleep 3600"]},
+      {"templateId": "svc", "providerApi": "Deployment", "maxNumber": 4,
+       "imageId": "busybox:1.36", "command": ["sh", "-c", "sleep 3600"]}
+    ]}"#;
+    let env = Env::build(entry, templates, Duration::from_millis(500)).await;
+
+    for template in ["svc", "worker"] {
+        let (code, failed) = env
+            .post(
+                "/api/v1/machines/request",
+                &json!({"template_id": template, "count": 2}).to_string(),
+            )
+            .await;
+        assert_eq!(code, StatusCode::OK, "{failed}");
+        assert_eq!(failed["request"]["status"], "failed", "{failed}");
+        let message = failed["request"]["status_message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            message.contains("403 Forbidden") && message.contains("cannot create resource"),
+            "{template}: {message}"
+        );
+        let id = failed["request"]["request_id"].as_str().unwrap();
+        let got = env.post(&format!("/api/v1/requests/{id}/cancel"), "").await;
+        serve_support::assert_problem(&got, 403, "provider-forbidden", "403 Forbidden");
+    }
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
+    assert!(
+        pods.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "nothing is created"
+    );
+    let (_, requests) = env.get("/api/v1/requests").await;
+    for request in requests.as_array().into_iter().flatten() {
+        assert_ne!(request["status"], "in_progress", "{request}");
+        assert_ne!(request["status"], "pending", "{request}");
+    }
+}
