@@ -42,7 +42,7 @@ use crate::catalog::CatalogCell;
 
 pub use lookup::Lookup;
 pub use reclaim::Reclaim;
-pub use release::UnknownNames;
+pub use release::{MachineKey, UnknownNames};
 pub use resume::{is_unrecorded_acquire, nothing_recorded};
 pub use resume_return::is_unrecorded_return;
 

@@ -1,11 +1,10 @@
 //! The use cases that take ids as users type them: the status of several requests at once,
 //! and a return of machines named by id or host name. Every door (CLI, HostFactory, REST)
-//! calls these instead of parsing ids and building selectors itself.
+//! calls these instead of parsing ids and building machine keys itself.
 
-use orb_core::hostfactory::input::MachineSelector;
 use orb_core::ids::RequestId;
 
-use crate::{Broker, BrokerError, RequestView, UnknownNames};
+use crate::{Broker, BrokerError, MachineKey, RequestView, UnknownNames};
 
 /// What a status call found for one id.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,13 +36,7 @@ impl Broker {
     /// Returns the machines `names` name, each by machine id or host name; a name that is no
     /// machine refuses the whole return (nothing is returned).
     pub async fn return_named(&self, names: &[String]) -> Result<RequestView, BrokerError> {
-        let selectors: Vec<MachineSelector> = names
-            .iter()
-            .map(|name| MachineSelector {
-                machine_id: Some(name.clone()),
-                name: Some(name.clone()),
-            })
-            .collect();
-        self.return_machines(&selectors, UnknownNames::Refuse).await
+        let keys: Vec<MachineKey> = names.iter().map(MachineKey::id_or_name).collect();
+        self.return_machines(&keys, UnknownNames::Refuse).await
     }
 }

@@ -6,12 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use orb_core::hostfactory::input::MachineSelector;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::ReclaimQuery;
 use orb_store::MachineFilter;
 
-use super::{Broker, BrokerError};
+use super::{Broker, BrokerError, MachineKey};
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Reclaim {
@@ -22,13 +21,13 @@ pub struct Reclaim {
 }
 
 impl Broker {
-    /// Reclaimed hosts among `selectors` (every managed host when empty), plus a note when the
+    /// Reclaimed hosts among `keys` (every managed host when empty), plus a note when the
     /// provider could not be asked about live ones.
     pub async fn reclaims(
         &self,
-        selectors: &[MachineSelector],
+        keys: &[MachineKey],
     ) -> Result<(Vec<Reclaim>, Option<String>), BrokerError> {
-        let mut candidates = self.reclaim_candidates(selectors).await?;
+        let mut candidates = self.reclaim_candidates(keys).await?;
         // Refresh the acquires that still have live candidates: a pod that failed or vanished
         // since anyone last looked is recorded (and so reported) now. Acquires the provider
         // cannot be asked about keep their stored state; the note says so below.
@@ -44,12 +43,12 @@ impl Broker {
             }
         }
         if refreshed_any {
-            candidates = self.reclaim_candidates(selectors).await?;
+            candidates = self.reclaim_candidates(keys).await?;
         }
         let mut found: BTreeMap<String, Reclaim> = BTreeMap::new();
         // Without names, only hosts that ever started are reported: a pod that failed before
         // it ran was never a host HostFactory knew.
-        let named = !selectors.is_empty();
+        let named = !keys.is_empty();
         for m in candidates.iter().filter(|m| {
             (!m.status.is_live() && (named || m.launch_time.is_some()))
                 || matches!(m.status, MachineStatus::Failed | MachineStatus::Stopped)
@@ -105,11 +104,8 @@ impl Broker {
 
     /// The machines a reclaim query covers: those named (every managed one when none is),
     /// not already in an orb return.
-    async fn reclaim_candidates(
-        &self,
-        selectors: &[MachineSelector],
-    ) -> Result<Vec<Machine>, BrokerError> {
-        Ok(if selectors.is_empty() {
+    async fn reclaim_candidates(&self, keys: &[MachineKey]) -> Result<Vec<Machine>, BrokerError> {
+        Ok(if keys.is_empty() {
             self.store
                 .list_machines(&MachineFilter {
                     not_returning: true,
@@ -117,12 +113,9 @@ impl Broker {
                 })
                 .await?
         } else {
-            let keys: Vec<String> = selectors
-                .iter()
-                .flat_map(|s| s.machine_id.iter().chain(s.name.iter()).cloned())
-                .collect();
+            let lookups: Vec<String> = keys.iter().flat_map(|k| k.lookups().cloned()).collect();
             self.store
-                .find_machines(&keys)
+                .find_machines(&lookups)
                 .await?
                 .into_iter()
                 .filter(|m| m.return_request_id.is_none())

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use orb_core::hostfactory::input::MachineSelector;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent, Verdict};
 use orb_core::machine::{Machine, MachineStatus};
@@ -24,13 +23,54 @@ pub enum UnknownNames {
     ReportAsFailed,
 }
 
-fn resolve<'m>(selector: &MachineSelector, found: &'m [Machine]) -> Option<&'m Machine> {
-    let by_id = selector
+/// One machine as a caller names it: by machine id, by host name, or both (HostFactory may
+/// send both; the id is tried first). A name also matches a machine id, since users type
+/// either.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineKey {
+    pub machine_id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl MachineKey {
+    /// The machine with this id.
+    pub fn id(machine_id: impl Into<String>) -> Self {
+        Self {
+            machine_id: Some(machine_id.into()),
+            name: None,
+        }
+    }
+
+    /// The machine with this id or host name, as a user types either.
+    pub fn id_or_name(text: impl Into<String>) -> Self {
+        let text = text.into();
+        Self {
+            machine_id: Some(text.clone()),
+            name: Some(text),
+        }
+    }
+
+    /// The text to show for this key.
+    pub fn label(&self) -> &str {
+        self.machine_id
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or("")
+    }
+
+    /// The store lookups this key needs (its id and its name).
+    pub(crate) fn lookups(&self) -> impl Iterator<Item = &String> {
+        self.machine_id.iter().chain(self.name.iter())
+    }
+}
+
+fn resolve<'m>(key: &MachineKey, found: &'m [Machine]) -> Option<&'m Machine> {
+    let by_id = key
         .machine_id
         .as_deref()
         .and_then(|id| found.iter().find(|m| m.machine_id == id));
     let by_name = || {
-        selector.name.as_deref().and_then(|name| {
+        key.name.as_deref().and_then(|name| {
             found
                 .iter()
                 .find(|m| m.name == name)
@@ -73,36 +113,33 @@ impl Broker {
                  `orb requests cancel {request_id}` deletes anything still labelled with it"
             )));
         }
-        let selectors: Vec<_> = machines
+        let keys: Vec<MachineKey> = machines
             .iter()
-            .map(|m| MachineSelector {
-                machine_id: Some(m.machine_id.clone()),
-                name: None,
-            })
+            .map(|m| MachineKey::id(m.machine_id.clone()))
             .collect();
-        self.return_machines(&selectors, UnknownNames::Refuse).await
+        self.return_machines(&keys, UnknownNames::Refuse).await
     }
 
     pub async fn return_machines(
         &self,
-        selectors: &[MachineSelector],
+        keys: &[MachineKey],
         unknown_names: UnknownNames,
     ) -> Result<RequestView, BrokerError> {
-        let keys: Vec<String> = selectors
+        let lookups: Vec<String> = keys
             .iter()
-            .flat_map(|s| s.machine_id.iter().chain(s.name.iter()).cloned())
+            .flat_map(|k| k.lookups().cloned())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let found = self.store.find_machines(&keys).await?;
+        let found = self.store.find_machines(&lookups).await?;
         let mut chosen: BTreeMap<String, Machine> = BTreeMap::new();
         let mut unknown = Vec::new();
-        for selector in selectors {
-            match resolve(selector, &found) {
+        for key in keys {
+            match resolve(key, &found) {
                 Some(m) => {
                     chosen.insert(m.machine_id.clone(), m.clone());
                 }
-                None => unknown.push(selector.label().to_string()),
+                None => unknown.push(key.label().to_string()),
             }
         }
         if chosen.is_empty() || (unknown_names == UnknownNames::Refuse && !unknown.is_empty()) {

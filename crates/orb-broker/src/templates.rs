@@ -2,9 +2,9 @@
 //! `maxNumber` and `availableNumber` mean the same at every door (and the same as the check an
 //! acquire makes).
 
-use orb_core::hostfactory::output::TemplateUsage;
 use orb_core::provider::Provider;
 use orb_core::template::Template;
+use orb_core::template::TemplateUsage;
 
 use crate::{Broker, BrokerError};
 

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use jiff::Timestamp;
-use orb_core::hostfactory::input::MachineSelector;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{MachineFailure, ProviderError, ReclaimNotice};
@@ -483,8 +482,8 @@ async fn a_missing_provider_is_reported_before_storing() {
     assert_eq!(f.stored_requests().await, 0);
 }
 
-fn by_name(name: &str) -> MachineSelector {
-    MachineSelector {
+fn by_name(name: &str) -> MachineKey {
+    MachineKey {
         machine_id: None,
         name: Some(name.into()),
     }
@@ -682,7 +681,7 @@ fn cut_off_next_release(f: &Fixture) {
 }
 
 /// An acquire of `count` workers: its machine ids, and selectors naming them.
-async fn acquired(f: &Fixture, count: u32) -> (Vec<String>, Vec<MachineSelector>) {
+async fn acquired(f: &Fixture, count: u32) -> (Vec<String>, Vec<MachineKey>) {
     let acquire = f.broker.request_machines("worker", count).await.unwrap();
     let ids: Vec<String> = acquire
         .machines

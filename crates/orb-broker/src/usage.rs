@@ -3,8 +3,8 @@
 //! HostFactory and REST listings, so `availableNumber` means the same in all three, and the
 //! same as the check an acquire makes (orb-store's `insert_acquire`).
 
-use orb_core::hostfactory::output::TemplateUsage;
 use orb_core::template::Template;
+use orb_core::template::TemplateUsage;
 use orb_store::{MachineFilter, Store, StoreError};
 
 /// The usage of each template, in the order given.

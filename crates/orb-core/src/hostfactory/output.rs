@@ -10,8 +10,8 @@ use super::mapping::{hf_machine_result, hf_request_status};
 use crate::machine::{Machine, MachineStatus};
 use crate::quantity::{cpus_for_hostfactory, mebibytes_for_hostfactory};
 use crate::request::{Request, RequestStatus, RequestType};
-use crate::template::Template;
 use crate::template::wire::{tags_to_string, template_to_hostfactory};
+use crate::template::{Template, TemplateUsage};
 
 /// Any failure reply: `{"message": "..."}` and nothing else (no `requestId`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,24 +31,6 @@ pub struct SubmitReply {
 pub struct TemplatesReply {
     pub templates: Vec<Map<String, Value>>,
     pub message: String,
-}
-
-/// Live machines of one template, for `availableNumber` and `requestedMachines`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TemplateUsage {
-    pub live_machine_names: Vec<String>,
-    /// Machines unfinished requests of the template will still create (counted against
-    /// `maxNumber` like live ones).
-    pub reserved: i64,
-}
-
-impl TemplateUsage {
-    /// How many more machines `max_machines` allows (`availableNumber`): what is not live or
-    /// reserved, never below 0. `None` when the template is unlimited (a negative maximum).
-    pub fn available(&self, max_machines: i64) -> Option<i64> {
-        (max_machines >= 0)
-            .then(|| (max_machines - self.live_machine_names.len() as i64 - self.reserved).max(0))
-    }
 }
 
 /// Attributes HostFactory sizes hosts by: the template's explicit `attributes` win key by

@@ -11,6 +11,7 @@ use super::output::*;
 use crate::ids::RequestId;
 use crate::machine::{Machine, MachineStatus};
 use crate::request::{Request, RequestStatus, RequestType};
+use crate::template::TemplateUsage;
 use crate::template::wire::template_from_value;
 
 fn at(secs: i64) -> Timestamp {

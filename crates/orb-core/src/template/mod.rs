@@ -294,6 +294,26 @@ pub enum TemplateError {
     },
 }
 
+/// Live machines of one template and the ones its unfinished requests will still create:
+/// what `maxNumber` is counted against (HostFactory shows it as `availableNumber` and
+/// `requestedMachines`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TemplateUsage {
+    pub live_machine_names: Vec<String>,
+    /// Machines unfinished requests of the template will still create (counted against
+    /// `maxNumber` like live ones).
+    pub reserved: i64,
+}
+
+impl TemplateUsage {
+    /// How many more machines `max_machines` allows (`availableNumber`): what is not live or
+    /// reserved, never below 0. `None` when the template is unlimited (a negative maximum).
+    pub fn available(&self, max_machines: i64) -> Option<i64> {
+        (max_machines >= 0)
+            .then(|| (max_machines - self.live_machine_names.len() as i64 - self.reserved).max(0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

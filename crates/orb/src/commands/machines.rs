@@ -89,7 +89,10 @@ async fn return_machines(
     let view = match (hf_input, request_id) {
         (Some(input), _) => {
             broker
-                .return_machines(&input.machines, UnknownNames::ReportAsFailed)
+                .return_machines(
+                    &hostfactory::machine_keys(&input.machines),
+                    UnknownNames::ReportAsFailed,
+                )
                 .await?
         }
         (None, Some(id)) => {

@@ -136,7 +136,9 @@ async fn list_returns(session: &Session) -> CliResult<Output> {
         return hostfactory::get_return_requests(&env, &query.machines).await;
     }
     let (broker, _) = session.broker(&loaded).await?;
-    let (reclaims, note) = broker.reclaims(&query.machines).await?;
+    let (reclaims, note) = broker
+        .reclaims(&hostfactory::machine_keys(&query.machines))
+        .await?;
     let note = note.map(|n| format!("warning: {n}"));
     let returns = broker
         .list_requests(&RequestFilter {

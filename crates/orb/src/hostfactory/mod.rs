@@ -9,8 +9,8 @@ mod operations;
 
 pub use operations::{
     Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, get_available_templates, get_request_status,
-    get_return_requests, request_machines, request_return_machines, run_operation, stale_warning,
-    submitted, submitted_output,
+    get_return_requests, machine_keys, request_machines, request_return_machines, run_operation,
+    stale_warning, submitted, submitted_output,
 };
 
 use serde_json::Value;

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::failure::{CliResult, Failure};
 use crate::render;
 use crate::session::{BrokerEnv, Output, failure_output};
-use orb_broker::{Lookup, RequestView, UnknownNames};
+use orb_broker::{Lookup, MachineKey, RequestView, UnknownNames};
 
 /// One of the five HostFactory provider operations, named as HostFactory's scripts are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -243,6 +243,17 @@ pub async fn request_machines(env: &BrokerEnv, template_id: &str, count: u32) ->
     submitted(view, &env.warnings)
 }
 
+/// The broker's keys for HostFactory's `machines` entries (`machineId` and/or `name`).
+pub fn machine_keys(selectors: &[MachineSelector]) -> Vec<MachineKey> {
+    selectors
+        .iter()
+        .map(|s| MachineKey {
+            machine_id: s.machine_id.clone(),
+            name: s.name.clone(),
+        })
+        .collect()
+}
+
 /// requestReturnMachines: starts returning the named machines; unknown names are reported
 /// as failed rather than refused, as HostFactory expects.
 pub async fn request_return_machines(
@@ -251,7 +262,7 @@ pub async fn request_return_machines(
 ) -> CliResult<Output> {
     let view = env
         .broker
-        .return_machines(machines, UnknownNames::ReportAsFailed)
+        .return_machines(&machine_keys(machines), UnknownNames::ReportAsFailed)
         .await?;
     submitted(view, &env.warnings)
 }
@@ -322,7 +333,7 @@ pub async fn get_return_requests(
     env: &BrokerEnv,
     machines: &[MachineSelector],
 ) -> CliResult<Output> {
-    let (reclaims, note) = env.broker.reclaims(machines).await?;
+    let (reclaims, note) = env.broker.reclaims(&machine_keys(machines)).await?;
     let entries = reclaims
         .iter()
         .map(|r| ReclaimEntry {
