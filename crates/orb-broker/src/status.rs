@@ -40,9 +40,13 @@ impl Broker {
         request_id: &RequestId,
     ) -> Result<Option<RequestView>, BrokerError> {
         let mut attempt = 0;
+        // What the provider answered to an attempt whose write lost a race: the retry folds
+        // it onto the fresh row instead of asking again, because asking may have acted (a
+        // status read releases timed-out pods, and a second read would only see them gone).
+        let mut seen = None;
         loop {
             attempt += 1;
-            match self.refresh_once(request_id).await {
+            match self.refresh_once(request_id, &mut seen).await {
                 Err(BrokerError::Store(StoreError::Conflict { .. }))
                     if attempt < CONFLICT_RETRIES =>
                 {
@@ -85,6 +89,7 @@ impl Broker {
     async fn refresh_once(
         &self,
         request_id: &RequestId,
+        seen: &mut Option<StatusReport>,
     ) -> Result<Option<RequestView>, BrokerError> {
         let Some(mut stored) = self.store.get_request(request_id).await? else {
             return Ok(None);
@@ -158,25 +163,33 @@ impl Broker {
         let mut note = None;
         // A fresh report from a view the provider says may be out of date.
         let mut stale = None;
+        // The report this attempt used, kept for a retry should the write conflict.
+        let mut answered = None;
         match self.provider.get() {
             Err(err) => note = Some(format!("status not refreshed from the provider: {err}")),
             Ok(provider) => {
-                let template = request
-                    .template_id
-                    .as_deref()
-                    .and_then(|id| self.catalog.current().get(id).cloned());
-                let input = StatusInput {
-                    request_id: request.request_id.clone(),
-                    request_type: request.request_type,
-                    requested_count: request.requested_count,
-                    provider_api: request.provider_api.clone(),
-                    provider_data: request.provider_data.clone(),
-                    template,
-                    machines: self
-                        .machine_refs_knowing(&stored_machines, Some(&stored))
-                        .await?,
+                let answer = match seen.take() {
+                    Some(report) => Ok(report),
+                    None => {
+                        let template = request
+                            .template_id
+                            .as_deref()
+                            .and_then(|id| self.catalog.current().get(id).cloned());
+                        let input = StatusInput {
+                            request_id: request.request_id.clone(),
+                            request_type: request.request_type,
+                            requested_count: request.requested_count,
+                            provider_api: request.provider_api.clone(),
+                            provider_data: request.provider_data.clone(),
+                            template,
+                            machines: self
+                                .machine_refs_knowing(&stored_machines, Some(&stored))
+                                .await?,
+                        };
+                        provider.status(input).await
+                    }
                 };
-                match provider.status(input).await {
+                match answer {
                     Err(err) => {
                         note = Some(format!("status not refreshed from the provider: {err}"))
                     }
@@ -188,14 +201,15 @@ impl Broker {
                             lifecycle::apply(
                                 &mut request,
                                 LifecycleEvent::ProviderVerdict {
-                                    verdict: report.verdict,
+                                    verdict: report.verdict.clone(),
                                     fulfilled: report.fulfilled,
                                     failed: report.failed,
-                                    message: report.message,
+                                    message: report.message.clone(),
                                 },
                                 now,
                             )?;
                         }
+                        answered = Some(report);
                     }
                 }
             }
@@ -215,9 +229,12 @@ impl Broker {
             .collect();
         let mut changed: Vec<Machine> = changed_at.iter().map(|&i| machines[i].clone()).collect();
         if request != stored || !changed.is_empty() {
-            self.store
-                .update_request(&mut request, &mut changed)
-                .await?;
+            if let Err(e) = self.store.update_request(&mut request, &mut changed).await {
+                if matches!(e, StoreError::Conflict { .. }) {
+                    *seen = answered;
+                }
+                return Err(e.into());
+            }
             // The store bumped their versions in place; put them back where they came from.
             for (i, updated) in changed_at.into_iter().zip(changed) {
                 machines[i] = updated;

@@ -23,6 +23,9 @@ pub struct ScriptedProvider {
     /// When set, the next acquire first stores a change to its own request in this store,
     /// as a status poll running at the same moment would.
     pub concurrent_writer: Mutex<Option<orb_store::Store>>,
+    /// When set, the next status call first stores a change to its request in this store, as
+    /// another process's read at the same moment would: the caller's write then conflicts.
+    pub status_writer: Mutex<Option<orb_store::Store>>,
     /// When set, every pre-flight check (`check_acquire`) refuses with this error.
     pub preflight_error: Mutex<Option<ProviderError>>,
 }
@@ -137,7 +140,22 @@ impl Provider for ScriptedProvider {
     fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport> {
         self.record(format!("status {}", input.request_id));
         let next = self.statuses.lock().unwrap().pop_front();
-        Box::pin(async move { next.unwrap_or_else(|| Ok(report(Verdict::InProgress, &[]))) })
+        let writer = self.status_writer.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(store) = writer {
+                let mut request = store
+                    .get_request(&input.request_id)
+                    .await
+                    .expect("reading the request")
+                    .expect("the request is stored");
+                request.status_message = Some("read by another process".into());
+                store
+                    .update_request(&mut request, &mut [])
+                    .await
+                    .expect("the concurrent write");
+            }
+            next.unwrap_or_else(|| Ok(report(Verdict::InProgress, &[])))
+        })
     }
 
     fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome> {

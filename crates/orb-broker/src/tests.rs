@@ -154,6 +154,69 @@ async fn a_request_changed_while_the_provider_acquires_still_records_its_machine
     assert_eq!(machines.len(), 2);
 }
 
+/// A status read that acted (it released a timed-out pod) and then lost the write to another
+/// process's read: the retry folds the same answer onto the fresh row. Asking the provider
+/// again would only see the pod gone, and the machine would read "no longer exists" without
+/// ever saying it timed out.
+#[tokio::test]
+async fn a_status_read_whose_write_conflicts_keeps_what_the_provider_answered() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    let mut timed_out = report(
+        Verdict::Partial { is_final: false },
+        &[(a, MachineStatus::Running), (b, MachineStatus::Failed)],
+    );
+    timed_out.machines[1].status_reason =
+        Some("timed out: pending for more than 8s (pod_timeout_seconds)".into());
+    let gone = report(
+        Verdict::Partial { is_final: false },
+        &[(a, MachineStatus::Running), (b, MachineStatus::Terminated)],
+    );
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .extend([Ok(timed_out), Ok(gone)]);
+    *f.provider.status_writer.lock().unwrap() = Some(f.broker.store.clone());
+    let refreshed = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let statuses = f
+        .provider
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("status "))
+        .count();
+    assert_eq!(
+        statuses,
+        1,
+        "the provider is asked once: {:?}",
+        f.provider.calls()
+    );
+    let machine = refreshed
+        .machines
+        .iter()
+        .find(|m| &m.machine_id == b)
+        .unwrap();
+    assert_eq!(machine.status, MachineStatus::Failed);
+    assert!(
+        machine
+            .status_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("timed out")),
+        "{machine:?}"
+    );
+    let stored = f.broker.machines_of(&refreshed.request).await.unwrap();
+    assert_eq!(
+        stored, refreshed.machines,
+        "what is shown is what is stored"
+    );
+}
+
 /// The next two status reports for a 2-machine acquire: one of two running, then both.
 fn script_partial_then_fulfilled(f: &Fixture, view: &RequestView) {
     let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
