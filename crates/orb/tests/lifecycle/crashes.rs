@@ -250,6 +250,29 @@ async fn orb_serve_killed_mid_acquire_resumes_it_at_start_up() {
     finished_whole(&w, &id).await;
 }
 
+/// `orb serve` killed the moment it has replied to a 200-pod acquire (the pods may still be
+/// starting): the reply's request id is the truth. Polled through the CLI, the request
+/// completes with exactly one stored machine per pod.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn orb_serve_killed_right_after_replying_to_an_acquire_leaves_it_whole() {
+    let _room = ROOM.lock().await;
+    let mut w = World::new("lc-kill-serve-reply", setup()).await;
+    let (code, reply) = w.server().call(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&serde_json::json!({"template_id": "subject", "count": COUNT})),
+    );
+    w.kill_server();
+    assert!(code == 200 || code == 202, "{code}: {reply}");
+    let id = reply["request"]["request_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no request id in {reply}"))
+        .to_string();
+    assert_eq!(id, the_acquire(&w), "the reply names the stored acquire");
+    finished_whole(&w, &id).await;
+}
+
 /// The apiserver stops answering for 10 s in the middle of an acquire: the acquire is not
 /// failed; it says the cluster did not answer, and once the cluster is back a status read
 /// finishes it with every pod recorded once. (Several worker threads: the fault proxy runs
