@@ -30,6 +30,21 @@ pub struct ScriptedProvider {
     pub preflight_error: Mutex<Option<ProviderError>>,
 }
 
+/// Stores a change to request `id` as another orb process would while the caller waits on
+/// the provider: the caller's own write of the request then conflicts.
+async fn write_meanwhile(store: &orb_store::Store, id: &orb_core::ids::RequestId, message: &str) {
+    let mut request = store
+        .get_request(id)
+        .await
+        .expect("reading the request")
+        .expect("the request is stored before the provider is called");
+    request.status_message = Some(message.into());
+    store
+        .update_request(&mut request, &mut [])
+        .await
+        .expect("the concurrent write");
+}
+
 pub fn report(verdict: Verdict, machines: &[(&str, MachineStatus)]) -> StatusReport {
     let fulfilled = machines
         .iter()
@@ -72,16 +87,7 @@ impl Provider for ScriptedProvider {
         let writer = self.concurrent_writer.lock().unwrap().take();
         Box::pin(async move {
             if let Some(store) = writer {
-                let mut request = store
-                    .get_request(&input.request_id)
-                    .await
-                    .expect("reading the request")
-                    .expect("the request is stored before the provider is called");
-                request.status_message = Some("polled while acquiring".into());
-                store
-                    .update_request(&mut request, &mut [])
-                    .await
-                    .expect("the concurrent write");
+                write_meanwhile(&store, &input.request_id, "polled while acquiring").await;
             }
             if let Some(error) = error {
                 return Err(error);
@@ -143,16 +149,7 @@ impl Provider for ScriptedProvider {
         let writer = self.status_writer.lock().unwrap().take();
         Box::pin(async move {
             if let Some(store) = writer {
-                let mut request = store
-                    .get_request(&input.request_id)
-                    .await
-                    .expect("reading the request")
-                    .expect("the request is stored");
-                request.status_message = Some("read by another process".into());
-                store
-                    .update_request(&mut request, &mut [])
-                    .await
-                    .expect("the concurrent write");
+                write_meanwhile(&store, &input.request_id, "read by another process").await;
             }
             next.unwrap_or_else(|| Ok(report(Verdict::InProgress, &[])))
         })

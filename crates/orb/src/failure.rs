@@ -77,4 +77,28 @@ impl From<BrokerError> for Failure {
     }
 }
 
+/// A mistake in a setting (config.json, a flag, an environment variable, a file a setting
+/// names); the message names the setting and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigMistake(pub String);
+
+impl From<String> for ConfigMistake {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for ConfigMistake {
+    fn from(message: &str) -> Self {
+        Self(message.to_string())
+    }
+}
+
+impl From<ConfigMistake> for Failure {
+    fn from(err: ConfigMistake) -> Self {
+        Self::invalid(err.0)
+    }
+}
+
 pub type CliResult<T> = Result<T, Failure>;

@@ -8,23 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// A mistake in how the daemon is configured (config.json `daemon`, `--daemon` /
-/// `ORB_DAEMON`, the token file); the message names the setting and what to write instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct DaemonConfigError(String);
-
-impl From<String> for DaemonConfigError {
-    fn from(message: String) -> Self {
-        Self(message)
-    }
-}
-
-impl From<&str> for DaemonConfigError {
-    fn from(message: &str) -> Self {
-        Self(message.to_string())
-    }
-}
+use crate::failure::ConfigMistake;
 
 /// The socket `orb serve` listens on and the scripts look for when nothing else is set.
 pub const DEFAULT_SOCKET_FILE: &str = "orb.sock";
@@ -75,7 +59,7 @@ impl DaemonSection {
     /// Reads and checks the `daemon` section of config.json's top-level sections.
     pub fn from_config(
         sections: &std::collections::BTreeMap<String, Value>,
-    ) -> Result<Self, DaemonConfigError> {
+    ) -> Result<Self, ConfigMistake> {
         let Some(value) = sections.get("daemon") else {
             return Ok(Self::default());
         };
@@ -141,7 +125,7 @@ impl DaemonSection {
     }
 
     /// The Bearer token of `token_file`, trimmed; `None` when no file is configured.
-    pub fn token(&self) -> Result<Option<String>, DaemonConfigError> {
+    pub fn token(&self) -> Result<Option<String>, ConfigMistake> {
         let Some(path) = &self.token_file else {
             return Ok(None);
         };
@@ -154,7 +138,7 @@ impl DaemonSection {
         })?;
         let token = text.trim();
         if token.is_empty() {
-            return Err(DaemonConfigError(format!(
+            return Err(ConfigMistake(format!(
                 "the daemon token file {} (config.json daemon.token_file) is empty; write the \
                  token there (e.g. `kubectl create token <serviceaccount>`)",
                 path.display()
@@ -177,7 +161,7 @@ impl DaemonSection {
 }
 
 /// `unix:PATH`, an absolute socket path, or `http://HOST:PORT`.
-pub fn parse_target(text: &str) -> Result<DaemonTarget, DaemonConfigError> {
+pub fn parse_target(text: &str) -> Result<DaemonTarget, ConfigMistake> {
     let text = text.trim();
     if let Some(path) = text.strip_prefix("unix:") {
         if path.is_empty() {
@@ -194,19 +178,19 @@ pub fn parse_target(text: &str) -> Result<DaemonTarget, DaemonConfigError> {
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         if !valid || authority.contains('/') {
-            return Err(DaemonConfigError(format!(
+            return Err(ConfigMistake(format!(
                 "{text:?} is not http://HOST:PORT (e.g. http://127.0.0.1:8080)"
             )));
         }
         return Ok(DaemonTarget::Http(authority.to_string()));
     }
     if text.starts_with("https://") {
-        return Err(DaemonConfigError(format!(
+        return Err(ConfigMistake(format!(
             "{text:?}: the scripts speak plain HTTP only; use the daemon's Unix socket \
              (unix:/path/to/orb.sock) or an http:// address"
         )));
     }
-    Err(DaemonConfigError(format!(
+    Err(ConfigMistake(format!(
         "{text:?} is not a daemon address; write unix:/path/to/orb.sock, http://HOST:PORT, or off"
     )))
 }
@@ -230,7 +214,7 @@ pub fn choose(
     section: &DaemonSection,
     default_socket: &Path,
     default_socket_exists: bool,
-) -> Result<Choice, DaemonConfigError> {
+) -> Result<Choice, ConfigMistake> {
     if let Some(value) = requested {
         if value.trim().eq_ignore_ascii_case("off") {
             return Ok(Choice::Direct);
@@ -271,7 +255,7 @@ mod tests {
     use rstest::rstest;
     use serde_json::json;
 
-    fn section(value: Value) -> Result<DaemonSection, DaemonConfigError> {
+    fn section(value: Value) -> Result<DaemonSection, ConfigMistake> {
         DaemonSection::from_config(&[("daemon".to_string(), value)].into_iter().collect())
     }
 

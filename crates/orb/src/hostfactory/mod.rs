@@ -81,7 +81,7 @@ async fn call(session: &Session, op: Operation, input: Option<&Value>) -> Output
     };
     let token = match section.token() {
         Ok(token) => token,
-        Err(e) => return failure_output(&Failure::invalid(e.to_string()), true),
+        Err(e) => return failure_output(&e.into(), true),
     };
     let how = Forward {
         target: &target,
@@ -133,8 +133,7 @@ fn daemon_choice(session: &Session) -> CliResult<(Choice, DaemonSection)> {
         &section,
         &default_socket,
         default_socket.exists(),
-    )
-    .map_err(|e| Failure::invalid(e.to_string()))?;
+    )?;
     Ok((choice, section))
 }
 

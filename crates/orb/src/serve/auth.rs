@@ -15,6 +15,8 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::failure::ConfigMistake;
+
 use super::problem::Problem;
 
 /// What a caller may do; each role includes the ones before it.
@@ -39,14 +41,14 @@ impl Role {
 }
 
 impl std::str::FromStr for Role {
-    type Err = AuthConfigError;
+    type Err = ConfigMistake;
 
     fn from_str(raw: &str) -> Result<Self, Self::Err> {
         match raw.trim().to_ascii_lowercase().as_str() {
             "viewer" => Ok(Self::Viewer),
             "operator" => Ok(Self::Operator),
             "admin" => Ok(Self::Admin),
-            other => Err(AuthConfigError(format!(
+            other => Err(ConfigMistake(format!(
                 "role {other:?} is not known; use viewer, operator or admin"
             ))),
         }
@@ -79,24 +81,6 @@ pub trait TokenVerifier: Send + Sync {
     fn verify<'a>(&'a self, token: &'a str) -> VerifyFuture<'a>;
 }
 
-/// A mistake in the inbound-auth settings (config.json `serve.auth`, the `--auth-*` flags);
-/// the message names the setting and what to write instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct AuthConfigError(String);
-
-impl From<String> for AuthConfigError {
-    fn from(message: String) -> Self {
-        Self(message)
-    }
-}
-
-impl From<&str> for AuthConfigError {
-    fn from(message: &str) -> Self {
-        Self(message.to_string())
-    }
-}
-
 /// Roles by identity: an exact username (for service accounts also `namespace:name`), then
 /// `*:name` for a service account in any namespace, then the default (none = refused).
 #[derive(Debug, Clone, Default)]
@@ -110,7 +94,7 @@ impl RoleMap {
     pub fn parse<'a>(
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
         default: Option<Role>,
-    ) -> Result<Self, AuthConfigError> {
+    ) -> Result<Self, ConfigMistake> {
         let mut entries = HashMap::new();
         for (key, role) in pairs {
             let role: Role = role
@@ -139,15 +123,15 @@ impl RoleMap {
 }
 
 /// One `--auth-role WHO=ROLE` flag.
-pub fn parse_role_flag(flag: &str) -> Result<(String, Role), AuthConfigError> {
+pub fn parse_role_flag(flag: &str) -> Result<(String, Role), ConfigMistake> {
     let Some((who, role)) = flag.rsplit_once('=') else {
-        return Err(AuthConfigError(format!(
+        return Err(ConfigMistake(format!(
             "--auth-role {flag:?} has no '='; write WHO=ROLE, e.g. batch:hf-driver=operator"
         )));
     };
     let who = who.trim();
     if who.is_empty() {
-        return Err(AuthConfigError(format!(
+        return Err(ConfigMistake(format!(
             "--auth-role {flag:?} names nobody; write WHO=ROLE, e.g. batch:hf-driver=operator"
         )));
     }

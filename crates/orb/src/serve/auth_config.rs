@@ -16,8 +16,9 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::auth::{AuthConfigError, Role, RoleMap, parse_role_flag};
+use super::auth::{Role, RoleMap, parse_role_flag};
 use crate::cli::ServeArgs;
+use crate::failure::ConfigMistake;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,7 +62,7 @@ pub fn plan(
     args: &ServeArgs,
     sections: &BTreeMap<String, Value>,
     inbound_auth_enabled: bool,
-) -> Result<Option<AuthPlan>, AuthConfigError> {
+) -> Result<Option<AuthPlan>, ConfigMistake> {
     let section: ServeSection = match sections.get("serve") {
         Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
             format!(

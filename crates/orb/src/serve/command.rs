@@ -126,8 +126,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         Some(provider) => provider.config().inbound_auth_enabled,
         None => inbound_auth_requested(&entry.config),
     };
-    let auth_plan = auth_config::plan(&args, &loaded.config.other, inbound_auth_enabled)
-        .map_err(|e| Failure::invalid(e.to_string()))?;
+    let auth_plan = auth_config::plan(&args, &loaded.config.other, inbound_auth_enabled)?;
     if let Some(provider) = &kubernetes
         && let Some(warning) = refuse_old_apiserver(provider).await?
     {

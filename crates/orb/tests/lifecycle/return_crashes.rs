@@ -42,6 +42,21 @@ async fn acquired(w: &World) -> String {
     id
 }
 
+/// Starts `orb serve`, has it return every machine of `id` (the call never answers: the
+/// server dies under it) and SIGKILLs it once the first pods are deleted; the pods left.
+async fn kill_serve_mid_return(w: &mut World, id: &str) -> usize {
+    let addr = w.server().addr.clone();
+    let body = serde_json::json!({"request_id": id});
+    std::thread::spawn(move || {
+        let _ = std::panic::catch_unwind(|| {
+            http(&addr, "POST", "/api/v1/machines/return", Some(&body))
+        });
+    });
+    let left = first_deletes(w).await;
+    w.kill_server();
+    left
+}
+
 /// The invariant after the return: complete, every pod gone, and no stored machine still
 /// held by a return (each is returned, so nothing is left that cannot be returned).
 async fn returned_whole(w: &World, ret: &str, started: Instant) {
@@ -103,15 +118,7 @@ async fn orb_serve_killed_mid_return_is_finished_by_the_next_poll() {
     let _room = ROOM.lock().await;
     let mut w = World::new("lc-kill-serve-ret", setup()).await;
     let id = acquired(&w).await;
-    let addr = w.server().addr.clone();
-    let body = serde_json::json!({"request_id": id});
-    std::thread::spawn(move || {
-        let _ = std::panic::catch_unwind(|| {
-            http(&addr, "POST", "/api/v1/machines/return", Some(&body))
-        });
-    });
-    first_deletes(&w).await;
-    w.kill_server();
+    kill_serve_mid_return(&mut w, &id).await;
     let ret = the_return(&w);
     let started = Instant::now();
     returned_whole(&w, &ret, started).await;
@@ -291,15 +298,7 @@ async fn orb_serve_killed_mid_return_and_restarted_finishes_it_with_nobody_polli
     let _room = ROOM.lock().await;
     let mut w = World::new("lc-restart-serve-ret", setup()).await;
     let id = acquired(&w).await;
-    let addr = w.server().addr.clone();
-    let body = serde_json::json!({"request_id": id});
-    std::thread::spawn(move || {
-        let _ = std::panic::catch_unwind(|| {
-            http(&addr, "POST", "/api/v1/machines/return", Some(&body))
-        });
-    });
-    let left = first_deletes(&w).await;
-    w.kill_server();
+    let left = kill_serve_mid_return(&mut w, &id).await;
     assert!(left > 0, "the kill must land mid-return: no pod was left");
     let started = Instant::now();
     w.server();
