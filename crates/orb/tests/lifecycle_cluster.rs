@@ -203,10 +203,18 @@ async fn arrange(w: &World, state: State) -> Arranged {
         }
         State::Pending => {
             let view = w
-                .wait_status(&id, "1 running and 1 pending machine", |v| {
+                // Pending for want of room: the scheduler has said so (a pod it has not looked
+                // at yet is pending too, with no reason, which is not the state arranged here).
+                .wait_status(&id, "1 running and 1 unschedulable machine", |v| {
                     let ids = machine_ids(v);
                     let count = |s: &str| ids.iter().filter(|m| status_of(v, m) == s).count();
-                    ids.len() == 2 && count("running") == 1 && count("pending") == 1
+                    let unschedulable = ids.iter().any(|m| {
+                        status_of(v, m) == "pending" && reason_of(v, m).contains("Unschedulable")
+                    });
+                    ids.len() == 2
+                        && count("running") == 1
+                        && count("pending") == 1
+                        && unschedulable
                 })
                 .await;
             let ids = machine_ids(&view);
