@@ -82,13 +82,27 @@ async fn returned_whole(w: &World, ret: &str, started: Instant) {
         }
     })
     .await;
+    every_stored_machine_gone(w, "every machine is gone");
+}
+
+/// Every machine in the store is returned or terminated (none left being returned).
+fn every_stored_machine_gone(w: &World, what: &str) {
     let stored = w.json(&["machines", "list", "--all"]);
     for m in stored.as_array().unwrap() {
         assert!(
             m["status"] == "returned" || m["status"] == "terminated",
-            "every machine is gone: {m}"
+            "{what}: {m}"
         );
     }
+}
+
+/// The first status read after an interrupted return resumes it (it is not failed), and it
+/// then completes whole.
+async fn finished_by_status_reads(w: &World, ret: &str) {
+    let started = Instant::now();
+    let view = w.status(ret);
+    assert_ne!(view["request"]["status"], "failed", "{}", summary(&view));
+    returned_whole(w, ret, started).await;
 }
 
 /// `orb machines return` (the CLI, no daemon) killed while it deletes: the next CLI status
@@ -104,10 +118,7 @@ async fn a_cli_killed_mid_return_is_finished_by_the_next_status_call() {
     kill9(&mut child);
     assert!(left > 0, "the kill must land mid-return: no pod was left");
     let ret = the_return(&w);
-    let started = Instant::now();
-    let view = w.status(&ret);
-    assert_ne!(view["request"]["status"], "failed", "{}", summary(&view));
-    returned_whole(&w, &ret, started).await;
+    finished_by_status_reads(&w, &ret).await;
 }
 
 /// `orb serve` killed while it releases, a HostFactory-style poller going on through the
@@ -283,10 +294,7 @@ async fn a_cli_killed_after_storing_a_return_before_any_delete_is_finished_by_th
         "no delete may have reached the cluster before the kill"
     );
     proxy.set_plan(FaultPlan::default());
-    let started = Instant::now();
-    let view = w.status(&ret);
-    assert_ne!(view["request"]["status"], "failed", "{}", summary(&view));
-    returned_whole(&w, &ret, started).await;
+    finished_by_status_reads(&w, &ret).await;
 }
 
 /// `orb serve` killed mid-return and started again, with nobody asking about the return:
@@ -398,11 +406,5 @@ async fn a_job_return_through_an_apiserver_blackout_deletes_the_job_once_the_clu
     let acquire = the_one(&w, "acquire");
     w.wait_pods(&acquire, &[], "every pod of the Job goes with it")
         .await;
-    let stored = w.json(&["machines", "list", "--all"]);
-    for m in stored.as_array().unwrap() {
-        assert!(
-            m["status"] == "returned" || m["status"] == "terminated",
-            "every host of the Job joins the return: {m}"
-        );
-    }
+    every_stored_machine_gone(&w, "every host of the Job joins the return");
 }
