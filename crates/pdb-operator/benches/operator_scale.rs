@@ -4,13 +4,17 @@
 //! 1. Installs the PDBPolicy CRDs. Per round (`BENCH_ROUNDS`, 1): for each concurrency of
 //!    `BENCH_BARE_CONCURRENCY` (`32,128,0`; 0 = no limit; empty = no bare runs; only for a
 //!    burst) a fresh namespace, the bare loop (`operator_scale/bare_loop.rs`) watching it, and
-//!    the burst; then the namespace is deleted and its pods waited out. Then the operator:
+//!    the burst; then the namespace is deleted and its pods waited out. And the operator:
 //!    `pdb-operator run` as a child process (leader election off, `--watch-namespace` = a fresh
 //!    namespace, so other tests' workloads are neither touched nor counted), a `standard`
 //!    PDBPolicy matching `bench=yes`, and the same burst: 1,000 Deployments (2 replicas, label
 //!    `bench=yes`), 32 creates in flight. Latency of one Deployment = the time this process
 //!    receives the watch event of its `<name>-pdb` minus the time its create call returned (one
-//!    clock, this process's), whoever writes the PDB.
+//!    clock, this process's), whoever writes the PDB. Every burst first waits until the
+//!    apiserver is quiet (`burst::settle`: the controller-manager is still creating, or
+//!    deleting, the previous burst's pods for tens of seconds), and the order alternates: the
+//!    last round runs the operator last, the one before it first, and so on, so neither side
+//!    is always the one that meets a busier cluster.
 //! 2. Resident memory: VmRSS of the last round's operator once all 1,000 PDBs exist.
 //! 3. Full resync: kills the operator and starts a fresh one with the 1,000 Deployments and
 //!    PDBs in place; the figure is the time from spawning the process until its
@@ -322,15 +326,8 @@ async fn operator_burst(
     let mut op = start_operator(namespace, log);
     wait_ready(&mut op, log).await;
     let policies: Api<PDBPolicy> = Api::namespaced(client.clone(), namespace);
-    let policy: PDBPolicy = serde_json::from_value(json!({
-        "apiVersion": "availability.pdboperator.io/v1alpha1", "kind": "PDBPolicy",
-        "metadata": {"name": "bench-standard"},
-        "spec": {"availabilityClass": "standard",
-                 "workloadSelector": {"matchLabels": {"bench": "yes"}}}
-    }))
-    .unwrap();
     policies
-        .create(&PostParams::default(), &policy)
+        .create(&PostParams::default(), &bare_loop::bench_policy(namespace))
         .await
         .expect("creating the PDBPolicy");
     let b = burst(
@@ -343,6 +340,42 @@ async fn operator_burst(
     )
     .await;
     (op, b)
+}
+
+/// One operator burst of round `r`: on `namespace` itself when `keep` (the operator is handed
+/// back, still running, for the memory and resync figures), else on a namespace of its own
+/// that is deleted afterwards.
+#[allow(clippy::too_many_arguments)]
+async fn operator_round(
+    client: &Client,
+    namespace: &str,
+    log: &std::path::Path,
+    r: usize,
+    keep: bool,
+    deployments: usize,
+    in_flight: usize,
+    rate: f64,
+) -> (Option<Operator>, Burst) {
+    let ns = if keep {
+        namespace.to_string()
+    } else {
+        let ns = format!("{namespace}-r{r}-operator");
+        create_namespace(client, &ns).await;
+        ns
+    };
+    let (op, operator) = operator_burst(client, &ns, log, deployments, in_flight, rate).await;
+    eprintln!(
+        "bench: round {r}, pdb-operator: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
+        operator.p50(),
+        operator.p99(),
+        operator.all_pdbs_seconds
+    );
+    if keep {
+        return (Some(op), operator);
+    }
+    drop(op);
+    delete_namespace(client, &ns).await;
+    (None, operator)
 }
 
 async fn run(client: Client, namespace: &str) {
@@ -368,6 +401,29 @@ async fn run(client: Client, namespace: &str) {
     let mut rounds: Vec<Round> = Vec::new();
     let mut last_op = None;
     for r in 0..rounds_wanted {
+        let last = r + 1 == rounds_wanted;
+        // Whoever runs second meets the apiserver and controller-manager still catching up with
+        // the first burst, so the order alternates: counting back from the last round, which
+        // runs the operator last (its namespace stays for the memory and resync figures), every
+        // other round runs the operator first.
+        let operator_first = (rounds_wanted - 1 - r) % 2 == 1;
+        let mut first_operator = None;
+        if operator_first {
+            first_operator = Some(
+                operator_round(
+                    &client,
+                    namespace,
+                    &log,
+                    r,
+                    false,
+                    deployments,
+                    in_flight,
+                    rate,
+                )
+                .await
+                .1,
+            );
+        }
         let mut bare = Vec::new();
         for &c in &bare_runs {
             let ns = format!("{namespace}-r{r}-bare-{c}");
@@ -385,28 +441,31 @@ async fn run(client: Client, namespace: &str) {
             );
             bare.push((c, b));
         }
-        let last = r + 1 == rounds_wanted;
-        let ns = if last {
-            namespace.to_string()
-        } else {
-            let ns = format!("{namespace}-r{r}-operator");
-            create_namespace(&client, &ns).await;
-            ns
+        let operator = match first_operator {
+            Some(b) => b,
+            None => {
+                let (op, b) = operator_round(
+                    &client,
+                    namespace,
+                    &log,
+                    r,
+                    last,
+                    deployments,
+                    in_flight,
+                    rate,
+                )
+                .await;
+                if last {
+                    last_op = op;
+                }
+                b
+            }
         };
-        let (op, operator) = operator_burst(&client, &ns, &log, deployments, in_flight, rate).await;
-        eprintln!(
-            "bench: round {r}, pdb-operator: p50 {:.0} ms, p99 {:.0} ms, last PDB after {:.1} s",
-            operator.p50(),
-            operator.p99(),
-            operator.all_pdbs_seconds
-        );
-        if last {
-            last_op = Some(op);
-        } else {
-            drop(op);
-            delete_namespace(&client, &ns).await;
-        }
-        rounds.push(Round { bare, operator });
+        rounds.push(Round {
+            bare,
+            operator,
+            operator_first,
+        });
     }
     let op = last_op.expect("at least one round");
     let first = &rounds.last().expect("at least one round").operator;

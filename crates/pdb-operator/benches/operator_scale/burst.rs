@@ -96,8 +96,63 @@ impl Burst {
     }
 }
 
-/// Creates `count` Deployments `bench-NNNN` in `namespace`, `in_flight` at a time (`rate` > 0:
-/// that many a second), and waits until each has its PDB. `whose` names the PDB writer for
+/// Writes a second below which the cluster counts as quiet: on an idle control plane only
+/// leases are renewed (a few a second).
+const QUIET_WRITES_PER_SECOND: f64 = 15.0;
+/// How long [`settle`] waits for a quiet cluster at most.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(180);
+
+/// Write requests (POST, PUT, PATCH, DELETE, APPLY) the apiserver has served so far, from its
+/// `apiserver_request_total`.
+async fn apiserver_writes(client: &Client) -> Option<f64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).ok()?;
+    let text = client.request_text(req).await.ok()?;
+    let writes = ["POST", "PUT", "PATCH", "DELETE", "APPLY"];
+    let total = text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| writes.iter().any(|v| l.contains(&format!("verb=\"{v}\""))))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    Some(total)
+}
+
+/// Waits until the apiserver serves fewer than [`QUIET_WRITES_PER_SECOND`] writes a second for
+/// three seconds in a row. After a burst the controller-manager goes on creating ReplicaSets
+/// and pods for tens of seconds (and deleting them after a namespace delete); a burst started
+/// meanwhile shares the apiserver with that backlog, so whoever runs second in a round would
+/// be measured on a busier cluster. Returns the seconds waited.
+pub async fn settle(client: &Client) -> f64 {
+    let t0 = Instant::now();
+    let Some(mut last) = apiserver_writes(client).await else {
+        eprintln!("bench: cannot read the apiserver's /metrics; not waiting for a quiet cluster");
+        return 0.0;
+    };
+    let mut quiet_seconds = 0;
+    while quiet_seconds < 3 && t0.elapsed() < SETTLE_AT_MOST {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(now) = apiserver_writes(client).await else {
+            break;
+        };
+        quiet_seconds = if now - last < QUIET_WRITES_PER_SECOND {
+            quiet_seconds + 1
+        } else {
+            0
+        };
+        last = now;
+    }
+    if quiet_seconds < 3 {
+        eprintln!(
+            "bench: the cluster was not quiet after {} s; measuring anyway",
+            SETTLE_AT_MOST.as_secs()
+        );
+    }
+    t0.elapsed().as_secs_f64()
+}
+
+/// Waits for a quiet cluster ([`settle`]), creates `count` Deployments `bench-NNNN` in
+/// `namespace`, `in_flight` at a time (`rate` > 0: that many a second), and waits until each
+/// has its PDB. `whose` names the PDB writer for
 /// the timeout message.
 pub async fn burst(
     client: &Client,
@@ -107,6 +162,8 @@ pub async fn burst(
     rate: f64,
     whose: &str,
 ) -> Burst {
+    let settled = settle(client).await;
+    eprintln!("bench: cluster quiet after {settled:.0} s; burst for {whose} in {namespace}");
     let seen: Seen = Arc::default();
     let watch = watch_pdbs(client, namespace, seen.clone()).await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);

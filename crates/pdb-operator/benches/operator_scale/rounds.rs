@@ -28,10 +28,12 @@ pub fn concurrency_text(c: usize) -> String {
 /// One figure of a burst (p50, p99, max).
 type Figure = fn(&Burst) -> f64;
 
-/// One round of bursts: the bare loop at each concurrency, then the operator.
+/// One round of bursts: the bare loop at each concurrency and the operator, in either order.
 pub struct Round {
     pub bare: Vec<(usize, Burst)>,
     pub operator: Burst,
+    /// Whether the operator's burst ran before the bare loop's in this round.
+    pub operator_first: bool,
 }
 
 impl Round {
@@ -100,7 +102,12 @@ pub fn print_side_by_side(
                 let vs = best.map_or(String::new(), |b| format!("{:.2}", op / f(b)));
                 println!(" {op:.0} ms | {vs} |");
             }
-            print!("| {i}: creates took / last PDB after |");
+            let order = if r.operator_first {
+                "operator ran first"
+            } else {
+                "operator ran last"
+            };
+            print!("| {i}: creates took / last PDB after ({order}) |");
             for (_, b) in &r.bare {
                 print!(" {:.1} / {:.1} s |", b.create_seconds, b.all_pdbs_seconds);
             }
@@ -140,6 +147,7 @@ pub fn rounds_json(rounds: &[Round]) -> Vec<serde_json::Value> {
                    "operator_max_ms": r.operator.max(),
                    "operator_create_seconds": r.operator.create_seconds,
                    "operator_all_pdbs_seconds": r.operator.all_pdbs_seconds,
+                   "operator_first": r.operator_first,
                    "p99_over_bare": r.ratio()})
         })
         .collect()
