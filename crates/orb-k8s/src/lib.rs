@@ -24,4 +24,4 @@ pub mod status_cache;
 pub mod validation;
 
 pub use error::K8sError;
-pub use provider::K8sProvider;
+pub use provider::{ClusterViews, K8sProvider};

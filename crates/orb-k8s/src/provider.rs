@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use kube::Client;
 use orb_core::provider::{
@@ -48,13 +48,33 @@ pub struct K8sProvider {
     metrics: K8sMetrics,
     /// One circuit breaker per handler kind around the handler calls.
     breakers: HandlerBreakers,
-    /// Set by `orb serve` once its watch cache runs; status reads then skip the LIST.
-    pod_cache: OnceLock<Arc<PodCache>>,
-    /// Set by `orb serve`: reconciliation report and leadership of its background tasks.
-    daemon_status: OnceLock<Arc<crate::daemon::reconcile::DaemonStatus>>,
-    /// Set by `orb serve` when the node or events watcher runs; machines then carry their
-    /// node's facts and disruptions.
-    node_index: OnceLock<Arc<NodeIndex>>,
+    /// The read-side views `orb serve` feeds; none in the CLI.
+    views: ClusterViews,
+}
+
+/// The in-memory views of the cluster a provider may read instead of asking the apiserver,
+/// given when the provider is built ([`K8sProvider::with_cluster_views`]). Whoever builds
+/// them also runs the loops that fill them (`orb serve`); the provider only reads.
+#[derive(Clone, Default)]
+pub struct ClusterViews {
+    /// Managed pods: status reads skip the LIST while it may answer.
+    pub pods: Option<Arc<PodCache>>,
+    /// Node facts and live disruptions: machines carry their node's.
+    pub nodes: Option<Arc<NodeIndex>>,
+}
+
+impl ClusterViews {
+    /// The views `orb serve` runs for `provider`, as its config says: a pod cache unless
+    /// `watch_enabled=false`, a node index when the node or the events watcher is on. Empty
+    /// views until their loops run ([`PodCache::run`], [`crate::daemon::nodes::run_node_watch`]).
+    pub fn for_provider(provider: &K8sProvider) -> Self {
+        let config = provider.config();
+        Self {
+            pods: PodCache::for_provider(provider).map(Arc::new),
+            nodes: (config.node_watch_enabled || config.events_watch_enabled)
+                .then(|| Arc::new(NodeIndex::new(provider.metrics().clone()))),
+        }
+    }
 }
 
 /// One acquire, planned: its final objects, their namespace and the effective config.
@@ -102,9 +122,7 @@ impl K8sProvider {
             client: OnceCell::new(),
             native: NativeSpecContext::default(),
             metrics,
-            pod_cache: OnceLock::new(),
-            daemon_status: OnceLock::new(),
-            node_index: OnceLock::new(),
+            views: ClusterViews::default(),
         })
     }
 
@@ -144,9 +162,7 @@ impl K8sProvider {
             client: OnceCell::new_with(Some(client)),
             native: NativeSpecContext::default(),
             metrics,
-            pod_cache: OnceLock::new(),
-            daemon_status: OnceLock::new(),
-            node_index: OnceLock::new(),
+            views: ClusterViews::default(),
         }
     }
 
@@ -164,6 +180,14 @@ impl K8sProvider {
             application_enabled: Some(application_enabled),
             config_dir,
         };
+        self
+    }
+
+    /// The provider with the views it reads from now on (replacing any it had). `orb serve`
+    /// builds them with [`ClusterViews::for_provider`] before it shares the provider, and
+    /// then starts the loops that fill them.
+    pub fn with_cluster_views(mut self, views: ClusterViews) -> Self {
+        self.views = views;
         self
     }
 
@@ -268,41 +292,12 @@ impl K8sProvider {
         self.breakers.guard(kind, call).await
     }
 
-    /// Lets status reads use `cache` from now on. False when a cache was attached already.
-    pub fn attach_pod_cache(&self, cache: Arc<PodCache>) -> bool {
-        self.pod_cache.set(cache).is_ok()
-    }
-
     pub fn pod_cache(&self) -> Option<&Arc<PodCache>> {
-        self.pod_cache.get()
-    }
-
-    /// Shares the background tasks' status with the HTTP layer. False when set already.
-    pub fn attach_daemon_status(
-        &self,
-        status: Arc<crate::daemon::reconcile::DaemonStatus>,
-    ) -> bool {
-        self.daemon_status.set(status).is_ok()
-    }
-
-    pub fn daemon_status(&self) -> Option<&Arc<crate::daemon::reconcile::DaemonStatus>> {
-        self.daemon_status.get()
-    }
-
-    /// Whether this process leads the `orb serve` replicas (runs GC and resync). False
-    /// outside `orb serve`.
-    pub fn is_leader(&self) -> bool {
-        self.daemon_status.get().is_some_and(|s| s.is_leader())
-    }
-
-    /// Lets machine observations and reclaims use `index` from now on. False when an index
-    /// was attached already.
-    pub fn attach_node_index(&self, index: Arc<NodeIndex>) -> bool {
-        self.node_index.set(index).is_ok()
+        self.views.pods.as_ref()
     }
 
     pub fn node_index(&self) -> Option<&Arc<NodeIndex>> {
-        self.node_index.get()
+        self.views.nodes.as_ref()
     }
 
     /// The live Karpenter disruption of the node `pod` runs on, if the index knows one.
@@ -310,7 +305,7 @@ impl K8sProvider {
         &self,
         pod: &k8s_openapi::api::core::v1::Pod,
     ) -> Option<crate::daemon::nodes::Disruption> {
-        let index = self.node_index.get()?;
+        let index = self.views.nodes.as_ref()?;
         let node = pod.spec.as_ref()?.node_name.as_deref()?;
         index.disruption(node, jiff::Timestamp::now())
     }
@@ -322,7 +317,7 @@ impl K8sProvider {
         observation: &mut orb_core::provider::MachineObservation,
         pod: &k8s_openapi::api::core::v1::Pod,
     ) {
-        let Some(index) = self.node_index.get() else {
+        let Some(index) = &self.views.nodes else {
             return;
         };
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
@@ -352,7 +347,7 @@ impl K8sProvider {
         expected: &std::collections::HashSet<&str>,
     ) -> Result<Vec<Arc<k8s_openapi::api::core::v1::Pod>>, K8sError> {
         use crate::metrics::ReasonLabels;
-        if let Some(cache) = self.pod_cache.get()
+        if let Some(cache) = &self.views.pods
             && record.label_prefix == self.resolved.config.label_prefix
             && let Ok(pods) = cache.pods_of(&record.namespace, &record.request_id)
             && {
@@ -369,7 +364,7 @@ impl K8sProvider {
                 .inc();
             return Ok(pods);
         }
-        if self.pod_cache.get().is_some() {
+        if self.views.pods.is_some() {
             self.metrics
                 .status_reads
                 .get_or_create(&ReasonLabels { reason: "list" })

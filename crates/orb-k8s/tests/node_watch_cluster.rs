@@ -17,6 +17,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube_fixture::{Check, client_from, default_kubeconfig_path, wait_for};
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{Provider, ReclaimQuery};
+use orb_k8s::ClusterViews;
 use orb_k8s::daemon::NodeIndex;
 use orb_k8s::daemon::nodes::{run_event_watch, run_node_watch};
 use orb_k8s::metrics::ReasonLabels;
@@ -103,7 +104,7 @@ fn karpenter_event(name: &str, node: &str, node_uid: &str) -> Event {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn machines_carry_node_facts_and_karpenter_disruptions() {
-    let h = harness("node-watch", json!({})).await;
+    let mut h = harness("node-watch", json!({})).await;
     let client = h.cluster.client.clone();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let node_name = format!("orb-nodewatch-{suffix}");
@@ -119,7 +120,10 @@ async fn machines_carry_node_facts_and_karpenter_disruptions() {
     let node_uid = created.metadata.uid.clone().unwrap_or_default();
 
     let index = Arc::new(NodeIndex::new(h.provider.metrics().clone()));
-    assert!(h.provider.attach_node_index(index.clone()));
+    h.provider = h.provider.with_cluster_views(ClusterViews {
+        pods: None,
+        nodes: Some(index.clone()),
+    });
     let (stop, stop_rx) = watch::channel(false);
     let node_loop = tokio::spawn(run_node_watch(
         index.clone(),

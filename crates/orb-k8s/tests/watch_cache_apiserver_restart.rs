@@ -22,6 +22,7 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use kube_fixture::{Check, wait_for};
 use orb_core::provider::Provider;
+use orb_k8s::ClusterViews;
 use orb_k8s::config::NamespaceScope;
 use orb_k8s::daemon::PodCache;
 use orb_k8s::metrics::ReasonLabels;
@@ -46,7 +47,7 @@ fn restart_apiserver() {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn after_an_apiserver_restart_the_cache_agrees_with_list() {
-    let h = harness("cache-restart", json!({})).await;
+    let mut h = harness("cache-restart", json!({})).await;
     let ns = h.ns.name().to_string();
     let listing = provider_for(&h.cluster, &ns, json!({}));
     let metrics = h.provider.metrics().clone();
@@ -57,7 +58,10 @@ async fn after_an_apiserver_restart_the_cache_agrees_with_list() {
         None,
         metrics.clone(),
     ));
-    assert!(h.provider.attach_pod_cache(cache.clone()));
+    h.provider = h.provider.with_cluster_views(ClusterViews {
+        pods: Some(cache.clone()),
+        nodes: None,
+    });
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(cache.clone().run(h.cluster.client.clone(), stopped));
 

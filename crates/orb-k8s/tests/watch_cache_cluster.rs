@@ -21,6 +21,7 @@ use kube_fixture::fault_proxy::{Fault, FaultPlan, FaultProxy, RequestMatch};
 use kube_fixture::{Check, wait_for};
 use orb_core::provider::Provider;
 use orb_core::template::ProviderApi;
+use orb_k8s::ClusterViews;
 use orb_k8s::config::NamespaceScope;
 use orb_k8s::daemon::PodCache;
 use orb_k8s::daemon::pod_cache::Miss;
@@ -208,12 +209,15 @@ fn machines_json(report: &orb_core::provider::StatusReport) -> Vec<String> {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn status_from_the_cache_equals_status_from_list() {
-    let h = harness("cache-status", json!({})).await;
+    let mut h = harness("cache-status", json!({})).await;
     let ns = h.ns.name().to_string();
     // Same config and namespace; one reads the cache, the other LISTs.
     let listing = provider_for(&h.cluster, &ns, json!({}));
     let cache = new_cache(&ns, None, h.provider.metrics());
-    assert!(h.provider.attach_pod_cache(cache.clone()));
+    h.provider = h.provider.with_cluster_views(ClusterViews {
+        pods: Some(cache.clone()),
+        nodes: None,
+    });
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(cache.clone().run(h.cluster.client.clone(), stopped));
 
@@ -329,13 +333,16 @@ async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn reads_fall_back_to_list_while_the_watch_fails_past_the_stale_timeout() {
-    let h = harness("cache-stale", json!({"stale_cache_timeout_seconds": 1})).await;
+    let mut h = harness("cache-stale", json!({"stale_cache_timeout_seconds": 1})).await;
     let ns = h.ns.name().to_string();
     let proxy = FaultProxy::start(&h.cluster).await;
     let metrics = h.provider.metrics().clone();
     let cache = Arc::new(PodCache::for_provider(&h.provider).expect("the watch is on"));
     assert_eq!(cache.stale_after(), Duration::from_secs(1));
-    assert!(h.provider.attach_pod_cache(cache.clone()));
+    h.provider = h.provider.with_cluster_views(ClusterViews {
+        pods: Some(cache.clone()),
+        nodes: None,
+    });
     let (stop, stopped) = watch::channel(false);
     // The cache goes through the proxy; the provider's own LISTs do not.
     let task = tokio::spawn(cache.clone().run(proxy.client(), stopped));

@@ -62,17 +62,20 @@ fn build_kubernetes(
     context: &ProviderContext,
     app_sections: &BTreeMap<String, Value>,
 ) -> Result<Arc<dyn Provider>, ProviderError> {
-    let provider: Arc<dyn Provider> = build_kubernetes_provider(entry, context, app_sections)?;
-    Ok(provider)
+    Ok(Arc::new(build_kubernetes_provider(
+        entry,
+        context,
+        app_sections,
+    )?))
 }
 
-/// The Kubernetes provider as its concrete type, for `orb serve`, which starts the watch
-/// cache and the other background tasks on it. Errors as [`build_provider_for_app`].
+/// The Kubernetes provider as its concrete type and not shared yet, for `orb serve`, which
+/// gives it the views its background tasks feed before sharing it. Errors as [`build_provider_for_app`].
 pub fn build_kubernetes_provider(
     entry: &ProviderEntry,
     context: &ProviderContext,
     app_sections: &BTreeMap<String, Value>,
-) -> Result<Arc<orb_k8s::K8sProvider>, ProviderError> {
+) -> Result<orb_k8s::K8sProvider, ProviderError> {
     let kind = entry.provider_type.trim().to_ascii_lowercase();
     if !KUBERNETES_TYPES.contains(&kind.as_str()) {
         return Err(ProviderError::Misconfigured(format!(
@@ -94,9 +97,8 @@ pub fn build_kubernetes_provider(
     }
     let application_native_spec = orb_k8s::native_spec::app_native_spec_enabled(app_sections)
         .map_err(|e| ProviderError::Misconfigured(format!("{}: {e}", label.display())))?;
-    let provider = orb_k8s::K8sProvider::new(resolved)?
-        .with_native_spec_context(application_native_spec, Some(context.config_dir.clone()));
-    Ok(Arc::new(provider))
+    Ok(orb_k8s::K8sProvider::new(resolved)?
+        .with_native_spec_context(application_native_spec, Some(context.config_dir.clone())))
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ use crate::context::override_refusal;
 
 use orb_broker::templates::CHECK_COUNT;
 
+/// A provider's checks of one template, as the HTTP layer holds them (it does not name the
+/// provider): `|t| check_template(Some(&provider), t)`.
+pub type TemplateChecker = std::sync::Arc<dyn Fn(&Template) -> TemplateVerdict + Send + Sync>;
+
 /// What the checks of one template found.
 #[derive(Debug, Default)]
 pub struct TemplateVerdict {

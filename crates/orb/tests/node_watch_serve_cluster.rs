@@ -20,7 +20,7 @@ use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_kubernetes_provider};
 use orb_cli::serve::background::DaemonOptions;
-use orb_cli::serve::daemon::Daemon;
+use orb_cli::serve::daemon::{ClusterRuntime, Daemon};
 use orb_cli::serve::model::MachineInfo;
 use orb_cli::serve::{AppState, ServeOptions};
 use orb_core::machine::MachineStatus;
@@ -119,7 +119,13 @@ async fn serve_watchers_put_node_facts_on_stored_machines_and_disruptions_in_rec
         config_dir,
         work_dir: root.path().join("work"),
     };
-    let provider = build_kubernetes_provider(&entry, &context, &BTreeMap::new()).unwrap();
+    let runtime = Arc::new(
+        ClusterRuntime::prepare(
+            build_kubernetes_provider(&entry, &context, &BTreeMap::new()).unwrap(),
+        )
+        .await,
+    );
+    let provider = runtime.provider().clone();
     let store = Store::open_sqlite_file(&root.path().join("work/orb.db"))
         .await
         .unwrap();
@@ -137,14 +143,15 @@ async fn serve_watchers_put_node_facts_on_stored_machines_and_disruptions_in_rec
         clock: Arc::new(Timestamp::now),
         refreshed: Default::default(),
     };
-    let state = AppState::with_kubernetes(broker(), ServeOptions::default(), provider.clone());
-    let daemon = Daemon::start(provider.clone(), state, DaemonOptions::default())
+    let state = AppState::with_kubernetes(broker(), ServeOptions::default(), runtime.clone());
+    let daemon = Daemon::start(runtime.clone(), state, DaemonOptions::default())
         .await
         .expect("daemon starts");
-    let index = provider
-        .node_index()
-        .expect("the daemon attached a node index")
-        .clone();
+    let index = runtime
+        .views()
+        .nodes
+        .clone()
+        .expect("the node watch is on, so orb serve builds a node index");
     wait_for("the test node Ready in the node index", WAIT, || async {
         match index.node(&node_name) {
             Some(f) if f.ready => Check::Done(()),

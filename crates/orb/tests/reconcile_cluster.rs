@@ -21,7 +21,7 @@ use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_kubernetes_provider};
 use orb_cli::serve::background::{DaemonOptions, orphan_gc_pass, reconcile};
-use orb_cli::serve::daemon::Daemon;
+use orb_cli::serve::daemon::{ClusterRuntime, Daemon};
 use orb_cli::serve::{AppState, ServeOptions};
 use orb_core::config::ProviderEntry;
 use orb_core::ids::RequestId;
@@ -39,6 +39,7 @@ const TEMPLATES: &str = r#"{"templates": [
 struct Setup {
     _root: tempfile::TempDir,
     provider: Arc<K8sProvider>,
+    runtime: Arc<ClusterRuntime>,
     broker: Broker,
 }
 
@@ -80,7 +81,13 @@ async fn setup(
         config_dir,
         work_dir: root.path().join("work"),
     };
-    let provider = build_kubernetes_provider(&entry, &context, &BTreeMap::new()).unwrap();
+    let runtime = Arc::new(
+        ClusterRuntime::prepare(
+            build_kubernetes_provider(&entry, &context, &BTreeMap::new()).unwrap(),
+        )
+        .await,
+    );
+    let provider = runtime.provider().clone();
     let store = match store_url {
         Some(url) => Store::open(url).await.unwrap(),
         None => Store::open_sqlite_file(&root.path().join("work/orb.db"))
@@ -104,6 +111,7 @@ async fn setup(
     Setup {
         _root: root,
         provider,
+        runtime,
         broker,
     }
 }
@@ -423,10 +431,10 @@ async fn daemon(s: &Setup) -> Daemon {
             refreshed: Default::default(),
         },
         ServeOptions::default(),
-        s.provider.clone(),
+        s.runtime.clone(),
     );
     Daemon::start(
-        s.provider.clone(),
+        s.runtime.clone(),
         state,
         DaemonOptions {
             leader_elect: true,
@@ -455,7 +463,7 @@ async fn of_two_replicas_one_leads_runs_the_gc_and_hands_over_when_it_stops() {
 
     let daemon_a = daemon(&a).await;
     let daemon_b = daemon(&b).await;
-    let leader_of = |s: &Setup| s.provider.is_leader();
+    let leader_of = |s: &Setup| s.runtime.is_leader();
     wait_for("one leader", Duration::from_secs(30), || async {
         match (leader_of(&a), leader_of(&b)) {
             (true, false) | (false, true) => Check::Done(()),
@@ -553,7 +561,7 @@ async fn orphan_gc_runs_only_when_orphan_gc_enabled() {
     .await;
     // The disabled daemon has been running at least as long, with the same interval.
     assert!(
-        off.provider.is_leader(),
+        off.runtime.is_leader(),
         "it leads, so only the setting kept the GC away"
     );
     assert_eq!(orphan_count(&off.provider, "pod", "deleted"), 0);

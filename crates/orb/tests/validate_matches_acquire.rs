@@ -17,6 +17,7 @@ use orb_broker::catalog::{Catalog, CatalogCell};
 use orb_broker::{Broker, BrokerError, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_kubernetes_provider};
+use orb_cli::serve::daemon::ClusterRuntime;
 use orb_cli::template_checks::check_template;
 use orb_core::config::ProviderEntry;
 use orb_core::provider::ProviderError;
@@ -27,6 +28,7 @@ use serde_json::{Value, json};
 struct Installation {
     _root: tempfile::TempDir,
     provider: Arc<orb_k8s::K8sProvider>,
+    runtime: Arc<ClusterRuntime>,
     catalog: Catalog,
     broker: Broker,
 }
@@ -62,7 +64,13 @@ async fn install(template: Value) -> Installation {
         config_dir,
         work_dir: root.path().join("work"),
     };
-    let provider = build_kubernetes_provider(&entry, &context, &BTreeMap::new()).unwrap();
+    let runtime = Arc::new(
+        ClusterRuntime::prepare(
+            build_kubernetes_provider(&entry, &context, &BTreeMap::new()).unwrap(),
+        )
+        .await,
+    );
+    let provider = runtime.provider().clone();
     let store = Store::open_sqlite_file(&root.path().join("work/orb.db"))
         .await
         .unwrap();
@@ -83,6 +91,7 @@ async fn install(template: Value) -> Installation {
     Installation {
         _root: root,
         provider,
+        runtime,
         catalog,
         broker,
     }
@@ -245,7 +254,7 @@ async fn rest_validate_gives_the_cli_verdict(#[case] template: Value) {
             refreshed: Default::default(),
         },
         orb_cli::serve::ServeOptions::default(),
-        i.provider.clone(),
+        i.runtime.clone(),
     );
     let reply = orb_cli::serve::router(state)
         .oneshot(

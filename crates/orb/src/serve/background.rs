@@ -16,13 +16,14 @@ use jiff::Timestamp;
 use orb_k8s::K8sProvider;
 use orb_k8s::daemon::leader::{Leadership, LeaseSettings, elect, lease_identity, lease_name};
 use orb_k8s::daemon::reconcile::{
-    DaemonStatus, GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans,
-    count_adopted, list_managed, plan_gc, request_ids,
+    GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans, count_adopted,
+    list_managed, plan_gc, request_ids,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::AppState;
+use super::daemon::ClusterRuntime;
 use orb_broker::Broker;
 
 /// How the background chores run; the defaults suit production.
@@ -347,16 +348,17 @@ async fn leader_loop<F, Fut>(
     }
 }
 
-/// Starts leadership, the start-up reconciliation and the leader-only chores; returns the
-/// tasks to wait for at shutdown.
+/// Starts leadership, the start-up reconciliation and the leader-only chores, reporting to
+/// `runtime`'s status; returns the tasks to wait for at shutdown.
 pub async fn start(
-    provider: Arc<K8sProvider>,
+    runtime: &ClusterRuntime,
     state: AppState,
     options: &DaemonOptions,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut tasks = Vec::new();
-    let status = Arc::new(DaemonStatus::default());
+    let provider = runtime.provider().clone();
+    let status = runtime.status().clone();
     let leadership = if options.leader_elect {
         let client = provider
             .kube_client()
@@ -390,7 +392,6 @@ pub async fn start(
         Leadership::always(provider.metrics())
     };
     status.set_leadership(leadership.clone());
-    provider.attach_daemon_status(status.clone());
 
     // Start-up reconciliation: every replica reports; only the leader settles interrupted
     // acquires (another replica may be creating right now). Waits briefly for the election.
@@ -445,7 +446,7 @@ pub async fn start(
             },
         )));
     }
-    if let Some(cache) = provider.pod_cache() {
+    if let Some(cache) = &runtime.views().pods {
         tasks.push(tokio::spawn(follow_loop(
             cache.clone(),
             state.clone(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::auth::Auth;
 use super::auth_config::{self, AuthPlan, inbound_auth_requested};
 use super::background::DaemonOptions;
-use super::daemon::Daemon;
+use super::daemon::{ClusterRuntime, Daemon};
 use super::listener::Limits;
 use super::socket::bind_owner_only;
 use super::template_file::TemplateSource;
@@ -132,6 +132,12 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     {
         tracing::warn!("{warning}");
     }
+    // The views the daemon feeds come first, then the provider that reads them; the loops
+    // that fill them start with the daemon below.
+    let runtime = match kubernetes {
+        Some(provider) => Some(Arc::new(ClusterRuntime::prepare(provider).await)),
+        None => None,
+    };
     let auth_source = auth_plan.as_ref().map(|plan| plan.switched_on_by);
     if auth_plan.as_ref().is_some_and(|plan| plan.implicit_default) {
         tracing::info!(
@@ -142,15 +148,15 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         );
     }
     let auth = match auth_plan {
-        Some(plan) => Some(authenticator(plan, kubernetes.as_ref()).await?),
+        Some(plan) => Some(authenticator(plan, runtime.as_ref().map(|r| r.provider())).await?),
         None => None,
     };
     let (broker, warnings) = session
         .broker_using(
             &loaded,
-            kubernetes
-                .clone()
-                .map(|p| p as Arc<dyn orb_core::provider::Provider>),
+            runtime
+                .as_ref()
+                .map(|r| r.provider().clone() as Arc<dyn orb_core::provider::Provider>),
         )
         .await?;
     for warning in &warnings {
@@ -162,17 +168,17 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         template_defaults: entry.template_defaults.clone(),
         auth,
     };
-    let state = match kubernetes {
-        Some(provider) => AppState::with_kubernetes(broker, options, provider),
+    let state = match &runtime {
+        Some(runtime) => AppState::with_kubernetes(broker, options, runtime.clone()),
         None => AppState::new(broker, options),
     };
-    let daemon = match state.kubernetes().cloned() {
-        Some(provider) => {
+    let daemon = match runtime {
+        Some(runtime) => {
             let daemon_options = DaemonOptions {
                 leader_elect: leader_elect(&args, &state),
                 ..DaemonOptions::default()
             };
-            match Daemon::start(provider, state.clone(), daemon_options).await {
+            match Daemon::start(runtime, state.clone(), daemon_options).await {
                 Ok(daemon) => Some(daemon),
                 Err(e) => {
                     tracing::warn!(

@@ -1,6 +1,7 @@
 //! The background half of `orb serve`: everything that runs next to the HTTP server on the
-//! concrete Kubernetes provider. Each task is started from [`Daemon::start`] and stops when
-//! [`Daemon::shutdown`] flips the shared shutdown signal.
+//! concrete Kubernetes provider. [`ClusterRuntime::prepare`] builds the views first and the
+//! provider that reads them second; [`Daemon::start`] then starts the tasks that feed the
+//! views, and [`Daemon::shutdown`] stops them by flipping the shared shutdown signal.
 //!
 //! - the pod watch cache (`watch_enabled`, on by default): status reads are served from it;
 //!   with `watch_enabled=false` every status read LISTs (polling).
@@ -13,54 +14,124 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use orb_k8s::K8sProvider;
 use orb_k8s::daemon::nodes::{run_event_watch, run_node_watch};
-use orb_k8s::daemon::{NodeIndex, PodCache};
+use orb_k8s::daemon::reconcile::DaemonStatus;
+use orb_k8s::{ClusterViews, K8sProvider};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::AppState;
 use super::background::{self, DaemonOptions};
-use tokio::task::JoinHandle;
+use super::cluster_checks::{daemon_checks, kubernetes_checks};
+use super::health::{ChecksFuture, DaemonHealth};
+use super::version_gate::{ReachabilityCache, VersionCheckCache};
+
+/// The Kubernetes side of `orb serve`: the provider, built with the views the daemon feeds,
+/// and what the daemon reports. The HTTP layer holds it only as [`DaemonHealth`].
+pub struct ClusterRuntime {
+    provider: Arc<K8sProvider>,
+    views: ClusterViews,
+    status: Arc<DaemonStatus>,
+    version_check: VersionCheckCache,
+    reachability: ReachabilityCache,
+}
+
+impl ClusterRuntime {
+    /// Builds the views `provider`'s config enables, then the provider that reads them. No
+    /// view when the Kubernetes client cannot be built: the daemon will not start, and status
+    /// reads LIST as they would without `orb serve`.
+    pub async fn prepare(provider: K8sProvider) -> Self {
+        let views = match provider.kube_client().await {
+            Ok(_) => ClusterViews::for_provider(&provider),
+            Err(_) => ClusterViews::default(),
+        };
+        Self {
+            provider: Arc::new(provider.with_cluster_views(views.clone())),
+            views,
+            status: Arc::default(),
+            version_check: VersionCheckCache::default(),
+            reachability: ReachabilityCache::default(),
+        }
+    }
+
+    pub fn provider(&self) -> &Arc<K8sProvider> {
+        &self.provider
+    }
+
+    /// The pod cache and node index the daemon feeds and the provider reads.
+    pub fn views(&self) -> &ClusterViews {
+        &self.views
+    }
+
+    /// The start-up reconciliation's report and this replica's leadership.
+    pub fn status(&self) -> &Arc<DaemonStatus> {
+        &self.status
+    }
+
+    /// Whether this replica runs the cluster-wide chores now (false until the daemon runs).
+    pub fn is_leader(&self) -> bool {
+        self.status.is_leader()
+    }
+}
+
+impl DaemonHealth for ClusterRuntime {
+    fn readiness(&self) -> ChecksFuture<'_> {
+        Box::pin(async move {
+            let mut checks = kubernetes_checks(&self.provider);
+            checks.extend(daemon_checks(&self.status));
+            checks.push((
+                "kubernetes_version".to_string(),
+                self.version_check.check(&self.provider).await,
+            ));
+            checks.push((
+                "apiserver".to_string(),
+                self.reachability.check(&self.provider).await,
+            ));
+            checks
+        })
+    }
+
+    fn refresh_gauges(&self) {
+        // Open breakers turn half-open with time alone; reading them updates the gauges.
+        self.provider.circuit_states();
+    }
+}
 
 /// The running background tasks.
 pub struct Daemon {
-    provider: Arc<K8sProvider>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Daemon {
-    /// Starts every background task the provider's config enables; `state` is the HTTP
-    /// layer's (its broker and store). Fails when the Kubernetes client cannot be built (bad
-    /// kubeconfig, unreadable token) or the leader Lease cannot be used.
+    /// Starts every background task the provider's config enables, feeding `runtime`'s
+    /// views; `state` is the HTTP layer's (its broker and store). Fails when the Kubernetes
+    /// client cannot be built (bad kubeconfig, unreadable token) or the leader Lease cannot
+    /// be used.
     pub async fn start(
-        provider: Arc<K8sProvider>,
+        runtime: Arc<ClusterRuntime>,
         state: AppState,
         options: DaemonOptions,
     ) -> anyhow::Result<Self> {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut daemon = Self {
-            provider: provider.clone(),
             shutdown,
             tasks: Vec::new(),
         };
+        let provider = runtime.provider();
         let config = provider.config().clone();
         let client = provider
             .kube_client()
             .await
             .context("cannot build the Kubernetes client")?;
-        if let Some(cache) = PodCache::for_provider(&provider) {
-            let cache = Arc::new(cache);
-            provider.attach_pod_cache(cache.clone());
+        if let Some(cache) = runtime.views.pods.clone() {
             let rx = shutdown_rx.clone();
             let client = client.clone();
             daemon
                 .tasks
                 .push(tokio::spawn(async move { cache.run(client, rx).await }));
         }
-        if config.node_watch_enabled || config.events_watch_enabled {
-            let index = Arc::new(NodeIndex::new(provider.metrics().clone()));
-            provider.attach_node_index(index.clone());
+        if let Some(index) = runtime.views.nodes.clone() {
             if config.node_watch_enabled {
                 let (index, client, rx) = (index.clone(), client.clone(), shutdown_rx.clone());
                 daemon
@@ -75,7 +146,7 @@ impl Daemon {
             }
         }
         // On failure (the Lease cannot be used) the tasks started above stop with it.
-        match background::start(provider.clone(), state, &options, shutdown_rx.clone()).await {
+        match background::start(&runtime, state, &options, shutdown_rx.clone()).await {
             Ok(chores) => daemon.tasks.extend(chores),
             Err(e) => {
                 daemon.shutdown().await;
@@ -83,10 +154,6 @@ impl Daemon {
             }
         }
         Ok(daemon)
-    }
-
-    pub fn provider(&self) -> &Arc<K8sProvider> {
-        &self.provider
     }
 
     /// A receiver that turns true when the daemon stops (for tasks started by others).

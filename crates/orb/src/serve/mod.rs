@@ -5,10 +5,12 @@
 pub mod auth;
 pub mod auth_config;
 pub mod background;
+mod cluster_checks;
 pub mod command;
 pub mod daemon;
 mod events;
 mod extract;
+pub mod health;
 pub mod hostfactory;
 pub mod listener;
 mod machines;
@@ -40,6 +42,8 @@ use utoipa_axum::routes;
 
 pub use metrics::Metrics;
 use orb_broker::Broker;
+
+use crate::template_checks::{TemplateChecker, check_template};
 
 /// Knobs of the HTTP layer (the broker has its own settings).
 #[derive(Debug, Clone)]
@@ -75,11 +79,12 @@ struct Inner {
     broker: Arc<Broker>,
     metrics: Metrics,
     options: ServeOptions,
-    kubernetes: Option<Arc<orb_k8s::K8sProvider>>,
+    /// The background side of the server, when it runs on Kubernetes.
+    daemon: Option<Arc<dyn health::DaemonHealth>>,
+    /// The provider's own template checks (planning and audit), when it has any.
+    template_checker: Option<TemplateChecker>,
     template_source: OnceLock<template_file::TemplateSource>,
     template_file: template_file::TemplateFile,
-    version_check: version_gate::VersionCheckCache,
-    reachability: version_gate::ReachabilityCache,
 }
 
 impl AppState {
@@ -89,23 +94,24 @@ impl AppState {
                 broker: Arc::new(broker),
                 metrics: Metrics::new(),
                 options,
-                kubernetes: None,
+                daemon: None,
+                template_checker: None,
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
-                version_check: Default::default(),
-                reachability: Default::default(),
             }),
         }
     }
 
-    /// A state whose broker runs on `provider` (the same object, as its concrete type): the
-    /// provider's own metrics are exported (none at all with `metrics_enabled=false`) and its
-    /// background tasks show in `/readyz`.
+    /// A state whose broker runs on `runtime`'s provider (the same object): the provider's
+    /// own metrics are exported (none at all with `metrics_enabled=false`), templates get its
+    /// checks, and its background tasks show in `/readyz`. Only those three things are kept,
+    /// none of them as a Kubernetes type.
     pub fn with_kubernetes(
         broker: Broker,
         options: ServeOptions,
-        provider: Arc<orb_k8s::K8sProvider>,
+        runtime: Arc<daemon::ClusterRuntime>,
     ) -> Self {
+        let provider = runtime.provider().clone();
         Self {
             inner: Arc::new(Inner {
                 broker: Arc::new(broker),
@@ -115,18 +121,24 @@ impl AppState {
                     Metrics::disabled()
                 },
                 options,
-                kubernetes: Some(provider),
+                template_checker: Some(Arc::new(move |template: &orb_core::template::Template| {
+                    check_template(Some(&provider), template)
+                })),
+                daemon: Some(runtime),
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
-                version_check: Default::default(),
-                reachability: Default::default(),
             }),
         }
     }
 
-    /// The Kubernetes provider, when the server runs on one.
-    pub fn kubernetes(&self) -> Option<&Arc<orb_k8s::K8sProvider>> {
-        self.inner.kubernetes.as_ref()
+    /// The background side, when the server runs one: what the probes ask it.
+    pub fn daemon(&self) -> Option<&Arc<dyn health::DaemonHealth>> {
+        self.inner.daemon.as_ref()
+    }
+
+    /// The provider's template checks, when it has any (else only the template's own).
+    pub fn template_checker(&self) -> Option<&TemplateChecker> {
+        self.inner.template_checker.as_ref()
     }
 
     pub fn broker(&self) -> &Broker {
@@ -167,15 +179,6 @@ impl AppState {
 
     pub fn template_source(&self) -> Option<&template_file::TemplateSource> {
         self.inner.template_source.get()
-    }
-
-    /// `/readyz`'s cached `kubernetes_version` check.
-    pub fn reachability(&self) -> &version_gate::ReachabilityCache {
-        &self.inner.reachability
-    }
-
-    pub fn version_check(&self) -> &version_gate::VersionCheckCache {
-        &self.inner.version_check
     }
 }
 

@@ -19,8 +19,8 @@ async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<Templ
         .into_iter()
         .map(|l| {
             let t = &l.template;
-            let problems = match (state.kubernetes(), t.problems().is_empty()) {
-                (Some(provider), true) => check_template(Some(provider.as_ref()), t).problems,
+            let problems = match (state.template_checker(), t.problems().is_empty()) {
+                (Some(check), true) => check(t).problems,
                 _ => t.problems().iter().map(ToString::to_string).collect(),
             };
             TemplateInfo {
@@ -130,7 +130,10 @@ pub async fn validate_templates(
                 );
                 // The same check as `orb templates validate`: load-time refusal, the
                 // template's problems, then the provider's acquire planning and audit.
-                let verdict = check_template(state.kubernetes().map(|p| p.as_ref()), &template);
+                let verdict = match state.template_checker() {
+                    Some(check) => check(&template),
+                    None => check_template(None, &template),
+                };
                 warnings.extend(
                     verdict
                         .warnings
