@@ -19,14 +19,14 @@
 use std::path::PathBuf;
 
 use libfuzzer_sys::fuzz_target;
+use orb_core::ProviderApi;
 use orb_core::template::wire::template_from_value;
 use orb_k8s::audit::{AuditMode, audit_pod_spec, audit_workload_body, enforce_audit_policy};
 use orb_k8s::config::K8sProviderConfig;
-use orb_k8s::naming::ResourceKind;
 use orb_k8s::native_spec::{
     ListMerge, NativeSources, NativeSpecInput, NativeSpecSwitches, OperatorSpec, SpecSource,
     apply_pod_spec_override, builtin_default_spec, decide_native_spec, deep_merge,
-    load_operator_spec, render_native_body_from, resource_kind,
+    load_operator_spec, render_native_body_from,
 };
 use serde_json::{Map, Value};
 
@@ -55,7 +55,7 @@ fn merges(envelope: &Map<String, Value>) {
         }
     }
     if let (Some(pod_spec), Some(overlay)) = (envelope.get("pod_spec"), envelope.get("override")) {
-        for api in ResourceKind::ALL {
+        for api in ProviderApi::ALL {
             if let Ok(spec) = apply_pod_spec_override(api, pod_spec, overlay) {
                 let _ = audit_pod_spec(&spec, "spec");
             }
@@ -76,7 +76,7 @@ fn render(envelope: &Map<String, Value>) {
     let mut template = normalized.template;
     // No file IO in the fuzzer: a native_spec_path is replaced by `operator_file`.
     template.native_spec_path = None;
-    let api = resource_kind(template.api());
+    let api = template.api();
     let _ = decide_native_spec(
         NativeSpecSwitches {
             application_enabled: true,
@@ -114,7 +114,7 @@ fn render(envelope: &Map<String, Value>) {
         .map_or(3, |n| n.min(u64::from(u32::MAX)) as u32);
     let config = K8sProviderConfig::default();
     let name = match api {
-        ResourceKind::Pod => "orb-fe4cda5c019444bc981b-0000",
+        ProviderApi::Pod => "orb-fe4cda5c019444bc981b-0000",
         _ => "orb-fe4cda5c019444bc981b",
     };
     let input = NativeSpecInput {
@@ -132,7 +132,7 @@ fn render(envelope: &Map<String, Value>) {
             audit_everything(&body);
             if let Some(overlay) = &template.pod_spec_override {
                 let pod_spec = match api {
-                    ResourceKind::Pod => body.get("spec"),
+                    ProviderApi::Pod => body.get("spec"),
                     _ => body.pointer("/spec/template/spec"),
                 };
                 if let Some(pod_spec) = pod_spec {

@@ -48,7 +48,7 @@ impl Broker {
             count,
             now,
         );
-        request.provider_api = Some(template.api().as_str().to_string());
+        request.provider_api = Some(template.api());
         lifecycle::apply(
             &mut request,
             LifecycleEvent::Start {

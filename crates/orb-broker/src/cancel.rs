@@ -24,7 +24,7 @@ impl Broker {
         let outcome = provider
             .cancel(CancelInput {
                 request_id: request.request_id.clone(),
-                provider_api: request.provider_api.clone(),
+                provider_api: request.provider_api,
                 provider_data: request.provider_data.clone(),
             })
             .await?;

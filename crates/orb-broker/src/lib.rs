@@ -207,7 +207,7 @@ impl Broker {
                 name: m.name.clone(),
                 request_id: m.request_id.clone(),
                 template_id: m.template_id.clone(),
-                provider_api: m.provider_api.clone(),
+                provider_api: m.provider_api,
                 resource_id: m.resource_id.clone(),
                 uid: m.uid.clone(),
                 status: m.status,

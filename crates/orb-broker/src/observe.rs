@@ -21,7 +21,7 @@ pub(super) fn machine_from_observation(
             return_request_id: None,
             template_id: request.template_id.clone().unwrap_or_default(),
             provider_name: request.provider_name.clone(),
-            provider_api: request.provider_api.clone(),
+            provider_api: request.provider_api,
             resource_id: None,
             uid: None,
             status: observation.status,
@@ -83,6 +83,7 @@ pub(super) fn machine_from_observation(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orb_core::ProviderApi;
     use orb_core::ids::RequestId;
     use orb_core::request::RequestType;
 
@@ -100,7 +101,7 @@ mod tests {
             1,
             t(0),
         );
-        r.provider_api = Some("Pod".into());
+        r.provider_api = Some(ProviderApi::Pod);
         r
     }
 
@@ -112,7 +113,7 @@ mod tests {
         let m = machine_from_observation(&obs, &r, None, t(5));
         assert_eq!(m.request_id, r.request_id);
         assert_eq!(m.template_id, "worker");
-        assert_eq!(m.provider_api.as_deref(), Some("Pod"));
+        assert_eq!(m.provider_api, Some(ProviderApi::Pod));
         assert_eq!(m.version, 0);
         assert_eq!(m.private_ip.as_deref(), Some("10.0.0.1"));
     }

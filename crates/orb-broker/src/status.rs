@@ -179,7 +179,7 @@ impl Broker {
                             request_id: request.request_id.clone(),
                             request_type: request.request_type,
                             requested_count: request.requested_count,
-                            provider_api: request.provider_api.clone(),
+                            provider_api: request.provider_api,
                             provider_data: request.provider_data.clone(),
                             template,
                             machines: self

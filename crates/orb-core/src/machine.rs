@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::RequestId;
+use crate::template::ProviderApi;
 
 /// One machine-state enum for every path. Running-but-not-Ready is `Pending`, never a word
 /// outside this enum.
@@ -97,7 +98,8 @@ pub struct Machine {
     pub return_request_id: Option<RequestId>,
     pub template_id: String,
     pub provider_name: String,
-    pub provider_api: Option<String>,
+    /// The kind of its acquire request; `None` only in rows written without one.
+    pub provider_api: Option<ProviderApi>,
     /// The object that owns the machine on the provider side (pod or controller name).
     pub resource_id: Option<String>,
     /// The provider's identity of this incarnation (pod UID); a new UID is a new machine.

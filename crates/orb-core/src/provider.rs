@@ -30,7 +30,7 @@ use crate::ids::RequestId;
 use crate::lifecycle::Verdict;
 use crate::machine::MachineStatus;
 use crate::request::RequestType;
-use crate::template::Template;
+use crate::template::{ProviderApi, Template};
 
 pub type ProviderFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<T, ProviderError>> + Send + 'a>>;
@@ -131,7 +131,8 @@ pub struct MachineRef {
     /// The acquire request that created it.
     pub request_id: RequestId,
     pub template_id: String,
-    pub provider_api: Option<String>,
+    /// The stored machine's kind; `None` when its row has none (see `Machine::provider_api`).
+    pub provider_api: Option<ProviderApi>,
     pub resource_id: Option<String>,
     pub uid: Option<String>,
     pub status: MachineStatus,
@@ -194,7 +195,8 @@ pub struct StatusInput {
     pub request_id: RequestId,
     pub request_type: RequestType,
     pub requested_count: u32,
-    pub provider_api: Option<String>,
+    /// The request's kind; `None` for returns, which may span kinds.
+    pub provider_api: Option<ProviderApi>,
     pub provider_data: Value,
     pub template: Option<Template>,
     /// Machines stored for this request (for a return: the machines being returned).
@@ -217,7 +219,8 @@ pub struct StatusReport {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CancelInput {
     pub request_id: RequestId,
-    pub provider_api: Option<String>,
+    /// The acquire's kind, as stored with the request (`None` if the row has none).
+    pub provider_api: Option<ProviderApi>,
     pub provider_data: Value,
 }
 

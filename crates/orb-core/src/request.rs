@@ -7,6 +7,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::RequestId;
+use crate::template::ProviderApi;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -139,7 +140,9 @@ pub struct Request {
     pub template_id: Option<String>,
     pub provider_name: String,
     pub provider_type: String,
-    pub provider_api: Option<String>,
+    /// The template's kind, set when an acquire is created; `None` for returns (they may span
+    /// templates of several kinds).
+    pub provider_api: Option<ProviderApi>,
     pub status: RequestStatus,
     pub status_message: Option<String>,
     pub requested_count: u32,

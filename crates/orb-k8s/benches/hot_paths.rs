@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1::{
     PodCondition, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use orb_core::ProviderApi;
 use orb_k8s::config::{ConfigLayers, FileLayer, TemplateOverrides};
 use orb_k8s::machine_state::observe_pod;
-use orb_k8s::naming::ResourceKind;
 use orb_k8s::release_plan::{
     PodPhase, PodRank, plan_deployment_release, plan_pod_release, plan_statefulset_release,
 };
@@ -209,7 +209,7 @@ fn pod_translation(c: &mut Criterion) {
     group.bench_function("observe_pod/10k_pods", |b| {
         b.iter(|| {
             pods.iter()
-                .map(|p| observe_pod(p, ResourceKind::Pod, "orb-3f2a9c1d4e5b6a7c8d9e"))
+                .map(|p| observe_pod(p, ProviderApi::Pod, "orb-3f2a9c1d4e5b6a7c8d9e"))
                 .collect::<Vec<_>>()
         })
     });

@@ -56,7 +56,9 @@ where
 
 impl K8sProvider {
     pub(crate) async fn cancel_inner(&self, input: CancelInput) -> Result<CancelOutcome, K8sError> {
-        let record = RequestRecord::from_value(&input.provider_data);
+        // Bookkeeping that cannot be read is reported rather than guessed around: the
+        // defaults below could name the wrong namespace or label prefix.
+        let record = RequestRecord::from_stored(input.request_id.as_str(), &input.provider_data)?;
         // Without bookkeeping, the namespace an acquire of a template without its own
         // namespace would have used: the configured one, else the detected one (the
         // service-account namespace in-cluster), never a hard-coded `default`.
@@ -95,14 +97,21 @@ impl K8sProvider {
         }
         let now = Timestamp::now();
         let mut notices = Vec::new();
-        for refs in by_request.values() {
-            let Some(record) = RequestRecord::from_value(&refs[0].request_provider_data) else {
-                continue;
-            };
+        for (request_id, refs) in &by_request {
+            // One request's unreadable bookkeeping must not hide the others' reclaims.
+            let record =
+                match RequestRecord::from_stored(request_id, &refs[0].request_provider_data) {
+                    Ok(Some(record)) => record,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(request_id = %request_id, "reclaim check skipped: {e}");
+                        continue;
+                    }
+                };
             let expected: std::collections::HashSet<&str> =
                 refs.iter().map(|m| m.machine_id.as_str()).collect();
             let pods = self.live_pods(client, &record, &expected).await?;
-            let kind = record.kind().unwrap_or(crate::naming::ResourceKind::Pod);
+            let kind = record.kind;
             for m in refs {
                 let pod = pods.iter().find(|p| {
                     p.name_any() == m.machine_id && (m.uid.is_none() || p.metadata.uid == m.uid)

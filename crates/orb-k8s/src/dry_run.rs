@@ -10,7 +10,7 @@ pub use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::Value;
 
-use crate::naming::ResourceKind;
+use orb_core::ProviderApi;
 
 /// The apiserver's answer to a dry-run create.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,12 +52,12 @@ pub enum DryRunError {
 }
 
 /// The API resource orb creates for `kind`.
-pub fn api_resource(kind: ResourceKind) -> ApiResource {
+pub fn api_resource(kind: ProviderApi) -> ApiResource {
     match kind {
-        ResourceKind::Pod => ApiResource::erase::<Pod>(&()),
-        ResourceKind::Deployment => ApiResource::erase::<Deployment>(&()),
-        ResourceKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
-        ResourceKind::Job => ApiResource::erase::<Job>(&()),
+        ProviderApi::Pod => ApiResource::erase::<Pod>(&()),
+        ProviderApi::Deployment => ApiResource::erase::<Deployment>(&()),
+        ProviderApi::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        ProviderApi::Job => ApiResource::erase::<Job>(&()),
     }
 }
 
@@ -67,10 +67,10 @@ pub fn api_resource_of(body: &Value) -> Option<ApiResource> {
     let api_version = body.get("apiVersion").and_then(Value::as_str)?;
     let kind = body.get("kind").and_then(Value::as_str)?;
     let resource = match kind {
-        "Pod" => api_resource(ResourceKind::Pod),
-        "Deployment" => api_resource(ResourceKind::Deployment),
-        "StatefulSet" => api_resource(ResourceKind::StatefulSet),
-        "Job" => api_resource(ResourceKind::Job),
+        "Pod" => api_resource(ProviderApi::Pod),
+        "Deployment" => api_resource(ProviderApi::Deployment),
+        "StatefulSet" => api_resource(ProviderApi::StatefulSet),
+        "Job" => api_resource(ProviderApi::Job),
         "Service" => ApiResource::erase::<Service>(&()),
         _ => return None,
     };

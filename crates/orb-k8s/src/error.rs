@@ -20,6 +20,9 @@ pub enum K8sError {
     StatefulSetRelease(#[from] StatefulSetReleaseError),
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditRejection),
+    /// A request's stored provider data is not bookkeeping orb can act on.
+    #[error(transparent)]
+    Bookkeeping(#[from] crate::provider_data::RecordError),
     /// The Kubernetes client could not be built (kubeconfig, context, in-cluster auth).
     #[error("cannot connect to Kubernetes: {0}")]
     Client(String),
@@ -118,6 +121,7 @@ impl From<K8sError> for ProviderError {
             | K8sError::TemplateConfig(_)
             | K8sError::StatefulSetRelease(_)
             | K8sError::Audit(_)
+            | K8sError::Bookkeeping(_)
             | K8sError::Refused(_) => ProviderError::Rejected(text),
             K8sError::Client(_) => ProviderError::Misconfigured(text),
             _ if error.is_transient() => ProviderError::Interrupted(text),

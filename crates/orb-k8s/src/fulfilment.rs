@@ -13,12 +13,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::MachineObservation;
 
 use crate::machine_state::{pending_reason, pod_age};
-use crate::naming::ResourceKind;
 
 /// `pod_timeout_seconds`, measured from the pod's creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,7 +229,7 @@ fn tally(machines: &[MachineObservation]) -> Tally {
 /// Everything the acquire verdict depends on.
 #[derive(Debug, Clone, Copy)]
 pub struct AcquireFacts<'a> {
-    pub kind: ResourceKind,
+    pub kind: ProviderApi,
     pub requested: u32,
     pub machines: &'a [MachineObservation],
     /// `None` for bare pods, or when the controller no longer exists.
@@ -260,7 +260,7 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
     };
     let failed_verdict = |reason: String| Verdict::Failed { reason };
     match facts.kind {
-        ResourceKind::Job => {
+        ProviderApi::Job => {
             if let Some(state) = facts.controller {
                 if state.complete {
                     return StatusDecision {
@@ -337,7 +337,7 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                 ),
             )
         }
-        ResourceKind::Pod => {
+        ProviderApi::Pod => {
             if t.running >= facts.requested && failed == 0 {
                 decision(Verdict::Fulfilled, progress)
             } else if t.pending > 0 {
@@ -352,7 +352,7 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                 decision(Verdict::Partial { is_final: true }, progress)
             }
         }
-        ResourceKind::Deployment | ResourceKind::StatefulSet => {
+        ProviderApi::Deployment | ProviderApi::StatefulSet => {
             let seen = t.running + t.pending + t.failed;
             let Some(state) = facts.controller else {
                 let reason = format!("the {} of this request no longer exists", facts.kind);

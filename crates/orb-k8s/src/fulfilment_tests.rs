@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::MachineObservation;
@@ -10,7 +11,6 @@ use serde_json::json;
 
 use super::*;
 use crate::machine_state::observe_pod;
-use crate::naming::ResourceKind;
 
 fn unscheduled(created: &str) -> Pod {
     serde_json::from_value(json!({
@@ -34,7 +34,7 @@ fn timeout_is_measured_from_creation_even_without_a_start_time(
     #[case] timed_out: bool,
 ) {
     let pod = unscheduled("2026-07-14T10:00:00Z");
-    let mut observation = observe_pod(&pod, ResourceKind::Pod, "p-0");
+    let mut observation = observe_pod(&pod, ProviderApi::Pod, "p-0");
     let policy = PodTimeoutPolicy {
         timeout: Duration::from_secs(300),
     };
@@ -86,28 +86,28 @@ fn state(desired: u32, ready: u32) -> ControllerState {
 use MachineStatus::{Failed as F, Pending as P, Running as R, Terminated as T};
 
 #[rstest]
-#[case::all_running(ResourceKind::Pod, 3, &[R, R, R], None, 0, "fulfilled")]
-#[case::some_pending(ResourceKind::Pod, 3, &[R, R, P], None, 0, "in_progress")]
-#[case::all_failed(ResourceKind::Pod, 2, &[F, F], None, 0, "failed")]
-#[case::running_and_failed(ResourceKind::Pod, 3, &[R, R, F], None, 0, "partial_final")]
-#[case::create_failed(ResourceKind::Pod, 3, &[R, R], None, 1, "partial_final")]
-#[case::exited_pods_are_not_capacity(ResourceKind::Pod, 2, &[T, T], None, 0, "failed")]
-#[case::deployment_ready(ResourceKind::Deployment, 3, &[R, R, R], Some(state(3, 3)), 0, "fulfilled")]
-#[case::deployment_replacements_pending(ResourceKind::Deployment, 3, &[R, F, P], Some(state(3, 1)), 0, "in_progress")]
-#[case::deployment_pods_not_created_yet(ResourceKind::Deployment, 3, &[R], Some(state(3, 1)), 0, "in_progress")]
-#[case::deployment_all_failed(ResourceKind::Deployment, 2, &[F, F], Some(state(2, 0)), 0, "failed")]
-#[case::deployment_some_failed(ResourceKind::Deployment, 2, &[R, F], Some(state(2, 1)), 0, "partial_waiting")]
-#[case::deployment_gone(ResourceKind::Deployment, 2, &[], None, 0, "failed")]
-#[case::statefulset_ready(ResourceKind::StatefulSet, 2, &[R, R], Some(state(2, 2)), 0, "fulfilled")]
-#[case::job_all_running_is_underway(ResourceKind::Job, 2, &[R, R], Some(state(2, 2)), 0, "underway")]
-#[case::job_one_pending(ResourceKind::Job, 2, &[R, P], Some(state(2, 1)), 0, "in_progress")]
-#[case::job_one_done_one_running(ResourceKind::Job, 2, &[T, R], Some(ControllerState { succeeded: 1, ..state(2, 1) }), 0, "underway")]
-#[case::job_complete(ResourceKind::Job, 2, &[T, T], Some(ControllerState { complete: true, ..state(2, 0) }), 0, "fulfilled")]
-#[case::job_pod_failed(ResourceKind::Job, 2, &[T, F], Some(state(2, 0)), 0, "failed")]
-#[case::job_condition_failed(ResourceKind::Job, 2, &[], Some(ControllerState { failure: Some("BackoffLimitExceeded".into()), ..state(2, 0) }), 0, "failed")]
-#[case::job_gone(ResourceKind::Job, 2, &[], None, 0, "failed")]
+#[case::all_running(ProviderApi::Pod, 3, &[R, R, R], None, 0, "fulfilled")]
+#[case::some_pending(ProviderApi::Pod, 3, &[R, R, P], None, 0, "in_progress")]
+#[case::all_failed(ProviderApi::Pod, 2, &[F, F], None, 0, "failed")]
+#[case::running_and_failed(ProviderApi::Pod, 3, &[R, R, F], None, 0, "partial_final")]
+#[case::create_failed(ProviderApi::Pod, 3, &[R, R], None, 1, "partial_final")]
+#[case::exited_pods_are_not_capacity(ProviderApi::Pod, 2, &[T, T], None, 0, "failed")]
+#[case::deployment_ready(ProviderApi::Deployment, 3, &[R, R, R], Some(state(3, 3)), 0, "fulfilled")]
+#[case::deployment_replacements_pending(ProviderApi::Deployment, 3, &[R, F, P], Some(state(3, 1)), 0, "in_progress")]
+#[case::deployment_pods_not_created_yet(ProviderApi::Deployment, 3, &[R], Some(state(3, 1)), 0, "in_progress")]
+#[case::deployment_all_failed(ProviderApi::Deployment, 2, &[F, F], Some(state(2, 0)), 0, "failed")]
+#[case::deployment_some_failed(ProviderApi::Deployment, 2, &[R, F], Some(state(2, 1)), 0, "partial_waiting")]
+#[case::deployment_gone(ProviderApi::Deployment, 2, &[], None, 0, "failed")]
+#[case::statefulset_ready(ProviderApi::StatefulSet, 2, &[R, R], Some(state(2, 2)), 0, "fulfilled")]
+#[case::job_all_running_is_underway(ProviderApi::Job, 2, &[R, R], Some(state(2, 2)), 0, "underway")]
+#[case::job_one_pending(ProviderApi::Job, 2, &[R, P], Some(state(2, 1)), 0, "in_progress")]
+#[case::job_one_done_one_running(ProviderApi::Job, 2, &[T, R], Some(ControllerState { succeeded: 1, ..state(2, 1) }), 0, "underway")]
+#[case::job_complete(ProviderApi::Job, 2, &[T, T], Some(ControllerState { complete: true, ..state(2, 0) }), 0, "fulfilled")]
+#[case::job_pod_failed(ProviderApi::Job, 2, &[T, F], Some(state(2, 0)), 0, "failed")]
+#[case::job_condition_failed(ProviderApi::Job, 2, &[], Some(ControllerState { failure: Some("BackoffLimitExceeded".into()), ..state(2, 0) }), 0, "failed")]
+#[case::job_gone(ProviderApi::Job, 2, &[], None, 0, "failed")]
 fn acquire_verdicts(
-    #[case] kind: ResourceKind,
+    #[case] kind: ProviderApi,
     #[case] requested: u32,
     #[case] statuses: &[MachineStatus],
     #[case] controller: Option<ControllerState>,
@@ -138,7 +138,7 @@ fn acquire_verdicts(
 fn a_failed_verdict_carries_the_first_reason() {
     let ms = machines(&[F, F]);
     let decision = decide_acquire(&AcquireFacts {
-        kind: ResourceKind::Pod,
+        kind: ProviderApi::Pod,
         requested: 2,
         machines: &ms,
         controller: None,
@@ -176,7 +176,7 @@ fn a_timed_out_job_unit_ends_the_request_without_failing_the_job(
     ms.push(timed_out(MachineObservation::new("m-late", P)));
     let n = ms.len() as u32;
     let decision = decide_acquire(&AcquireFacts {
-        kind: ResourceKind::Job,
+        kind: ProviderApi::Job,
         requested: n,
         machines: &ms,
         controller: Some(&state(n, n - 1)),
@@ -201,7 +201,7 @@ fn a_timed_out_job_unit_ends_the_request_without_failing_the_job(
 fn a_running_job_is_never_fulfilled_before_its_complete_condition() {
     let ms = machines(&[R, R, R]);
     let decision = decide_acquire(&AcquireFacts {
-        kind: ResourceKind::Job,
+        kind: ProviderApi::Job,
         requested: 3,
         machines: &ms,
         controller: Some(&state(3, 3)),

@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::naming::ResourceKind;
+use orb_core::ProviderApi;
+
 use crate::validation;
 
 /// Legacy request-id label for coexistence with the `orb.k8s_legacy` watcher.
@@ -70,7 +71,7 @@ impl LabelKeys {
     pub fn controller_selector(
         &self,
         request_id: &str,
-        kind: ResourceKind,
+        kind: ProviderApi,
     ) -> BTreeMap<String, String> {
         BTreeMap::from([
             (self.request_id(), request_id.to_string()),
@@ -85,7 +86,7 @@ pub struct OrbLabelValues<'a> {
     pub request_id: &'a str,
     /// Set for pods orb names itself (bare pods); controllers' pods get theirs from status.
     pub machine_id: Option<&'a str>,
-    pub provider_api: ResourceKind,
+    pub provider_api: ProviderApi,
     pub template_id: Option<&'a str>,
 }
 
@@ -223,7 +224,7 @@ mod tests {
         OrbLabelValues {
             request_id: REQ,
             machine_id: Some("orb-fe4cda5c019444bc981b-0000"),
-            provider_api: ResourceKind::Pod,
+            provider_api: ProviderApi::Pod,
             template_id,
         }
     }
@@ -302,7 +303,7 @@ mod tests {
             "orb.example.com/managed=true,orb.example.com/request-id=req-1"
         );
         assert_eq!(
-            keys.controller_selector("req-1", ResourceKind::Deployment),
+            keys.controller_selector("req-1", ProviderApi::Deployment),
             map(&[
                 ("orb.example.com/provider-api", "Deployment"),
                 ("orb.example.com/request-id", "req-1")

@@ -18,7 +18,7 @@ use orb_core::machine::MachineStatus;
 use orb_core::provider::MachineObservation;
 use serde_json::json;
 
-use crate::naming::ResourceKind;
+use orb_core::ProviderApi;
 
 /// Waiting reasons a pod does not recover from without a change to its spec.
 pub const FATAL_WAITING_REASONS: &[&str] = &[
@@ -148,7 +148,7 @@ fn failed_reason(pod: &Pod) -> String {
 }
 
 /// The machine status of `pod`, with the reason when it is not plainly running.
-pub fn pod_machine_status(pod: &Pod, kind: ResourceKind) -> (MachineStatus, Option<String>) {
+pub fn pod_machine_status(pod: &Pod, kind: ProviderApi) -> (MachineStatus, Option<String>) {
     if pod.metadata.deletion_timestamp.is_some() {
         return (
             MachineStatus::ShuttingDown,
@@ -173,11 +173,11 @@ pub fn pod_machine_status(pod: &Pod, kind: ResourceKind) -> (MachineStatus, Opti
         ),
         "Pending" => (MachineStatus::Pending, pending_reason(pod)),
         "Succeeded" => match kind {
-            ResourceKind::Pod | ResourceKind::Job => (
+            ProviderApi::Pod | ProviderApi::Job => (
                 MachineStatus::Stopped,
                 Some("Completed: every container exited 0".into()),
             ),
-            ResourceKind::Deployment | ResourceKind::StatefulSet => (
+            ProviderApi::Deployment | ProviderApi::StatefulSet => (
                 MachineStatus::Running,
                 Some("container exited 0; the controller restarts it".into()),
             ),
@@ -192,7 +192,7 @@ pub fn pod_machine_status(pod: &Pod, kind: ResourceKind) -> (MachineStatus, Opti
 
 /// The full observation of one pod: status, IP, node (as `cloud_host_id` in `provider_data`),
 /// creation time as launch time, labels as tags.
-pub fn observe_pod(pod: &Pod, kind: ResourceKind, resource_id: &str) -> MachineObservation {
+pub fn observe_pod(pod: &Pod, kind: ProviderApi, resource_id: &str) -> MachineObservation {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let (status, reason) = pod_machine_status(pod, kind);
     let pod_status = pod.status.as_ref();
@@ -279,7 +279,7 @@ mod tests {
         "CrashLoop: container orb restarted 3 times, last exit code 1"
     )]
     fn recorded_fatal_pods_are_failed_with_the_reason(#[case] name: &str, #[case] reason: &str) {
-        let (status, why) = pod_machine_status(&recorded(name), ResourceKind::Pod);
+        let (status, why) = pod_machine_status(&recorded(name), ProviderApi::Pod);
         assert_eq!(status, MachineStatus::Failed);
         let why = why.unwrap();
         assert!(why.starts_with(reason), "{why}");
@@ -289,7 +289,7 @@ mod tests {
     fn a_crash_loop_under_on_failure_is_not_failed() {
         let mut p = recorded("crash_looping");
         p.spec.as_mut().unwrap().restart_policy = Some("OnFailure".into());
-        let (status, _) = pod_machine_status(&p, ResourceKind::Pod);
+        let (status, _) = pod_machine_status(&p, ProviderApi::Pod);
         assert_eq!(status, MachineStatus::Pending);
     }
 
@@ -302,14 +302,14 @@ mod tests {
                 "lastState": {"terminated": {"exitCode": 2}}}]}),
         );
         assert_eq!(
-            pod_machine_status(&p, ResourceKind::Pod).0,
+            pod_machine_status(&p, ProviderApi::Pod).0,
             MachineStatus::Running
         );
     }
 
     #[test]
     fn unschedulable_pods_are_pending_with_the_scheduler_reason() {
-        let (status, why) = pod_machine_status(&recorded("unschedulable"), ResourceKind::Pod);
+        let (status, why) = pod_machine_status(&recorded("unschedulable"), ProviderApi::Pod);
         assert_eq!(status, MachineStatus::Pending);
         assert!(
             why.unwrap()
@@ -318,29 +318,29 @@ mod tests {
     }
 
     #[rstest]
-    #[case::running_ready("Running", true, ResourceKind::Pod, MachineStatus::Running)]
-    #[case::running_not_ready("Running", false, ResourceKind::Pod, MachineStatus::Pending)]
-    #[case::pending("Pending", false, ResourceKind::Deployment, MachineStatus::Pending)]
-    #[case::succeeded_pod("Succeeded", false, ResourceKind::Pod, MachineStatus::Stopped)]
-    #[case::succeeded_job("Succeeded", false, ResourceKind::Job, MachineStatus::Stopped)]
+    #[case::running_ready("Running", true, ProviderApi::Pod, MachineStatus::Running)]
+    #[case::running_not_ready("Running", false, ProviderApi::Pod, MachineStatus::Pending)]
+    #[case::pending("Pending", false, ProviderApi::Deployment, MachineStatus::Pending)]
+    #[case::succeeded_pod("Succeeded", false, ProviderApi::Pod, MachineStatus::Stopped)]
+    #[case::succeeded_job("Succeeded", false, ProviderApi::Job, MachineStatus::Stopped)]
     #[case::succeeded_deployment(
         "Succeeded",
         false,
-        ResourceKind::Deployment,
+        ProviderApi::Deployment,
         MachineStatus::Running
     )]
     #[case::succeeded_statefulset(
         "Succeeded",
         false,
-        ResourceKind::StatefulSet,
+        ProviderApi::StatefulSet,
         MachineStatus::Running
     )]
-    #[case::failed("Failed", false, ResourceKind::Job, MachineStatus::Failed)]
-    #[case::unknown("Unknown", false, ResourceKind::Pod, MachineStatus::Unknown)]
+    #[case::failed("Failed", false, ProviderApi::Job, MachineStatus::Failed)]
+    #[case::unknown("Unknown", false, ProviderApi::Pod, MachineStatus::Unknown)]
     fn phase_and_kind_give_the_machine_status(
         #[case] phase: &str,
         #[case] ready: bool,
-        #[case] kind: ResourceKind,
+        #[case] kind: ProviderApi,
         #[case] want: MachineStatus,
     ) {
         assert_eq!(
@@ -354,7 +354,7 @@ mod tests {
         let mut p = pod("Running", true, json!({}));
         p.metadata.deletion_timestamp = p.metadata.creation_timestamp.clone();
         assert_eq!(
-            pod_machine_status(&p, ResourceKind::Pod).0,
+            pod_machine_status(&p, ProviderApi::Pod).0,
             MachineStatus::ShuttingDown
         );
     }
@@ -367,7 +367,7 @@ mod tests {
             json!({"containerStatuses": [{"name": "orb", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
                 "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}),
         );
-        let (_, why) = pod_machine_status(&p, ResourceKind::Job);
+        let (_, why) = pod_machine_status(&p, ProviderApi::Job);
         assert_eq!(
             why.as_deref(),
             Some("Error: container orb exited with code 3")
@@ -378,7 +378,7 @@ mod tests {
     fn observation_carries_ip_node_launch_time_and_labels() {
         let o = observe_pod(
             &recorded("image_pull_backoff"),
-            ResourceKind::Pod,
+            ProviderApi::Pod,
             "orb-fe4cda5c019444bc981b-0000",
         );
         assert_eq!(o.machine_id, "orb-fe4cda5c019444bc981b-0000");

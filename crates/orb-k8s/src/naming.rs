@@ -4,7 +4,7 @@
 //! Names are cosmetic (orb finds its objects by the request-id label) but must be valid and
 //! short enough that controller-generated pod names stay within 63 characters.
 
-use std::fmt;
+use orb_core::ProviderApi;
 
 use crate::config::NamingConfig;
 
@@ -13,35 +13,18 @@ pub const MAX_PREFIX_LEN: usize = 20;
 /// `-` plus the four-digit sequence of a bare pod name.
 const POD_SEQUENCE_SUFFIX_LEN: usize = 5;
 
-/// The four Kubernetes primitives orb manages (the template's `provider_api`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ResourceKind {
-    Pod,
-    Deployment,
-    StatefulSet,
-    Job,
+/// What naming knows about each of the four kinds orb manages (orb-core's `ProviderApi`):
+/// which `naming.*` setting holds its length budget and what that budget is by default.
+pub trait KindNaming {
+    /// The `naming.*` field holding this kind's length budget.
+    fn budget_field(self) -> &'static str;
+    /// Seed default budget: 63 minus what the kind's controller appends to pod names
+    /// (ReplicaSet hash 16, StatefulSet ordinal 6, Job suffix 13).
+    fn default_budget(self) -> u32;
 }
 
-impl ResourceKind {
-    pub const ALL: [ResourceKind; 4] = [
-        ResourceKind::Pod,
-        ResourceKind::Deployment,
-        ResourceKind::StatefulSet,
-        ResourceKind::Job,
-    ];
-
-    /// The `provider_api` spelling, also used as the `<prefix>/provider-api` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pod => "Pod",
-            Self::Deployment => "Deployment",
-            Self::StatefulSet => "StatefulSet",
-            Self::Job => "Job",
-        }
-    }
-
-    /// The `naming.*` field holding this kind's length budget.
-    pub fn budget_field(self) -> &'static str {
+impl KindNaming for ProviderApi {
+    fn budget_field(self) -> &'static str {
         match self {
             Self::Pod => "max_pod_name_len",
             Self::Deployment => "max_deployment_name_len",
@@ -50,21 +33,13 @@ impl ResourceKind {
         }
     }
 
-    /// Seed default budget: 63 minus what the kind's controller appends to pod names
-    /// (ReplicaSet hash 16, StatefulSet ordinal 6, Job suffix 13).
-    pub fn default_budget(self) -> u32 {
+    fn default_budget(self) -> u32 {
         match self {
             Self::Pod => 63,
             Self::Deployment => 47,
             Self::StatefulSet => 57,
             Self::Job => 50,
         }
-    }
-}
-
-impl fmt::Display for ResourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -76,7 +51,7 @@ pub enum ControllerKind {
     Job,
 }
 
-impl From<ControllerKind> for ResourceKind {
+impl From<ControllerKind> for ProviderApi {
     fn from(kind: ControllerKind) -> Self {
         match kind {
             ControllerKind::Deployment => Self::Deployment,
@@ -87,12 +62,12 @@ impl From<ControllerKind> for ResourceKind {
 }
 
 impl NamingConfig {
-    pub fn budget(&self, kind: ResourceKind) -> u32 {
+    pub fn budget(&self, kind: ProviderApi) -> u32 {
         match kind {
-            ResourceKind::Pod => self.max_pod_name_len,
-            ResourceKind::Deployment => self.max_deployment_name_len,
-            ResourceKind::StatefulSet => self.max_statefulset_name_len,
-            ResourceKind::Job => self.max_job_name_len,
+            ProviderApi::Pod => self.max_pod_name_len,
+            ProviderApi::Deployment => self.max_deployment_name_len,
+            ProviderApi::StatefulSet => self.max_statefulset_name_len,
+            ProviderApi::Job => self.max_job_name_len,
         }
     }
 }
@@ -115,7 +90,7 @@ pub enum NamingError {
         field = kind.budget_field()
     )]
     TooLong {
-        kind: ResourceKind,
+        kind: ProviderApi,
         name: String,
         budget: u32,
     },
@@ -146,7 +121,7 @@ pub fn uuid_segment(request_id: &str, uuid_chars: u32) -> Result<String, NamingE
 
 fn within_budget(
     naming: &NamingConfig,
-    kind: ResourceKind,
+    kind: ProviderApi,
     name: String,
 ) -> Result<String, NamingError> {
     let budget = naming.budget(kind);
@@ -171,7 +146,7 @@ pub fn pod_name(naming: &NamingConfig, request_id: &str, seq: u32) -> Result<Str
     let segment = uuid_segment(request_id, naming.uuid_chars)?;
     within_budget(
         naming,
-        ResourceKind::Pod,
+        ProviderApi::Pod,
         format!("{}-{segment}-{seq:04}", naming.prefix),
     )
 }
@@ -190,7 +165,7 @@ pub fn pod_names(
 /// A kind whose longest generated name would not fit its budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetOverflow {
-    pub kind: ResourceKind,
+    pub kind: ProviderApi,
     pub name_len: usize,
     pub budget: u32,
     /// How the length adds up, e.g. "prefix 20 + '-' + 32 uuid chars".
@@ -218,11 +193,11 @@ impl BudgetOverflow {
 pub fn budget_overflows(naming: &NamingConfig) -> Vec<BudgetOverflow> {
     let prefix_len = naming.prefix.len();
     let uuid_chars = naming.uuid_chars as usize;
-    ResourceKind::ALL
+    ProviderApi::ALL
         .into_iter()
         .filter_map(|kind| {
             let (fixed_len, shape) = match kind {
-                ResourceKind::Pod => (
+                ProviderApi::Pod => (
                     1 + POD_SEQUENCE_SUFFIX_LEN,
                     format!("prefix {prefix_len} + '-' + {uuid_chars} uuid chars + '-0000'"),
                 ),
@@ -335,8 +310,8 @@ mod tests {
     #[test]
     fn longest_prefix_and_uuid_overflow_deployment_and_job_only() {
         let overflows = budget_overflows(&naming(&"a".repeat(20), 32));
-        let kinds: Vec<ResourceKind> = overflows.iter().map(|o| o.kind).collect();
-        assert_eq!(kinds, vec![ResourceKind::Deployment, ResourceKind::Job]);
+        let kinds: Vec<ProviderApi> = overflows.iter().map(|o| o.kind).collect();
+        assert_eq!(kinds, vec![ProviderApi::Deployment, ProviderApi::Job]);
         let deployment = &overflows[0];
         assert_eq!((deployment.name_len, deployment.budget), (53, 47));
         assert_eq!(deployment.max_prefix_len(), Some(14));
@@ -351,7 +326,7 @@ mod tests {
         };
         let overflows = budget_overflows(&tight);
         assert_eq!(overflows.len(), 1);
-        assert_eq!(overflows[0].kind, ResourceKind::Pod);
+        assert_eq!(overflows[0].kind, ProviderApi::Pod);
         assert_eq!(overflows[0].name_len, 29);
         assert_eq!(overflows[0].max_prefix_len(), Some(2));
     }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kube::Client;
+use orb_core::ProviderApi;
 use orb_core::provider::{
     AbandonInput, AcquireInput, AcquireOutcome, CancelInput, CancelOutcome, MachineFailure,
     Provider, ProviderError, ProviderFuture, ReclaimNotice, ReclaimQuery, ReleaseInput,
@@ -28,7 +29,6 @@ use crate::daemon::{NodeIndex, PodCache};
 use crate::error::K8sError;
 use crate::handlers::{HandlerCx, Victims, handler_for};
 use crate::metrics::K8sMetrics;
-use crate::naming::ResourceKind;
 use crate::native_spec::NativeSpecSwitches;
 use crate::provider_data::RequestRecord;
 use crate::resilience::{BreakerState, HandlerBreakers, RetryPolicy, client_with_retries};
@@ -92,16 +92,6 @@ struct NativeSpecContext {
     application_enabled: Option<bool>,
     /// Where `specs/<api>/default.json` overrides and relative `native_spec_path`s live.
     config_dir: Option<PathBuf>,
-}
-
-/// The provider API of a template as a resource kind (Pod when unset).
-pub fn kind_of(template: &Template) -> ResourceKind {
-    match template.api() {
-        orb_core::ProviderApi::Pod => ResourceKind::Pod,
-        orb_core::ProviderApi::Deployment => ResourceKind::Deployment,
-        orb_core::ProviderApi::StatefulSet => ResourceKind::StatefulSet,
-        orb_core::ProviderApi::Job => ResourceKind::Job,
-    }
 }
 
 impl K8sProvider {
@@ -231,7 +221,7 @@ impl K8sProvider {
                 switches: self.native_spec_switches(&config),
                 config_dir: self.native_spec_config_dir(),
             },
-            kind_of(template),
+            template.api(),
         )
         .map_err(|mut failure| {
             failure
@@ -286,7 +276,7 @@ impl K8sProvider {
     /// Runs a handler call of `kind` through that handler's circuit breaker.
     pub(crate) async fn guarded<T>(
         &self,
-        kind: ResourceKind,
+        kind: ProviderApi,
         call: impl std::future::Future<Output = Result<T, K8sError>>,
     ) -> Result<T, K8sError> {
         self.breakers.guard(kind, call).await
@@ -370,9 +360,8 @@ impl K8sProvider {
                 .get_or_create(&ReasonLabels { reason: "list" })
                 .inc();
         }
-        let kind = record.kind().unwrap_or(ResourceKind::Pod);
         let listed = self
-            .guarded(kind, crate::handlers::request_pods(client, record))
+            .guarded(record.kind, crate::handlers::request_pods(client, record))
             .await?;
         Ok(listed.into_iter().map(Arc::new).collect())
     }
@@ -485,9 +474,8 @@ impl K8sProvider {
         let record = RequestRecord {
             request_id: request_id.to_string(),
             namespace,
-            provider_api: kind.as_str().to_string(),
+            kind,
             label_prefix: config.label_prefix.clone(),
-            requested_count: input.count,
             ..RequestRecord::default()
         };
         let client = self.client().await?;
@@ -498,21 +486,17 @@ impl K8sProvider {
 
     async fn release_inner(&self, input: ReleaseInput) -> Result<ReleaseOutcome, K8sError> {
         // Machines of one acquire request are released together, by that request's handler.
-        let mut groups: BTreeMap<String, (Value, Option<String>, Victims)> = BTreeMap::new();
+        let mut groups: BTreeMap<String, (Value, Victims)> = BTreeMap::new();
         for m in &input.machines {
-            let entry = groups.entry(m.request_id.to_string()).or_insert_with(|| {
-                (
-                    Value::clone(&m.request_provider_data),
-                    m.provider_api.clone(),
-                    Victims::default(),
-                )
-            });
+            let entry = groups
+                .entry(m.request_id.to_string())
+                .or_insert_with(|| (Value::clone(&m.request_provider_data), Victims::default()));
             if let Some(uid) = &m.uid {
-                entry.2.uids.insert(m.machine_id.clone(), uid.clone());
+                entry.1.uids.insert(m.machine_id.clone(), uid.clone());
             }
-            entry.2.names.push(m.machine_id.clone());
+            entry.1.names.push(m.machine_id.clone());
         }
-        for (request_id, (_, _, victims)) in groups.iter_mut() {
+        for (request_id, (_, victims)) in groups.iter_mut() {
             victims.kept = input.others.get(request_id).cloned();
             victims.return_request_id = Some(input.return_request_id.to_string());
         }
@@ -520,23 +504,24 @@ impl K8sProvider {
         let cx = self.cx(client);
         let mut outcome = ReleaseOutcome::default();
         let mut messages = Vec::new();
-        for (request_id, (data, api, victims)) in groups {
-            let Some(record) = RequestRecord::from_value(&data) else {
-                outcome.failed.extend(victims.names.into_iter().map(|machine_id| MachineFailure {
-                    machine_id,
-                    reason: format!(
+        for (request_id, (data, victims)) in groups {
+            let record = match RequestRecord::from_stored(&request_id, &data) {
+                Ok(Some(record)) => record,
+                Ok(None) => {
+                    let reason = format!(
                         "request {request_id} has no Kubernetes bookkeeping (provider_data), so orb cannot tell which objects to change"
-                    ),
-                }));
-                continue;
+                    );
+                    outcome.failed.extend(all_failed(victims.names, &reason));
+                    continue;
+                }
+                Err(e) => {
+                    outcome
+                        .failed
+                        .extend(all_failed(victims.names, &e.to_string()));
+                    continue;
+                }
             };
-            let kind = record
-                .kind()
-                .or_else(|| {
-                    api.as_deref()
-                        .and_then(|a| ResourceKind::ALL.into_iter().find(|k| k.as_str() == a))
-                })
-                .unwrap_or(ResourceKind::Pod);
+            let kind = record.kind;
             match self
                 .guarded(
                     kind,
@@ -591,11 +576,17 @@ impl K8sProvider {
         }
         let client = self.client().await?;
         let mut failures = Vec::new();
-        for (data, names) in by_request.into_values() {
-            let Some(record) = RequestRecord::from_value(&data) else {
-                continue;
+        for (request_id, (data, names)) in by_request {
+            let record = match RequestRecord::from_stored(&request_id, &data) {
+                Ok(Some(record)) => record,
+                Ok(None) => continue,
+                // Which kind it is, and so whether it left marks, cannot be told.
+                Err(e) => {
+                    failures.extend(all_failed(names, &e.to_string()));
+                    continue;
+                }
             };
-            if record.kind() != Some(ResourceKind::Deployment) {
+            if record.kind != ProviderApi::Deployment {
                 continue;
             }
             let api = kube::Api::namespaced(client.clone(), &record.namespace);
@@ -613,6 +604,14 @@ impl K8sProvider {
             ))),
         }
     }
+}
+
+/// The same failure for each of `machines`.
+fn all_failed(machines: Vec<String>, reason: &str) -> impl Iterator<Item = MachineFailure> + '_ {
+    machines.into_iter().map(move |machine_id| MachineFailure {
+        machine_id,
+        reason: reason.to_string(),
+    })
 }
 
 /// Warnings of one acquire (ignored native spec, unknown native fields, high-risk fields in

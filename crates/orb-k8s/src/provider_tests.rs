@@ -76,20 +76,20 @@ async fn bad_template_provider_config_is_refused(#[case] overrides: Value, #[cas
 }
 
 #[rstest]
-#[case(None, ResourceKind::Pod)]
-#[case(Some(ProviderApi::Pod), ResourceKind::Pod)]
-#[case(Some(ProviderApi::Deployment), ResourceKind::Deployment)]
-#[case(Some(ProviderApi::StatefulSet), ResourceKind::StatefulSet)]
-#[case(Some(ProviderApi::Job), ResourceKind::Job)]
+#[case(None, ProviderApi::Pod)]
+#[case(Some(ProviderApi::Pod), ProviderApi::Pod)]
+#[case(Some(ProviderApi::Deployment), ProviderApi::Deployment)]
+#[case(Some(ProviderApi::StatefulSet), ProviderApi::StatefulSet)]
+#[case(Some(ProviderApi::Job), ProviderApi::Job)]
 fn the_handler_kind_follows_provider_api(
     #[case] api: Option<ProviderApi>,
-    #[case] kind: ResourceKind,
+    #[case] kind: ProviderApi,
 ) {
     let t = Template {
         provider_api: api,
         ..Template::default()
     };
-    assert_eq!(kind_of(&t), kind);
+    assert_eq!(t.api(), kind);
     assert_eq!(handler_for(kind).kind(), kind);
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{MachineObservation, MachineRef, StatusInput, StatusReport};
@@ -18,7 +19,6 @@ use crate::fulfilment::{
 };
 use crate::handlers::{Victims, handler_for};
 use crate::machine_state::observe_pod;
-use crate::naming::ResourceKind;
 use crate::provider::K8sProvider;
 use crate::provider_data::RequestRecord;
 use crate::release_plan::{POD_DELETION_COST, VICTIM_DELETION_COST};
@@ -47,10 +47,10 @@ fn keep_polling(message: String) -> StatusReport {
 
 /// Timed-out pods the release path should still act on: not already marked for deletion by
 /// an earlier read (a Deployment must not be scaled down twice for the same pod).
-fn still_to_release(kind: ResourceKind, pods: &[&Pod]) -> Victims {
+fn still_to_release(kind: ProviderApi, pods: &[&Pod]) -> Victims {
     let mut victims = Victims::default();
     for pod in pods.iter().filter(|p| {
-        kind != ResourceKind::Deployment
+        kind != ProviderApi::Deployment
             || p.annotations().get(POD_DELETION_COST).map(String::as_str)
                 != Some(VICTIM_DELETION_COST)
     }) {
@@ -121,7 +121,12 @@ impl K8sProvider {
         }
         let (failing_for, namespace) = records
             .into_iter()
-            .filter_map(RequestRecord::from_value)
+            // Only a note: a record that cannot be read is reported by the read itself.
+            .filter_map(|data| {
+                RequestRecord::from_stored(input.request_id.as_str(), data)
+                    .ok()
+                    .flatten()
+            })
             .filter_map(|r| cache.failing_for(&r.namespace).map(|d| (d, r.namespace)))
             .max()?;
         Some(format!(
@@ -132,7 +137,9 @@ impl K8sProvider {
     }
 
     async fn acquire_status(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
-        let Some(mut record) = RequestRecord::from_value(&input.provider_data) else {
+        let Some(record) =
+            RequestRecord::from_stored(input.request_id.as_str(), &input.provider_data)?
+        else {
             // A failed acquire is failed by the broker at once, so no bookkeeping means the
             // acquire is still creating (maybe in another process) or was interrupted; `orb
             // serve` resumes interrupted acquires, and the deadline settles the rest.
@@ -142,8 +149,7 @@ impl K8sProvider {
                 input.request_id
             )));
         };
-        record.requested_count = input.requested_count;
-        let kind = record.kind().unwrap_or(ResourceKind::Pod);
+        let kind = record.kind;
         let config = self.effective_config(input.template.as_ref())?;
         let client = self.client().await?;
         let cx = self.cx(client);
@@ -153,7 +159,10 @@ impl K8sProvider {
             Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
         };
         let controller = match self
-            .guarded(kind, handler_for(kind).controller_state(&cx, &record))
+            .guarded(
+                kind,
+                handler_for(kind).controller_state(&cx, &record, input.requested_count),
+            )
             .await
         {
             Ok(state) => state,
@@ -179,7 +188,7 @@ impl K8sProvider {
         if config.delete_timed_out_pods && !timed_out.is_empty() {
             let started = machines.iter().any(|m| m.status == MachineStatus::Running)
                 || controller.as_ref().is_some_and(|c| c.succeeded > 0);
-            if kind == ResourceKind::Job && started {
+            if kind == ProviderApi::Job && started {
                 // Deleting a Job pod fails the Job (backoffLimit 0), and the Job controller then
                 // stops every running pod: a pod that waited must not take them down.
                 notes.push(format!(
@@ -264,8 +273,10 @@ impl K8sProvider {
                 .push(m);
         }
         let mut machines = Vec::new();
-        for refs in by_request.values() {
-            let Some(record) = RequestRecord::from_value(&refs[0].request_provider_data) else {
+        for (request_id, refs) in &by_request {
+            let Some(record) =
+                RequestRecord::from_stored(request_id, &refs[0].request_provider_data)?
+            else {
                 for m in refs {
                     let mut gone =
                         MachineObservation::new(&m.machine_id, MachineStatus::Terminated);
@@ -274,7 +285,7 @@ impl K8sProvider {
                 }
                 continue;
             };
-            let kind = record.kind().unwrap_or(ResourceKind::Pod);
+            let kind = record.kind;
             let expected: std::collections::HashSet<&str> = refs
                 .iter()
                 .filter(|m| m.status.is_live())

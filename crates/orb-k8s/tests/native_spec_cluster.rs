@@ -18,20 +18,20 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use kube_fixture::{Check, TestCluster, wait_for};
+use orb_core::ProviderApi;
 use orb_core::template::Template;
 use orb_k8s::audit::{AuditMode, AuditRejection, HighRiskField, enforce_audit_policy};
 use orb_k8s::config::K8sProviderConfig;
 use orb_k8s::dry_run::{DryRunVerdict, api_resource, server_dry_run};
-use orb_k8s::naming::ResourceKind;
 use orb_k8s::native_spec::{NativeSpecInput, object_name, render_native_body};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
-const KINDS: [ResourceKind; 4] = [
-    ResourceKind::Pod,
-    ResourceKind::Deployment,
-    ResourceKind::StatefulSet,
-    ResourceKind::Job,
+const KINDS: [ProviderApi; 4] = [
+    ProviderApi::Pod,
+    ProviderApi::Deployment,
+    ProviderApi::StatefulSet,
+    ProviderApi::Job,
 ];
 
 fn request_id() -> String {
@@ -90,7 +90,7 @@ fn partial_deployment_override(namespace: &str) -> Template {
 }
 
 /// Renders `template`'s native body for a request of `count` machines.
-fn render(template: &Template, kind: ResourceKind, request_id: &str, count: u32) -> Value {
+fn render(template: &Template, kind: ProviderApi, request_id: &str, count: u32) -> Value {
     let config = K8sProviderConfig::default();
     let name = object_name(kind, &config.naming, request_id).expect("a valid name");
     let input = NativeSpecInput {
@@ -112,7 +112,7 @@ fn render(template: &Template, kind: ResourceKind, request_id: &str, count: u32)
 /// refuses the body.
 async fn submit(
     client: &Client,
-    kind: ResourceKind,
+    kind: ProviderApi,
     body: &Value,
 ) -> Result<DynamicObject, AuditRejection> {
     let config = K8sProviderConfig::default();
@@ -145,8 +145,8 @@ async fn seed_full_pod_override_is_created_with_the_operators_fields_and_orbs_id
     let ns = cluster.namespace("native-pod").await;
     let template = full_pod_override(ns.name());
     let request_id = request_id();
-    let body = render(&template, ResourceKind::Pod, &request_id, 1);
-    submit(&cluster.client, ResourceKind::Pod, &body)
+    let body = render(&template, ProviderApi::Pod, &request_id, 1);
+    submit(&cluster.client, ProviderApi::Pod, &body)
         .await
         .expect("the seed's security context passes the audit");
 
@@ -218,8 +218,8 @@ async fn seed_partial_deployment_override_is_created_and_its_pods_become_ready()
     let ns = cluster.namespace("native-deploy").await;
     let template = partial_deployment_override(ns.name());
     let request_id = request_id();
-    let body = render(&template, ResourceKind::Deployment, &request_id, 2);
-    submit(&cluster.client, ResourceKind::Deployment, &body)
+    let body = render(&template, ProviderApi::Deployment, &request_id, 2);
+    submit(&cluster.client, ProviderApi::Deployment, &body)
         .await
         .expect("the seed Deployment passes the audit");
 
@@ -282,7 +282,7 @@ async fn server_dry_run_accepts_the_seed_deployment_without_storing_it() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("native-dry").await;
     let template = partial_deployment_override(ns.name());
-    let body = render(&template, ResourceKind::Deployment, &request_id(), 3);
+    let body = render(&template, ProviderApi::Deployment, &request_id(), 3);
     let verdict = server_dry_run(&cluster.client, &body)
         .await
         .expect("the apiserver answers");
@@ -315,7 +315,7 @@ async fn server_dry_run_reports_the_apiservers_rejection_of_an_invalid_field() {
         "namespace": ns.name(),
         "native_spec": {"spec": {"dnsPolicy": "Sometimes"}}
     }));
-    let body = render(&template, ResourceKind::Pod, &request_id(), 1);
+    let body = render(&template, ProviderApi::Pod, &request_id(), 1);
     let verdict = server_dry_run(&cluster.client, &body)
         .await
         .expect("the apiserver answers");
@@ -419,13 +419,13 @@ async fn every_high_risk_field_of_every_kind_is_refused_and_nothing_is_created()
         );
     }
     for kind in KINDS {
-        let pod_spec_path = if kind == ResourceKind::Pod {
+        let pod_spec_path = if kind == ProviderApi::Pod {
             "spec"
         } else {
             "spec.template.spec"
         };
         for (field, path, patch) in &patches {
-            let native_spec = if kind == ResourceKind::Pod {
+            let native_spec = if kind == ProviderApi::Pod {
                 json!({"spec": patch})
             } else {
                 json!({"spec": {"template": {"spec": patch}}})

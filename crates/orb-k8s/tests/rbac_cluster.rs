@@ -143,7 +143,7 @@ async fn every_handler_works_with_only_the_documented_role() {
             request_id: RequestId::new_return(),
             request_type: RequestType::Return,
             requested_count: 1,
-            provider_api: Some(api.as_str().into()),
+            provider_api: Some(api),
             provider_data: json!(null),
             template: Some(t.clone()),
             machines: vec![returned],

@@ -163,7 +163,7 @@ async fn cancel_without_bookkeeping_uses_the_detected_namespace() {
     let cancelled = provider
         .cancel(CancelInput {
             request_id: id,
-            provider_api: Some("Deployment".into()),
+            provider_api: Some(orb_core::ProviderApi::Deployment),
             provider_data: Value::Null,
         })
         .await

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use jiff::Timestamp;
+use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
@@ -25,7 +26,7 @@ fn machine(request: &Request, i: u32, now: Timestamp) -> Machine {
         return_request_id: None,
         template_id: "worker".into(),
         provider_name: "kube".into(),
-        provider_api: Some("Pod".into()),
+        provider_api: Some(ProviderApi::Pod),
         resource_id: Some(name.clone()),
         uid: Some(uuid::Uuid::new_v4().to_string()),
         status: MachineStatus::Running,

@@ -86,6 +86,16 @@ impl<'r> RowReader<'r> {
         serde_json::from_str(&text).map_err(|e| self.corrupt(column, e))
     }
 
+    /// A nullable column holding a value's canonical text; text it does not know is corrupt.
+    pub fn opt_parsed<T: std::str::FromStr<Err = String>>(
+        &self,
+        column: &str,
+    ) -> Result<Option<T>, StoreError> {
+        self.opt_text(column)?
+            .map(|text| text.parse().map_err(|e: String| self.corrupt(column, e)))
+            .transpose()
+    }
+
     pub fn parsed<T: std::str::FromStr<Err = String>>(
         &self,
         column: &str,

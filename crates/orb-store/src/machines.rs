@@ -1,5 +1,6 @@
 //! Machine rows.
 
+use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::Machine;
 use sqlx::any::{Any, AnyRow};
@@ -134,6 +135,9 @@ impl MachineColumns {
                 .map(|micros| time("launch_time", micros))
                 .transpose()?,
             tags: serde_json::from_str(&tags).map_err(|e| corrupt("tags", e.to_string()))?,
+            provider_api: provider_api
+                .map(|text| text.parse().map_err(|e| corrupt("provider_api", e)))
+                .transpose()?,
             provider_data: serde_json::from_str(&provider_data)
                 .map_err(|e| corrupt("provider_data", e.to_string()))?,
             created_at: time("created_at", created_at)?,
@@ -142,7 +146,6 @@ impl MachineColumns {
             name,
             template_id,
             provider_name,
-            provider_api,
             resource_id,
             uid,
             status_reason,
@@ -238,7 +241,7 @@ fn bind_fields<'q>(query: AnyQuery<'q>, m: &Machine) -> AnyQuery<'q> {
         .bind(m.return_request_id.as_ref().map(ToString::to_string))
         .bind(m.template_id.clone())
         .bind(m.provider_name.clone())
-        .bind(m.provider_api.clone())
+        .bind(m.provider_api.map(ProviderApi::as_str))
         .bind(m.resource_id.clone())
         .bind(m.uid.clone())
         .bind(m.status.as_str())

@@ -1,5 +1,6 @@
 //! Request rows, written together with the machines they touch.
 
+use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::Machine;
 use orb_core::request::{Request, RequestStatus, RequestType};
@@ -37,7 +38,7 @@ fn decode(row: &AnyRow) -> Result<Request> {
         template_id: r.opt_text("template_id")?,
         provider_name: r.text("provider_name")?,
         provider_type: r.text("provider_type")?,
-        provider_api: r.opt_text("provider_api")?,
+        provider_api: r.opt_parsed("provider_api")?,
         status: r.parsed("status")?,
         status_message: r.opt_text("status_message")?,
         requested_count: r.count("requested_count")?,
@@ -67,7 +68,7 @@ pub(crate) async fn insert_row(tx: &mut Transaction<'_, Any>, request: &Request)
         .bind(request.template_id.clone())
         .bind(request.provider_name.clone())
         .bind(request.provider_type.clone())
-        .bind(request.provider_api.clone())
+        .bind(request.provider_api.map(ProviderApi::as_str))
         .bind(request.status.as_str())
         .bind(request.status_message.clone())
         .bind(i64::from(request.requested_count))
@@ -102,7 +103,7 @@ async fn update_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<
          WHERE request_id = $16 AND version = $17",
     )
     .bind(request.template_id.clone())
-    .bind(request.provider_api.clone())
+    .bind(request.provider_api.map(ProviderApi::as_str))
     .bind(request.status.as_str())
     .bind(request.status_message.clone())
     .bind(i64::from(request.requested_count))

@@ -4,6 +4,7 @@
 //! `ORB_TEST_POSTGRES_URL` names a server.
 
 use jiff::Timestamp;
+use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
@@ -31,7 +32,7 @@ fn machine(request: &Request, id: &str) -> Machine {
         return_request_id: None,
         template_id: request.template_id.clone().unwrap(),
         provider_name: "kubernetes".into(),
-        provider_api: Some("Pod".into()),
+        provider_api: Some(ProviderApi::Pod),
         resource_id: None,
         uid: None,
         status: MachineStatus::Pending,

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
+use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
@@ -32,7 +33,7 @@ fn acquire(template: &str, created: i64) -> Request {
         2,
         at(created),
     );
-    r.provider_api = Some("Pod".into());
+    r.provider_api = Some(ProviderApi::Pod);
     r.provider_data = json!({"namespace": "batch", "pod_names": ["a", "b"]});
     r
 }
@@ -45,7 +46,7 @@ fn machine(request: &Request, name: &str, status: MachineStatus) -> Machine {
         return_request_id: None,
         template_id: request.template_id.clone().unwrap(),
         provider_name: "kubernetes".into(),
-        provider_api: Some("Pod".into()),
+        provider_api: Some(ProviderApi::Pod),
         resource_id: Some(name.into()),
         uid: Some(unique("uid")),
         status,
@@ -507,6 +508,70 @@ async fn hand_edited_machine_rows_are_named_in_the_error() {
         }
         assert!(err.to_string().contains("edited by hand"), "{err}");
     }
+}
+
+/// Kinds are written in `ProviderApi`'s spelling; rows written before (any case) still read,
+/// and a kind orb does not know is an error naming the row and the value, never a silent `None`.
+#[tokio::test]
+async fn stored_kinds_read_back_and_unknown_kinds_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orb.db");
+    let store = Store::open_sqlite_file(&path).await.unwrap();
+    let mut request = acquire("kinds", 0);
+    request.provider_api = Some(ProviderApi::StatefulSet);
+    let mut machines = vec![machine(&request, "kinds-1", MachineStatus::Running)];
+    machines[0].provider_api = Some(ProviderApi::StatefulSet);
+    store
+        .insert_request(&mut request, &mut machines)
+        .await
+        .unwrap();
+    let id = request.request_id.clone();
+    let filter = MachineFilter {
+        request_id: Some(id.clone()),
+        ..Default::default()
+    };
+    let url = format!("sqlite://{}", path.display());
+    let mut raw = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    let column: (String,) = sqlx::query_as("SELECT provider_api FROM requests")
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(column.0, "StatefulSet", "the canonical spelling is stored");
+
+    sqlx::query("UPDATE requests SET provider_api = 'statefulset'")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let back = store.get_request(&id).await.unwrap().unwrap();
+    assert_eq!(back.provider_api, Some(ProviderApi::StatefulSet));
+
+    sqlx::query("UPDATE requests SET provider_api = 'VirtualMachine'")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let err = store.get_request(&id).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, StoreError::Corrupt { entity: "request", id: row, .. } if *row == id.to_string()),
+        "{err:?}"
+    );
+    assert!(text.contains("column provider_api"), "{text}");
+    assert!(text.contains("\"VirtualMachine\""), "{text}");
+
+    sqlx::query("UPDATE machines SET provider_api = 'VirtualMachine'")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let err = store.list_machines(&filter).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, StoreError::Corrupt { entity: "machine", id, .. } if id == "kinds-1"),
+        "{err:?}"
+    );
+    assert!(text.contains("column provider_api"), "{text}");
+    assert!(text.contains("\"VirtualMachine\""), "{text}");
 }
 
 #[tokio::test]

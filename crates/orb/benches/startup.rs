@@ -211,7 +211,7 @@ async fn seed(root: &Path, count: u32) -> String {
             return_request_id: None,
             template_id: "worker".into(),
             provider_name: "kube".into(),
-            provider_api: Some("Pod".into()),
+            provider_api: Some(orb_core::ProviderApi::Pod),
             resource_id: None,
             uid: None,
             status: MachineStatus::Running,

@@ -316,7 +316,7 @@ fn machine(request: &Request, name: &str, status: MachineStatus, ip: Option<&str
         return_request_id: None,
         template_id: "worker".into(),
         provider_name: "kube".into(),
-        provider_api: Some("Pod".into()),
+        provider_api: Some(orb_core::ProviderApi::Pod),
         resource_id: Some(name.into()),
         uid: None,
         status,
@@ -345,7 +345,7 @@ fn acquire(id: &str, status: RequestStatus, wanted: u32) -> Request {
         at(0),
     );
     r.status = status;
-    r.provider_api = Some("Pod".into());
+    r.provider_api = Some(orb_core::ProviderApi::Pod);
     r.started_at = Some(at(0));
     r.deadline_at = Some(at(300));
     r

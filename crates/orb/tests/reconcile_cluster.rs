@@ -196,7 +196,7 @@ async fn store_acquire(store: &Store, ns: &str, pods: &[&str]) -> String {
         Timestamp::now(),
     );
     request.status = RequestStatus::InProgress;
-    request.provider_api = Some("Pod".into());
+    request.provider_api = Some(orb_core::ProviderApi::Pod);
     request.provider_data = json!({
         "request_id": request.request_id.to_string(),
         "namespace": ns,

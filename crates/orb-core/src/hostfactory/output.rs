@@ -333,7 +333,7 @@ mod tests {
             return_request_id: None,
             template_id: "worker".into(),
             provider_name: "kubernetes".into(),
-            provider_api: Some("Pod".into()),
+            provider_api: Some(crate::ProviderApi::Pod),
             resource_id: None,
             uid: None,
             status: MachineStatus::Running,

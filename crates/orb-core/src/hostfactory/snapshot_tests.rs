@@ -34,7 +34,7 @@ fn machine(name: &str, status: MachineStatus, ip: Option<&str>, reason: Option<&
         return_request_id: None,
         template_id: "worker".into(),
         provider_name: "kubernetes".into(),
-        provider_api: Some("Pod".into()),
+        provider_api: Some(crate::ProviderApi::Pod),
         resource_id: Some(name.into()),
         uid: None,
         status,

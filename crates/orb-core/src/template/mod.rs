@@ -19,7 +19,7 @@ pub use validate::TemplateProblem;
 pub use wire::NormalizedTemplate;
 
 /// The Kubernetes workload one request creates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum ProviderApi {
     #[default]
     Pod,

@@ -3,10 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use orb_core::ProviderApi;
+
 use super::issues::{ConfigIssue, ConfigWarning, FieldOrigin, Origin};
 use super::model::{ALL_NAMESPACES, K8sProviderConfig};
 use super::version::KubernetesVersion;
-use crate::naming::{self, ResourceKind};
+use crate::naming::{self, KindNaming};
 use crate::validation;
 
 /// Looks up origins while rules run.
@@ -382,7 +384,7 @@ fn check_naming(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut Find
             fix,
         });
     }
-    for kind in ResourceKind::ALL {
+    for kind in ProviderApi::ALL {
         let budget = cfg.naming.budget(kind);
         let safe = kind.default_budget();
         if budget > safe {

@@ -18,6 +18,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Preconditions, PropagationPolicy};
 use kube::{Api, Client, Resource, ResourceExt};
+use orb_core::ProviderApi;
 use orb_core::machine::Machine;
 use orb_core::request::{Request, RequestStatus, RequestType};
 use serde::Serialize;
@@ -28,25 +29,24 @@ use crate::error::{K8sError, is_conflict, is_not_found};
 use crate::labels::LabelKeys;
 use crate::metrics::K8sMetrics;
 use crate::metrics::{KindLabels, OrphanLabels};
-use crate::naming::ResourceKind;
 
 /// Deletes of one GC pass in flight at once.
 const DELETES_IN_FLIGHT: usize = 50;
 
 /// The metric label of a kind (`pod`, `deployment`, `statefulset`, `job`).
-pub fn kind_label(kind: ResourceKind) -> &'static str {
+pub fn kind_label(kind: ProviderApi) -> &'static str {
     match kind {
-        ResourceKind::Pod => "pod",
-        ResourceKind::Deployment => "deployment",
-        ResourceKind::StatefulSet => "statefulset",
-        ResourceKind::Job => "job",
+        ProviderApi::Pod => "pod",
+        ProviderApi::Deployment => "deployment",
+        ProviderApi::StatefulSet => "statefulset",
+        ProviderApi::Job => "job",
     }
 }
 
 /// What the reconciler needs to know about one managed object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ManagedObject {
-    pub kind: ResourceKind,
+    pub kind: ProviderApi,
     pub namespace: String,
     pub name: String,
     pub uid: Option<String>,
@@ -57,12 +57,6 @@ pub struct ManagedObject {
     pub deleting: bool,
     /// A pod with a controller owner: judged through its controller, never alone.
     pub controlled: bool,
-}
-
-impl Serialize for ResourceKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
 }
 
 /// A stored request and its machines, as the store has them.
@@ -146,7 +140,7 @@ pub fn classify(object: &ManagedObject, stored: Option<&StoredRequest>) -> Class
     }
     let needed = match object.kind {
         // A bare pod is one machine: it is needed while that machine is.
-        ResourceKind::Pod => stored
+        ProviderApi::Pod => stored
             .machines
             .iter()
             .any(|m| m.machine_id == object.name && holds(m, status)),
@@ -163,7 +157,7 @@ pub fn classify(object: &ManagedObject, stored: Option<&StoredRequest>) -> Class
 /// One orphan, as reported and logged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Orphan {
-    pub kind: ResourceKind,
+    pub kind: ProviderApi,
     pub namespace: String,
     pub name: String,
     #[serde(skip)]
@@ -186,8 +180,8 @@ impl fmt::Display for Orphan {
 /// What one pass over the managed objects found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
-    pub seen: BTreeMap<ResourceKind, usize>,
-    pub adopted: BTreeMap<ResourceKind, usize>,
+    pub seen: BTreeMap<ProviderApi, usize>,
+    pub adopted: BTreeMap<ProviderApi, usize>,
     /// Orphans old enough to act on (reported or deleted).
     pub orphans: Vec<Orphan>,
     /// Orphans younger than the minimum age, left alone this pass.
@@ -244,7 +238,7 @@ pub fn request_ids(objects: &[ManagedObject]) -> BTreeSet<String> {
 }
 
 fn to_object<K: Resource + ResourceExt>(
-    kind: ResourceKind,
+    kind: ProviderApi,
     object: &K,
     keys: &LabelKeys,
 ) -> ManagedObject {
@@ -261,7 +255,7 @@ fn to_object<K: Resource + ResourceExt>(
             .cloned(),
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
-        controlled: kind == ResourceKind::Pod
+        controlled: kind == ProviderApi::Pod
             && meta
                 .owner_references
                 .as_deref()
@@ -284,7 +278,7 @@ where
 async fn list_kind<K>(
     client: &Client,
     namespace: Option<&str>,
-    kind: ResourceKind,
+    kind: ProviderApi,
     keys: &LabelKeys,
 ) -> Result<Vec<ManagedObject>, K8sError>
 where
@@ -338,11 +332,11 @@ pub async fn list_managed(
     let mut objects = Vec::new();
     for namespace in scope_namespaces(scope) {
         let ns = namespace.as_deref();
-        objects.extend(list_kind::<Pod>(client, ns, ResourceKind::Pod, &keys).await?);
-        objects.extend(list_kind::<Deployment>(client, ns, ResourceKind::Deployment, &keys).await?);
+        objects.extend(list_kind::<Pod>(client, ns, ProviderApi::Pod, &keys).await?);
+        objects.extend(list_kind::<Deployment>(client, ns, ProviderApi::Deployment, &keys).await?);
         objects
-            .extend(list_kind::<StatefulSet>(client, ns, ResourceKind::StatefulSet, &keys).await?);
-        objects.extend(list_kind::<Job>(client, ns, ResourceKind::Job, &keys).await?);
+            .extend(list_kind::<StatefulSet>(client, ns, ProviderApi::StatefulSet, &keys).await?);
+        objects.extend(list_kind::<Job>(client, ns, ProviderApi::Job, &keys).await?);
     }
     Ok(objects)
 }
@@ -362,7 +356,7 @@ where
             uid: Some(uid),
             resource_version: None,
         }),
-        propagation_policy: (orphan.kind != ResourceKind::Pod)
+        propagation_policy: (orphan.kind != ProviderApi::Pod)
             .then_some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
@@ -377,10 +371,10 @@ where
 /// Deletes one orphan; a 404 counts as deleted.
 pub async fn delete_orphan(client: &Client, orphan: &Orphan) -> Result<(), K8sError> {
     let result = match orphan.kind {
-        ResourceKind::Pod => delete_object::<Pod>(client, orphan).await,
-        ResourceKind::Deployment => delete_object::<Deployment>(client, orphan).await,
-        ResourceKind::StatefulSet => delete_object::<StatefulSet>(client, orphan).await,
-        ResourceKind::Job => delete_object::<Job>(client, orphan).await,
+        ProviderApi::Pod => delete_object::<Pod>(client, orphan).await,
+        ProviderApi::Deployment => delete_object::<Deployment>(client, orphan).await,
+        ProviderApi::StatefulSet => delete_object::<StatefulSet>(client, orphan).await,
+        ProviderApi::Job => delete_object::<Job>(client, orphan).await,
     };
     result.map_err(|e| K8sError::api(format!("deleting orphaned {orphan}"), e))
 }
@@ -482,7 +476,7 @@ impl ReconcileReport {
     /// Fills the counts and orphans from a plan (young orphans count as orphans here: the
     /// report says what exists, the GC decides what to act on).
     pub fn record_plan(&mut self, plan: &Plan) {
-        let by_label = |m: &BTreeMap<ResourceKind, usize>| {
+        let by_label = |m: &BTreeMap<ProviderApi, usize>| {
             m.iter()
                 .map(|(k, n)| (kind_label(*k).to_string(), *n))
                 .collect()

@@ -9,7 +9,7 @@ fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_767_225_600 + s).unwrap()
 }
 
-fn mk_object(kind: ResourceKind, name: &str, request: Option<&str>) -> ManagedObject {
+fn mk_object(kind: ProviderApi, name: &str, request: Option<&str>) -> ManagedObject {
     ManagedObject {
         kind,
         namespace: "batch".into(),
@@ -44,7 +44,7 @@ fn mk_machine(request: &Request, name: &str, status: MachineStatus, returned: bo
         return_request_id: returned.then(RequestId::new_return),
         template_id: "worker".into(),
         provider_name: "kube".into(),
-        provider_api: Some("Pod".into()),
+        provider_api: Some(orb_core::ProviderApi::Pod),
         resource_id: None,
         uid: None,
         status,
@@ -73,7 +73,7 @@ fn stored(status: RequestStatus, machines: &[(&str, MachineStatus, bool)]) -> St
 
 #[test]
 fn an_object_without_a_request_id_is_an_orphan() {
-    let o = mk_object(ResourceKind::Pod, "p", None);
+    let o = mk_object(ProviderApi::Pod, "p", None);
     assert_eq!(
         classify(&o, None),
         Classification::Orphan(OrphanReason::MissingRequestId)
@@ -81,11 +81,11 @@ fn an_object_without_a_request_id_is_an_orphan() {
 }
 
 #[rstest]
-#[case::pod(ResourceKind::Pod)]
-#[case::deployment(ResourceKind::Deployment)]
-#[case::statefulset(ResourceKind::StatefulSet)]
-#[case::job(ResourceKind::Job)]
-fn an_object_of_an_unknown_request_is_an_orphan(#[case] kind: ResourceKind) {
+#[case::pod(ProviderApi::Pod)]
+#[case::deployment(ProviderApi::Deployment)]
+#[case::statefulset(ProviderApi::StatefulSet)]
+#[case::job(ProviderApi::Job)]
+fn an_object_of_an_unknown_request_is_an_orphan(#[case] kind: ProviderApi) {
     let o = mk_object(kind, "x", Some(REQ));
     assert_eq!(
         classify(&o, None),
@@ -101,7 +101,7 @@ fn an_object_of_an_unknown_request_is_an_orphan(#[case] kind: ResourceKind) {
 #[case::partial_pending(RequestStatus::PartialPending)]
 fn objects_of_an_unfinished_request_are_adopted(#[case] status: RequestStatus) {
     let s = stored(status, &[]);
-    for kind in ResourceKind::ALL {
+    for kind in ProviderApi::ALL {
         let o = mk_object(kind, "x", Some(REQ));
         assert_eq!(
             classify(&o, Some(&s)),
@@ -137,7 +137,7 @@ fn a_bare_pod_of_a_finished_request_is_an_orphan_once_its_machine_is_done(
     #[case] orphan: bool,
 ) {
     let s = stored(status, &[("p-0", machine, returned)]);
-    let got = classify(&mk_object(ResourceKind::Pod, "p-0", Some(REQ)), Some(&s));
+    let got = classify(&mk_object(ProviderApi::Pod, "p-0", Some(REQ)), Some(&s));
     assert_eq!(
         matches!(
             got,
@@ -151,7 +151,7 @@ fn a_bare_pod_of_a_finished_request_is_an_orphan_once_its_machine_is_done(
 #[test]
 fn a_pod_no_machine_stands_for_is_an_orphan_of_a_finished_request() {
     let s = stored(RequestStatus::Failed, &[]);
-    let got = classify(&mk_object(ResourceKind::Pod, "p-7", Some(REQ)), Some(&s));
+    let got = classify(&mk_object(ProviderApi::Pod, "p-7", Some(REQ)), Some(&s));
     assert_eq!(
         got,
         Classification::Orphan(OrphanReason::FinishedRequest {
@@ -170,7 +170,7 @@ fn a_controller_lives_while_any_machine_of_its_request_does() {
             ("d-b", MachineStatus::Running, false),
         ],
     );
-    let d = mk_object(ResourceKind::Deployment, "d", Some(REQ));
+    let d = mk_object(ProviderApi::Deployment, "d", Some(REQ));
     assert!(matches!(
         classify(&d, Some(&s)),
         Classification::Adopted { .. }
@@ -193,7 +193,7 @@ fn a_return_request_id_on_an_object_is_no_acquire() {
     let mut s = stored(RequestStatus::InProgress, &[]);
     s.request.request_type = RequestType::Return;
     assert!(matches!(
-        classify(&mk_object(ResourceKind::Pod, "p", Some(REQ)), Some(&s)),
+        classify(&mk_object(ProviderApi::Pod, "p", Some(REQ)), Some(&s)),
         Classification::Orphan(OrphanReason::UnknownRequest { .. })
     ));
 }
@@ -205,7 +205,7 @@ fn controlled_and_deleting_objects_are_never_judged(
     #[case] controlled: bool,
     #[case] deleting: bool,
 ) {
-    let mut o = mk_object(ResourceKind::Pod, "p", None);
+    let mut o = mk_object(ProviderApi::Pod, "p", None);
     o.controlled = controlled;
     o.deleting = deleting;
     assert_eq!(classify(&o, None), Classification::Skipped);
@@ -213,15 +213,15 @@ fn controlled_and_deleting_objects_are_never_judged(
 
 #[test]
 fn the_gc_plan_leaves_young_orphans_and_counts_by_kind() {
-    let mut young = mk_object(ResourceKind::Job, "young", None);
+    let mut young = mk_object(ProviderApi::Job, "young", None);
     young.created = Some(t(250));
-    let mut unknown_age = mk_object(ResourceKind::Pod, "no-age", None);
+    let mut unknown_age = mk_object(ProviderApi::Pod, "no-age", None);
     unknown_age.created = None;
     let objects = vec![
-        mk_object(ResourceKind::Pod, "old", None),
+        mk_object(ProviderApi::Pod, "old", None),
         young,
         unknown_age,
-        mk_object(ResourceKind::Deployment, "mine", Some(REQ)),
+        mk_object(ProviderApi::Deployment, "mine", Some(REQ)),
     ];
     let requests = BTreeMap::from([(REQ.to_string(), stored(RequestStatus::InProgress, &[]))]);
     let plan = plan_gc(&objects, &requests, t(300), Duration::from_secs(100));
@@ -239,8 +239,8 @@ fn the_gc_plan_leaves_young_orphans_and_counts_by_kind() {
             .collect::<Vec<_>>(),
         ["young", "no-age"]
     );
-    assert_eq!(plan.seen[&ResourceKind::Pod], 2);
-    assert_eq!(plan.adopted[&ResourceKind::Deployment], 1);
+    assert_eq!(plan.seen[&ProviderApi::Pod], 2);
+    assert_eq!(plan.adopted[&ProviderApi::Deployment], 1);
     assert_eq!(plan.orphans[0].age_seconds, Some(300));
 }
 
@@ -249,8 +249,8 @@ fn the_report_summary_names_counts_and_orphans() {
     let mut report =
         ReconcileReport::for_scope(&NamespaceScope::Multi(vec!["a".into(), "b".into()]));
     let objects = vec![
-        mk_object(ResourceKind::Pod, "lost", None),
-        mk_object(ResourceKind::Pod, "kept", Some(REQ)),
+        mk_object(ProviderApi::Pod, "lost", None),
+        mk_object(ProviderApi::Pod, "kept", Some(REQ)),
     ];
     let requests = BTreeMap::from([(REQ.to_string(), stored(RequestStatus::InProgress, &[]))]);
     report.record_plan(&plan_gc(&objects, &requests, t(10), Duration::ZERO));

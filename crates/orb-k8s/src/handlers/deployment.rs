@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
+use orb_core::ProviderApi;
 use orb_core::provider::{AcquireOutcome, MachineFailure};
 use serde_json::json;
 
@@ -21,7 +22,6 @@ use super::{
 use crate::error::{K8sError, is_conflict, is_not_found};
 use crate::fulfilment::{ControllerState, deployment_state};
 use crate::labels::LabelKeys;
-use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
 use crate::release_plan::{
     DeploymentReleasePlan, POD_DELETION_COST, PodRank, ScaleDecision, VICTIM_DELETION_COST,
@@ -32,9 +32,9 @@ use crate::spec::BuiltWorkload;
 pub struct DeploymentHandler;
 
 fn name_of(record: &RequestRecord) -> Result<&str, K8sError> {
-    record.deployment_name.as_deref().ok_or_else(|| {
+    record.controller_of(ProviderApi::Deployment).ok_or_else(|| {
         K8sError::Refused(format!(
-            "request {} has no deployment_name in its provider data; it was not created by the Deployment handler",
+            "request {} has no Deployment recorded in its provider data; it was not created by the Deployment handler",
             record.request_id
         ))
     })
@@ -286,8 +286,8 @@ async fn evict_and_scale(
 }
 
 impl WorkloadHandler for DeploymentHandler {
-    fn kind(&self) -> ResourceKind {
-        ResourceKind::Deployment
+    fn kind(&self) -> ProviderApi {
+        ProviderApi::Deployment
     }
 
     fn create<'a>(
@@ -304,7 +304,7 @@ impl WorkloadHandler for DeploymentHandler {
             let keys = LabelKeys::new(&record.label_prefix);
             let created = create_or_adopt(&api, &deployment, &keys, &record.request_id).await?;
             let name = created.name_any();
-            record.deployment_name = Some(name.clone());
+            record.set_controller(name.clone());
             record.replicas = created.spec.replicas.map(|r| r.max(0) as u32);
             Ok(controller_outcome(name, &record))
         })
@@ -490,10 +490,12 @@ impl WorkloadHandler for DeploymentHandler {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
+        requested: u32,
     ) -> BoxFuture<'a, Result<Option<ControllerState>, K8sError>> {
         Box::pin(cached_controller_state::<Deployment>(
             cx,
             record,
+            requested,
             deployment_state,
         ))
     }

@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
+use orb_core::ProviderApi;
 use orb_core::provider::AcquireOutcome;
 
 use super::{
@@ -16,15 +17,14 @@ use super::{
 use crate::error::K8sError;
 use crate::fulfilment::{ControllerState, job_state};
 use crate::labels::LabelKeys;
-use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
 use crate::spec::BuiltWorkload;
 
 pub struct JobHandler;
 
 impl WorkloadHandler for JobHandler {
-    fn kind(&self) -> ResourceKind {
-        ResourceKind::Job
+    fn kind(&self) -> ProviderApi {
+        ProviderApi::Job
     }
 
     fn create<'a>(
@@ -41,7 +41,7 @@ impl WorkloadHandler for JobHandler {
             let keys = LabelKeys::new(&record.label_prefix);
             let created = create_or_adopt(&api, &job, &keys, &record.request_id).await?;
             let name = created.name_any();
-            record.job_name = Some(name.clone());
+            record.set_controller(name.clone());
             record.parallelism = created
                 .spec
                 .as_ref()
@@ -60,9 +60,9 @@ impl WorkloadHandler for JobHandler {
         let kept = victims.kept.clone();
         let victims = victims.names;
         Box::pin(async move {
-            let name = record.job_name.as_deref().ok_or_else(|| {
+            let name = record.controller_of(ProviderApi::Job).ok_or_else(|| {
                 K8sError::Refused(format!(
-                    "request {} has no job_name in its provider data; it was not created by the Job handler",
+                    "request {} has no Job recorded in its provider data; it was not created by the Job handler",
                     record.request_id
                 ))
             })?;
@@ -99,7 +99,10 @@ impl WorkloadHandler for JobHandler {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
+        requested: u32,
     ) -> BoxFuture<'a, Result<Option<ControllerState>, K8sError>> {
-        Box::pin(cached_controller_state::<Job>(cx, record, job_state))
+        Box::pin(cached_controller_state::<Job>(
+            cx, record, requested, job_state,
+        ))
     }
 }

@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
+use orb_core::ProviderApi;
 use orb_core::provider::{AcquireOutcome, MachineFailure};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -22,7 +23,6 @@ use serde_json::json;
 use crate::error::{K8sError, is_conflict, is_not_found};
 use crate::fulfilment::ControllerState;
 use crate::labels::LabelKeys;
-use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
 use crate::spec::BuiltWorkload;
 use crate::status_cache::ControllerStatusCache;
@@ -117,7 +117,7 @@ pub struct ReleaseResult {
 
 /// One Kubernetes primitive's way of creating and releasing machines.
 pub trait WorkloadHandler: Send + Sync {
-    fn kind(&self) -> ResourceKind;
+    fn kind(&self) -> ProviderApi;
 
     /// Creates the built objects. `record` is the bookkeeping so far (namespace, ids); the
     /// outcome's `provider_data` is the completed record.
@@ -136,28 +136,30 @@ pub trait WorkloadHandler: Send + Sync {
         victims: Victims,
     ) -> BoxFuture<'a, Result<ReleaseResult, K8sError>>;
 
-    /// The controller's state (`None` for bare pods, or when the controller is gone).
+    /// The controller's state (`None` for bare pods, or when the controller is gone);
+    /// `requested` is the request's machine count (the state is cached per count).
     fn controller_state<'a>(
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
+        requested: u32,
     ) -> BoxFuture<'a, Result<Option<ControllerState>, K8sError>>;
 }
 
 /// The handler for a kind.
-pub fn handler_for(kind: ResourceKind) -> &'static dyn WorkloadHandler {
+pub fn handler_for(kind: ProviderApi) -> &'static dyn WorkloadHandler {
     match kind {
-        ResourceKind::Pod => &PodHandler,
-        ResourceKind::Deployment => &DeploymentHandler,
-        ResourceKind::StatefulSet => &StatefulSetHandler,
-        ResourceKind::Job => &JobHandler,
+        ProviderApi::Pod => &PodHandler,
+        ProviderApi::Deployment => &DeploymentHandler,
+        ProviderApi::StatefulSet => &StatefulSetHandler,
+        ProviderApi::Job => &JobHandler,
     }
 }
 
 /// Creates `object`; a 409 whose existing object carries this request's id label is the same
 /// object from an earlier attempt and is adopted. Any other 409 is an error.
 /// The refusal when a handler is handed a body of another kind (a dispatch bug, never input).
-pub(crate) fn wrong_body(handler: ResourceKind, built: &BuiltWorkload) -> K8sError {
+pub(crate) fn wrong_body(handler: ProviderApi, built: &BuiltWorkload) -> K8sError {
     K8sError::Refused(format!(
         "the {handler} handler was given a {} to create; this is an orb bug",
         built.kind()
@@ -305,6 +307,7 @@ pub(crate) fn deleted_or_gone<T>(result: Result<T, kube::Error>) -> Result<(), k
 pub(crate) async fn cached_controller_state<K>(
     cx: &HandlerCx<'_>,
     record: &RequestRecord,
+    requested: u32,
     to_state: fn(&K) -> ControllerState,
 ) -> Result<Option<ControllerState>, K8sError>
 where
@@ -318,7 +321,6 @@ where
     };
     let kind = K::kind(&()).to_string();
     let now = std::time::Instant::now();
-    let requested = record.requested_count;
     if let Some(hit) = cx
         .status_cache
         .get(&kind, &record.namespace, name, requested, now)

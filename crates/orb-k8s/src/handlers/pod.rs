@@ -6,6 +6,7 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, ResourceExt};
+use orb_core::ProviderApi;
 use orb_core::provider::{AcquireOutcome, MachineFailure};
 
 use super::{
@@ -16,7 +17,6 @@ use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::ControllerState;
 use crate::labels::LabelKeys;
 use crate::machine_state::observe_pod;
-use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
 use crate::release_plan::plan_pod_release;
 use crate::spec::BuiltWorkload;
@@ -24,8 +24,8 @@ use crate::spec::BuiltWorkload;
 pub struct PodHandler;
 
 impl WorkloadHandler for PodHandler {
-    fn kind(&self) -> ResourceKind {
-        ResourceKind::Pod
+    fn kind(&self) -> ProviderApi {
+        ProviderApi::Pod
     }
 
     fn create<'a>(
@@ -114,7 +114,7 @@ impl WorkloadHandler for PodHandler {
                 resource_ids: record.pod_names.clone(),
                 machines: created
                     .iter()
-                    .map(|p| observe_pod(p, ResourceKind::Pod, &p.name_any()))
+                    .map(|p| observe_pod(p, ProviderApi::Pod, &p.name_any()))
                     .collect(),
                 provider_data: record.to_value(),
                 message,
@@ -189,6 +189,7 @@ impl WorkloadHandler for PodHandler {
         &'a self,
         _cx: &'a HandlerCx<'a>,
         _record: &'a RequestRecord,
+        _requested: u32,
     ) -> BoxFuture<'a, Result<Option<ControllerState>, K8sError>> {
         Box::pin(async { Ok(None) })
     }

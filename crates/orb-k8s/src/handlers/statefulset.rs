@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
+use orb_core::ProviderApi;
 use orb_core::provider::AcquireOutcome;
 
 use super::{
@@ -18,7 +19,6 @@ use crate::error::{K8sError, is_conflict};
 use crate::fulfilment::{ControllerState, statefulset_state};
 use crate::labels::LabelKeys;
 use crate::machine_state::pod_machine_status;
-use crate::naming::ResourceKind;
 use crate::provider_data::RequestRecord;
 use crate::release_plan::{StatefulSetReleasePlan, plan_statefulset_release, statefulset_ordinal};
 use crate::spec::BuiltWorkload;
@@ -26,9 +26,9 @@ use crate::spec::BuiltWorkload;
 pub struct StatefulSetHandler;
 
 fn name_of(record: &RequestRecord) -> Result<&str, K8sError> {
-    record.statefulset_name.as_deref().ok_or_else(|| {
+    record.controller_of(ProviderApi::StatefulSet).ok_or_else(|| {
         K8sError::Refused(format!(
-            "request {} has no statefulset_name in its provider data; it was not created by the StatefulSet handler",
+            "request {} has no StatefulSet recorded in its provider data; it was not created by the StatefulSet handler",
             record.request_id
         ))
     })
@@ -68,8 +68,8 @@ async fn delete_set(
 }
 
 impl WorkloadHandler for StatefulSetHandler {
-    fn kind(&self) -> ResourceKind {
-        ResourceKind::StatefulSet
+    fn kind(&self) -> ProviderApi {
+        ProviderApi::StatefulSet
     }
 
     fn create<'a>(
@@ -89,7 +89,7 @@ impl WorkloadHandler for StatefulSetHandler {
             let keys = LabelKeys::new(&record.label_prefix);
             let created = create_or_adopt(&api, &set, &keys, &record.request_id).await?;
             let name = created.name_any();
-            record.statefulset_name = Some(name.clone());
+            record.set_controller(name.clone());
             record.replicas = created.spec.replicas.map(|r| r.max(0) as u32);
             Ok(controller_outcome(name, &record))
         })
@@ -114,7 +114,7 @@ impl WorkloadHandler for StatefulSetHandler {
                 .await?
                 .iter()
                 .filter(|p| {
-                    pod_machine_status(p, ResourceKind::StatefulSet).0
+                    pod_machine_status(p, ProviderApi::StatefulSet).0
                         == orb_core::machine::MachineStatus::Failed
                 })
                 .filter_map(|p| statefulset_ordinal(name, &p.name_any()))
@@ -204,10 +204,12 @@ impl WorkloadHandler for StatefulSetHandler {
         &'a self,
         cx: &'a HandlerCx<'a>,
         record: &'a RequestRecord,
+        requested: u32,
     ) -> BoxFuture<'a, Result<Option<ControllerState>, K8sError>> {
         Box::pin(cached_controller_state::<StatefulSet>(
             cx,
             record,
+            requested,
             statefulset_state,
         ))
     }

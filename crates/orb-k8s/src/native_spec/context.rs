@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
+use orb_core::ProviderApi;
 use orb_core::template::{ResourceSpec, Template};
 use serde_json::{Map, Value, json};
 
@@ -13,7 +14,6 @@ use crate::config::{PodPlacement, apply_pod_defaults};
 use crate::labels::{
     LabelKeys, OrbLabelValues, merge_labels, orb_labels, validate_template_labels,
 };
-use crate::naming::ResourceKind;
 
 /// Name of orb's container in the default templates (and of the typed builder's).
 pub const ORB_CONTAINER_NAME: &str = "orb";
@@ -23,7 +23,7 @@ pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// orb's own labels for the object and, for controllers, its pod template and selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadIdentity {
-    pub api: ResourceKind,
+    pub api: ProviderApi,
     pub name: String,
     pub namespace: String,
     /// orb's labels on the object (for a Pod including `<prefix>/machine-id`).
@@ -42,7 +42,7 @@ pub struct WorkloadIdentity {
 }
 
 pub fn workload_identity(
-    api: ResourceKind,
+    api: ProviderApi,
     input: &NativeSpecInput<'_>,
 ) -> Result<WorkloadIdentity, NativeSpecError> {
     let cfg = input.config;
@@ -57,7 +57,7 @@ pub fn workload_identity(
         template_id: template_id.to_string(),
         source: Box::new(source),
     };
-    let machine_id = (api == ResourceKind::Pod).then_some(input.name);
+    let machine_id = (api == ProviderApi::Pod).then_some(input.name);
     let object_labels = orb_labels(
         &cfg.label_prefix,
         cfg.emit_legacy_labels,
@@ -67,7 +67,7 @@ pub fn workload_identity(
     let pod_labels = orb_labels(&cfg.label_prefix, cfg.emit_legacy_labels, &values(None))
         .map_err(label_error)?;
     let keys = LabelKeys::new(&cfg.label_prefix);
-    let selector = matches!(api, ResourceKind::Deployment | ResourceKind::StatefulSet)
+    let selector = matches!(api, ProviderApi::Deployment | ProviderApi::StatefulSet)
         .then(|| keys.controller_selector(input.request_id, api));
     Ok(WorkloadIdentity {
         api,
@@ -119,7 +119,7 @@ fn resources(template: &Template) -> Value {
 
 /// The typed builder's restart policy (the same function), so both paths agree: a Pod the
 /// template's (Never by default), a Job Never, a controller Always.
-fn restart_policy(api: ResourceKind, template: &Template) -> Result<&'static str, NativeSpecError> {
+fn restart_policy(api: ProviderApi, template: &Template) -> Result<&'static str, NativeSpecError> {
     crate::spec::restart_policy_for(template, api).map_err(|e| {
         NativeSpecError::InvalidTemplateField {
             template_id: template.template_id.clone(),
@@ -190,9 +190,9 @@ pub fn build_context(
     )
     .labels;
     let placement = placement(input)?;
-    let job_size = (api == ResourceKind::Job).then_some(identity.replicas);
+    let job_size = (api == ProviderApi::Job).then_some(identity.replicas);
     let service_name = match api {
-        ResourceKind::StatefulSet => Some(t.service_name.clone().unwrap_or(identity.name.clone())),
+        ProviderApi::StatefulSet => Some(t.service_name.clone().unwrap_or(identity.name.clone())),
         _ => t.service_name.clone(),
     };
     // As the typed builder: the template's service account, else its machine_role.
@@ -214,7 +214,7 @@ pub fn build_context(
         ("requested_count", json!(input.count)),
         (
             "machine_id",
-            json!((api == ResourceKind::Pod).then_some(&identity.name)),
+            json!((api == ProviderApi::Pod).then_some(&identity.name)),
         ),
         ("label_prefix", json!(input.config.label_prefix)),
         ("labels", json!(labels)),

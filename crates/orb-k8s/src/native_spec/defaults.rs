@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use orb_core::ProviderApi;
+
 use super::NativeSpecError;
-use crate::naming::ResourceKind;
 
 const POD: &str = include_str!("../../specs/pod/default.json");
 const DEPLOYMENT: &str = include_str!("../../specs/deployment/default.json");
@@ -12,27 +13,27 @@ const STATEFULSET: &str = include_str!("../../specs/statefulset/default.json");
 const JOB: &str = include_str!("../../specs/job/default.json");
 
 /// The `<api>` directory name: `pod`, `deployment`, `statefulset`, `job`.
-pub fn spec_dir_name(api: ResourceKind) -> &'static str {
+pub fn spec_dir_name(api: ProviderApi) -> &'static str {
     match api {
-        ResourceKind::Pod => "pod",
-        ResourceKind::Deployment => "deployment",
-        ResourceKind::StatefulSet => "statefulset",
-        ResourceKind::Job => "job",
+        ProviderApi::Pod => "pod",
+        ProviderApi::Deployment => "deployment",
+        ProviderApi::StatefulSet => "statefulset",
+        ProviderApi::Job => "job",
     }
 }
 
 /// The built-in default template of `api`, exactly as shipped.
-pub fn builtin_default_spec(api: ResourceKind) -> &'static str {
+pub fn builtin_default_spec(api: ProviderApi) -> &'static str {
     match api {
-        ResourceKind::Pod => POD,
-        ResourceKind::Deployment => DEPLOYMENT,
-        ResourceKind::StatefulSet => STATEFULSET,
-        ResourceKind::Job => JOB,
+        ProviderApi::Pod => POD,
+        ProviderApi::Deployment => DEPLOYMENT,
+        ProviderApi::StatefulSet => STATEFULSET,
+        ProviderApi::Job => JOB,
     }
 }
 
 /// `specs/<api>/default.json`, relative to a config directory.
-pub fn default_spec_relative_path(api: ResourceKind) -> PathBuf {
+pub fn default_spec_relative_path(api: ProviderApi) -> PathBuf {
     Path::new("specs")
         .join(spec_dir_name(api))
         .join("default.json")
@@ -50,7 +51,7 @@ pub struct SpecSource {
 /// exists, else the built-in one. A file that exists but cannot be read is an error rather
 /// than a silent fallback, so an operator's override is never quietly ignored.
 pub fn load_default_spec(
-    api: ResourceKind,
+    api: ProviderApi,
     config_dir: Option<&Path>,
 ) -> Result<SpecSource, NativeSpecError> {
     if let Some(dir) = config_dir {
@@ -83,21 +84,21 @@ mod tests {
         let pod_dir = dir.path().join("specs/pod");
         std::fs::create_dir_all(&pod_dir).unwrap();
         std::fs::write(pod_dir.join("default.json"), "{\"kind\": \"Pod\"}").unwrap();
-        let pod = load_default_spec(ResourceKind::Pod, Some(dir.path())).unwrap();
+        let pod = load_default_spec(ProviderApi::Pod, Some(dir.path())).unwrap();
         assert_eq!(pod.text, "{\"kind\": \"Pod\"}");
         assert!(
             pod.label.ends_with("specs/pod/default.json"),
             "{}",
             pod.label
         );
-        let job = load_default_spec(ResourceKind::Job, Some(dir.path())).unwrap();
+        let job = load_default_spec(ProviderApi::Job, Some(dir.path())).unwrap();
         assert_eq!(job.text, JOB);
         assert_eq!(job.label, "built-in specs/job/default.json");
     }
 
     #[test]
     fn builtins_are_compiled_in_for_every_kind() {
-        for api in ResourceKind::ALL {
+        for api in ProviderApi::ALL {
             assert!(builtin_default_spec(api).contains(&format!("\"kind\": \"{api}\"")));
         }
     }

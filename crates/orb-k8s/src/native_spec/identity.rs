@@ -9,20 +9,20 @@
 
 use std::collections::BTreeMap;
 
+use orb_core::ProviderApi;
 use serde_json::{Map, Value, json};
 
 use super::NativeSpecError;
 use super::context::WorkloadIdentity;
 use super::source::kind_name;
-use crate::naming::ResourceKind;
 
 /// `(apiVersion, kind)` orb creates for each API.
-pub fn api_version_and_kind(api: ResourceKind) -> (&'static str, &'static str) {
+pub fn api_version_and_kind(api: ProviderApi) -> (&'static str, &'static str) {
     match api {
-        ResourceKind::Pod => ("v1", "Pod"),
-        ResourceKind::Deployment => ("apps/v1", "Deployment"),
-        ResourceKind::StatefulSet => ("apps/v1", "StatefulSet"),
-        ResourceKind::Job => ("batch/v1", "Job"),
+        ProviderApi::Pod => ("v1", "Pod"),
+        ProviderApi::Deployment => ("apps/v1", "Deployment"),
+        ProviderApi::StatefulSet => ("apps/v1", "StatefulSet"),
+        ProviderApi::Job => ("batch/v1", "Job"),
     }
 }
 
@@ -66,7 +66,7 @@ fn check_type_field(
     body: &Map<String, Value>,
     field: &str,
     expected: &str,
-    api: ResourceKind,
+    api: ProviderApi,
     template_id: &str,
 ) -> Result<(), NativeSpecError> {
     match body.get(field) {
@@ -122,7 +122,7 @@ pub fn check_invariants(
     template_id: &str,
 ) -> Result<(), NativeSpecError> {
     let (spec_path, pod_spec) = match identity.api {
-        ResourceKind::Pod => ("spec", body.get("spec")),
+        ProviderApi::Pod => ("spec", body.get("spec")),
         _ => ("spec.template.spec", body.pointer("/spec/template/spec")),
     };
     if let Some(Value::Object(pod_spec)) = pod_spec {
@@ -136,7 +136,7 @@ pub fn check_invariants(
             template_id,
         )?;
     }
-    if identity.api == ResourceKind::Job
+    if identity.api == ProviderApi::Job
         && let Some(Value::Object(spec)) = body.get("spec")
     {
         for key in ["parallelism", "completions"] {
@@ -197,7 +197,7 @@ pub fn stamp_identity(
         reserved,
         template_id,
     )?;
-    if api == ResourceKind::Pod {
+    if api == ProviderApi::Pod {
         let spec = object_at(root, "spec", "spec", template_id)?;
         spec.insert("restartPolicy".into(), json!(identity.restart_policy));
         return Ok(());
@@ -205,13 +205,13 @@ pub fn stamp_identity(
 
     let spec = object_at(root, "spec", "spec", template_id)?;
     match api {
-        ResourceKind::Deployment | ResourceKind::StatefulSet => {
+        ProviderApi::Deployment | ProviderApi::StatefulSet => {
             spec.insert("replicas".into(), json!(identity.replicas));
             if let Some(selector) = &identity.selector {
                 spec.insert("selector".into(), json!({ "matchLabels": selector }));
             }
         }
-        ResourceKind::Job => {
+        ProviderApi::Job => {
             spec.insert("parallelism".into(), json!(identity.replicas));
             spec.insert("completions".into(), json!(identity.replicas));
             spec.insert("backoffLimit".into(), json!(0));
@@ -220,7 +220,7 @@ pub fn stamp_identity(
             spec.remove("selector");
             spec.remove("manualSelector");
         }
-        ResourceKind::Pod => {}
+        ProviderApi::Pod => {}
     }
     let pod_template = object_at(spec, "template", "spec.template", template_id)?;
     let pod_metadata = object_at(

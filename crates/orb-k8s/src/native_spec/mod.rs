@@ -11,7 +11,7 @@
 //! # fn demo(t: &orb_core::template::Template, cfg: &orb_k8s::config::K8sProviderConfig)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! use orb_k8s::native_spec::{NativeSpecInput, render_native_body};
-//! use orb_k8s::naming::ResourceKind;
+//! use orb_core::ProviderApi;
 //! let input = NativeSpecInput {
 //!     template: t,
 //!     config: cfg,
@@ -21,7 +21,7 @@
 //!     count: 3,
 //!     config_dir: Some("/etc/orb/config".as_ref()),
 //! };
-//! let body = render_native_body(ResourceKind::Deployment, &input)?;
+//! let body = render_native_body(ProviderApi::Deployment, &input)?;
 //! orb_k8s::audit::enforce_audit_policy(orb_k8s::audit::AuditMode::from_config(cfg), &body)?;
 //! # Ok(()) }
 //! ```
@@ -44,12 +44,12 @@ mod tests_seed_examples;
 
 use std::path::Path;
 
+use orb_core::ProviderApi;
 use orb_core::template::Template;
 use serde_json::Value;
 
 use crate::config::K8sProviderConfig;
 use crate::labels::LabelError;
-use crate::naming::ResourceKind;
 
 pub use context::{WorkloadIdentity, build_context, workload_identity};
 pub use defaults::{SpecSource, builtin_default_spec, load_default_spec, spec_dir_name};
@@ -149,7 +149,7 @@ pub enum NativeSpecError {
     )]
     WrongKind {
         template_id: String,
-        api: ResourceKind,
+        api: ProviderApi,
         field: String,
         expected: String,
         found: String,
@@ -197,7 +197,7 @@ pub enum NativeSpecError {
 )]
 pub struct InvariantBreach {
     pub template_id: String,
-    pub api: ResourceKind,
+    pub api: ProviderApi,
     /// JSON path of the field, e.g. `spec.parallelism`.
     pub path: String,
     pub found: String,
@@ -227,7 +227,7 @@ impl NativeSpecError {
 
 /// Reads the default template (config dir override or built-in) and the operator's spec.
 pub fn load_native_sources(
-    api: ResourceKind,
+    api: ProviderApi,
     input: &NativeSpecInput<'_>,
 ) -> Result<NativeSources, NativeSpecError> {
     Ok(NativeSources {
@@ -238,7 +238,7 @@ pub fn load_native_sources(
 
 /// Renders, merges and stamps one body from already-loaded sources. Pure.
 pub fn render_native_body_from(
-    api: ResourceKind,
+    api: ProviderApi,
     input: &NativeSpecInput<'_>,
     sources: &NativeSources,
 ) -> Result<Value, NativeSpecError> {
@@ -272,20 +272,9 @@ pub fn render_native_body_from(
 /// The whole pipeline for one object: load, render, merge, stamp. Call it only when
 /// [`decide_native_spec`] says [`NativeSpecDecision::Use`], and audit the result.
 pub fn render_native_body(
-    api: ResourceKind,
+    api: ProviderApi,
     input: &NativeSpecInput<'_>,
 ) -> Result<Value, NativeSpecError> {
     let sources = load_native_sources(api, input)?;
     render_native_body_from(api, input, &sources)
-}
-
-/// orb-core's `ProviderApi` as this crate's `ResourceKind`.
-pub fn resource_kind(api: orb_core::template::ProviderApi) -> ResourceKind {
-    use orb_core::template::ProviderApi;
-    match api {
-        ProviderApi::Pod => ResourceKind::Pod,
-        ProviderApi::Deployment => ResourceKind::Deployment,
-        ProviderApi::StatefulSet => ResourceKind::StatefulSet,
-        ProviderApi::Job => ResourceKind::Job,
-    }
 }

@@ -4,11 +4,11 @@
 //! [`super::merge::list_merge_key`]); other lists are replaced. `restartPolicy` cannot be
 //! changed: it is a guard-rail the handlers rely on.
 
+use orb_core::ProviderApi;
 use serde_json::{Map, Value};
 
 use super::merge::{ListMerge, deep_merge};
 use super::source::kind_name;
-use crate::naming::ResourceKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PodSpecOverrideError {
@@ -22,7 +22,7 @@ pub enum PodSpecOverrideError {
          remove restartPolicy from pod_spec_override{hint}"
     )]
     RestartPolicyChange {
-        api: ResourceKind,
+        api: ProviderApi,
         built: String,
         requested: String,
         hint: &'static str,
@@ -88,7 +88,7 @@ fn restart_policy(spec: &Value) -> Option<&Value> {
 /// Applies `override_spec` onto `pod_spec` (the typed builder's `spec`, or a controller's
 /// `spec.template.spec`) for a workload of kind `api`.
 pub fn apply_pod_spec_override(
-    api: ResourceKind,
+    api: ProviderApi,
     pod_spec: &Value,
     override_spec: &Value,
 ) -> Result<Value, PodSpecOverrideError> {
@@ -103,15 +103,15 @@ pub fn apply_pod_spec_override(
         && Some(requested) != built.as_ref()
     {
         let hint = match api {
-            ResourceKind::Pod => {
+            ProviderApi::Pod => {
                 "; a bare Pod's restart policy comes from the template's restart_policy \
                  (Never by default)"
             }
-            ResourceKind::Job => {
+            ProviderApi::Job => {
                 "; a Job's restart policy comes from the template's restart_policy (Never or \
                  OnFailure)"
             }
-            ResourceKind::Deployment | ResourceKind::StatefulSet => {
+            ProviderApi::Deployment | ProviderApi::StatefulSet => {
                 "; Kubernetes only allows Always for a controller's pods"
             }
         };
@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn partial_override_keeps_orbs_container_and_adds_fields() {
         let out = apply_pod_spec_override(
-            ResourceKind::Pod,
+            ProviderApi::Pod,
             &built("Never"),
             &json!({
                 "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["db"]}],
@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn snake_case_top_level_keys_are_accepted() {
         let out = apply_pod_spec_override(
-            ResourceKind::Pod,
+            ProviderApi::Pod,
             &built("Never"),
             &json!({"service_account_name": "runner", "node_selector": {"zone": "a"}}),
         )
@@ -178,12 +178,12 @@ mod tests {
     }
 
     #[rstest]
-    #[case::pod(ResourceKind::Pod, "Never", json!({"restartPolicy": "Always"}))]
-    #[case::pod_snake_case(ResourceKind::Pod, "Never", json!({"restart_policy": "OnFailure"}))]
-    #[case::job(ResourceKind::Job, "Never", json!({"restartPolicy": "OnFailure"}))]
-    #[case::deployment(ResourceKind::Deployment, "Always", json!({"restartPolicy": "Never"}))]
+    #[case::pod(ProviderApi::Pod, "Never", json!({"restartPolicy": "Always"}))]
+    #[case::pod_snake_case(ProviderApi::Pod, "Never", json!({"restart_policy": "OnFailure"}))]
+    #[case::job(ProviderApi::Job, "Never", json!({"restartPolicy": "OnFailure"}))]
+    #[case::deployment(ProviderApi::Deployment, "Always", json!({"restartPolicy": "Never"}))]
     fn restart_policy_cannot_change(
-        #[case] api: ResourceKind,
+        #[case] api: ProviderApi,
         #[case] restart: &str,
         #[case] override_spec: Value,
     ) {
@@ -204,9 +204,9 @@ mod tests {
     }
 
     #[rstest]
-    #[case::pod(ResourceKind::Pod, "Never")]
-    #[case::job(ResourceKind::Job, "OnFailure")]
-    fn restating_the_same_restart_policy_is_fine(#[case] api: ResourceKind, #[case] restart: &str) {
+    #[case::pod(ProviderApi::Pod, "Never")]
+    #[case::job(ProviderApi::Job, "OnFailure")]
+    fn restating_the_same_restart_policy_is_fine(#[case] api: ProviderApi, #[case] restart: &str) {
         let out = apply_pod_spec_override(api, &built(restart), &json!({"restartPolicy": restart}))
             .unwrap();
         assert_eq!(out["restartPolicy"], restart);
@@ -216,8 +216,8 @@ mod tests {
     #[case::list(json!([1]), "a list")]
     #[case::string(json!("x"), "a string")]
     fn override_must_be_an_object(#[case] override_spec: Value, #[case] found: &str) {
-        let err = apply_pod_spec_override(ResourceKind::Pod, &built("Never"), &override_spec)
-            .unwrap_err();
+        let err =
+            apply_pod_spec_override(ProviderApi::Pod, &built("Never"), &override_spec).unwrap_err();
         assert!(err.to_string().contains(&format!("got {found}")), "{err}");
         assert!(matches!(err, PodSpecOverrideError::NotAnObject { .. }));
     }
@@ -225,7 +225,7 @@ mod tests {
     #[test]
     fn both_spellings_of_a_field_are_refused() {
         let err = apply_pod_spec_override(
-            ResourceKind::Pod,
+            ProviderApi::Pod,
             &built("Never"),
             &json!({"nodeName": "n", "node_name": "m"}),
         )

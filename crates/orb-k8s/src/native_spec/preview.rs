@@ -4,13 +4,14 @@
 
 use std::path::Path;
 
+use orb_core::ProviderApi;
 use orb_core::template::Template;
 use serde_json::Value;
 
 use super::{NativeSpecDecision, NativeSpecInput, NativeSpecSwitches, decide_native_spec};
 use crate::audit::{AuditMode, enforce_audit_policy};
 use crate::config::{K8sProviderConfig, NamingConfig};
-use crate::naming::{self, ControllerKind, NamingError, ResourceKind};
+use crate::naming::{self, ControllerKind, NamingError};
 
 /// Request id used when the caller has none; its hex digits give stable names.
 pub const PREVIEW_REQUEST_ID: &str = "req-00000000-0000-4000-8000-000000000000";
@@ -18,15 +19,15 @@ pub const PREVIEW_REQUEST_ID: &str = "req-00000000-0000-4000-8000-000000000000";
 /// The name orb gives the object: the first pod of the request for a Pod, the controller name
 /// otherwise.
 pub fn object_name(
-    api: ResourceKind,
+    api: ProviderApi,
     naming_config: &NamingConfig,
     request_id: &str,
 ) -> Result<String, NamingError> {
     let controller = match api {
-        ResourceKind::Pod => return naming::pod_name(naming_config, request_id, 0),
-        ResourceKind::Deployment => ControllerKind::Deployment,
-        ResourceKind::StatefulSet => ControllerKind::StatefulSet,
-        ResourceKind::Job => ControllerKind::Job,
+        ProviderApi::Pod => return naming::pod_name(naming_config, request_id, 0),
+        ProviderApi::Deployment => ControllerKind::Deployment,
+        ProviderApi::StatefulSet => ControllerKind::StatefulSet,
+        ProviderApi::Job => ControllerKind::Job,
     };
     naming::controller_name(naming_config, controller, request_id)
 }
@@ -63,7 +64,7 @@ pub struct PreviewRequest<'a> {
 /// Checks a template's native spec for `api`.
 pub fn check_native_spec(
     switches: NativeSpecSwitches,
-    api: ResourceKind,
+    api: ProviderApi,
     preview: &PreviewRequest<'_>,
 ) -> NativeSpecCheck {
     let PreviewRequest {
@@ -151,7 +152,7 @@ mod tests {
             config_dir: None,
             request_id: None,
         };
-        check_native_spec(switches, ResourceKind::Deployment, &preview)
+        check_native_spec(switches, ProviderApi::Deployment, &preview)
     }
 
     #[test]

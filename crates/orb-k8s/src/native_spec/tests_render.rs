@@ -10,15 +10,15 @@ use crate::config::K8sProviderConfig;
 
 const REQUEST_ID: &str = "req-fe4cda5c-0194-44bc-981b-0a2b3c4d5e6f";
 
-fn name_for(api: ResourceKind) -> &'static str {
+fn name_for(api: ProviderApi) -> &'static str {
     match api {
-        ResourceKind::Pod => "orb-fe4cda5c019444bc981b-0000",
+        ProviderApi::Pod => "orb-fe4cda5c019444bc981b-0000",
         _ => "orb-fe4cda5c019444bc981b",
     }
 }
 
 /// A template using every typed field the default templates read.
-fn rich_template(api: ResourceKind) -> Template {
+fn rich_template(api: ProviderApi) -> Template {
     let value = json!({
         "templateId": "rich",
         "providerApi": api.as_str(),
@@ -58,7 +58,7 @@ fn plain_template(native_spec: Value) -> Template {
 fn input<'a>(
     template: &'a Template,
     cfg: &'a K8sProviderConfig,
-    api: ResourceKind,
+    api: ProviderApi,
     config_dir: Option<&'a Path>,
 ) -> NativeSpecInput<'a> {
     NativeSpecInput {
@@ -72,27 +72,27 @@ fn input<'a>(
     }
 }
 
-fn render(template: &Template, api: ResourceKind) -> Result<Value, NativeSpecError> {
+fn render(template: &Template, api: ProviderApi) -> Result<Value, NativeSpecError> {
     let cfg = K8sProviderConfig::default();
     render_native_body(api, &input(template, &cfg, api, None))
 }
 
 #[rstest]
-#[case::pod(ResourceKind::Pod)]
-#[case::deployment(ResourceKind::Deployment)]
-#[case::statefulset(ResourceKind::StatefulSet)]
-#[case::job(ResourceKind::Job)]
-fn default_bodies_for_a_rich_template(#[case] api: ResourceKind) {
+#[case::pod(ProviderApi::Pod)]
+#[case::deployment(ProviderApi::Deployment)]
+#[case::statefulset(ProviderApi::StatefulSet)]
+#[case::job(ProviderApi::Job)]
+fn default_bodies_for_a_rich_template(#[case] api: ProviderApi) {
     let body = render(&rich_template(api), api).unwrap();
     insta::assert_json_snapshot!(format!("default_body_{}", spec_dir_name(api)), body);
 }
 
 #[rstest]
-#[case::pod(ResourceKind::Pod)]
-#[case::deployment(ResourceKind::Deployment)]
-#[case::statefulset(ResourceKind::StatefulSet)]
-#[case::job(ResourceKind::Job)]
-fn minimal_template_renders_valid_bodies(#[case] api: ResourceKind) {
+#[case::pod(ProviderApi::Pod)]
+#[case::deployment(ProviderApi::Deployment)]
+#[case::statefulset(ProviderApi::StatefulSet)]
+#[case::job(ProviderApi::Job)]
+fn minimal_template_renders_valid_bodies(#[case] api: ProviderApi) {
     let template = Template {
         template_id: "min".into(),
         native_spec: Some(json!({})),
@@ -105,7 +105,7 @@ fn minimal_template_renders_valid_bodies(#[case] api: ResourceKind) {
         (Some(api_version), Some(kind))
     );
     // Without an image the default container has none; the operator's spec must provide it.
-    let pod_spec = if api == ResourceKind::Pod {
+    let pod_spec = if api == ProviderApi::Pod {
         &body["spec"]
     } else {
         &body["spec"]["template"]["spec"]
@@ -114,11 +114,11 @@ fn minimal_template_renders_valid_bodies(#[case] api: ResourceKind) {
 }
 
 #[rstest]
-#[case::pod(ResourceKind::Pod)]
-#[case::deployment(ResourceKind::Deployment)]
-#[case::statefulset(ResourceKind::StatefulSet)]
-#[case::job(ResourceKind::Job)]
-fn the_operator_cannot_remove_or_fake_orbs_identity(#[case] api: ResourceKind) {
+#[case::pod(ProviderApi::Pod)]
+#[case::deployment(ProviderApi::Deployment)]
+#[case::statefulset(ProviderApi::StatefulSet)]
+#[case::job(ProviderApi::Job)]
+fn the_operator_cannot_remove_or_fake_orbs_identity(#[case] api: ProviderApi) {
     let forged = json!({"orb.io/request-id": "req-someone-else", "orb.io/managed": null,
                         "orb.io/machine-id": "stolen", "symphony/open-resource-broker-reqid": "x",
                         "team": "hpc"});
@@ -151,26 +151,26 @@ fn the_operator_cannot_remove_or_fake_orbs_identity(#[case] api: ResourceKind) {
         );
     };
     match api {
-        ResourceKind::Pod => check(&meta["labels"], Some(name_for(api))),
+        ProviderApi::Pod => check(&meta["labels"], Some(name_for(api))),
         _ => {
             check(&meta["labels"], None);
             check(&body["spec"]["template"]["metadata"]["labels"], None);
         }
     }
     match api {
-        ResourceKind::Deployment | ResourceKind::StatefulSet => {
+        ProviderApi::Deployment | ProviderApi::StatefulSet => {
             assert_eq!(body["spec"]["replicas"], 3);
             assert_eq!(
                 body["spec"]["selector"],
                 json!({"matchLabels": {"orb.io/request-id": REQUEST_ID, "orb.io/provider-api": api.as_str()}})
             );
         }
-        ResourceKind::Job => {
+        ProviderApi::Job => {
             assert_eq!(body["spec"]["parallelism"], 3);
             assert!(body["spec"].get("selector").is_none());
             assert!(body["spec"].get("manualSelector").is_none());
         }
-        ResourceKind::Pod => {}
+        ProviderApi::Pod => {}
     }
 }
 
@@ -183,8 +183,8 @@ fn custom_label_prefix_and_no_legacy_label() {
         ..K8sProviderConfig::default()
     };
     let body = render_native_body(
-        ResourceKind::Deployment,
-        &input(&template, &cfg, ResourceKind::Deployment, None),
+        ProviderApi::Deployment,
+        &input(&template, &cfg, ProviderApi::Deployment, None),
     )
     .unwrap();
     let labels: BTreeMap<String, String> =
@@ -207,7 +207,7 @@ fn operator_lists_replace_defaults_and_null_removes_a_default_but_not_the_restar
             "containers": [{"name": "app", "image": "{{ image }}", "args": ["--replicas", "{{ replicas | string }}"]}]
         }
     }));
-    let body = render(&template, ResourceKind::Pod).unwrap();
+    let body = render(&template, ProviderApi::Pod).unwrap();
     assert_eq!(
         body["spec"],
         json!({"containers": [{"name": "app", "image": "busybox:1.36", "args": ["--replicas", "3"]}],
@@ -218,16 +218,16 @@ fn operator_lists_replace_defaults_and_null_removes_a_default_but_not_the_restar
 /// Seed 000's Job invariants and every kind's restart policy hold after the merge: a native
 /// spec that changes one is refused with the field's path.
 #[rstest]
-#[case::job_parallelism(ResourceKind::Job, json!({"spec": {"parallelism": 10}}), "spec.parallelism", "10")]
-#[case::job_completions(ResourceKind::Job, json!({"spec": {"completions": 1}}), "spec.completions", "1")]
-#[case::job_backoff(ResourceKind::Job, json!({"spec": {"backoffLimit": 6}}), "spec.backoffLimit", "6")]
-#[case::job_restart(ResourceKind::Job, json!({"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}}),
+#[case::job_parallelism(ProviderApi::Job, json!({"spec": {"parallelism": 10}}), "spec.parallelism", "10")]
+#[case::job_completions(ProviderApi::Job, json!({"spec": {"completions": 1}}), "spec.completions", "1")]
+#[case::job_backoff(ProviderApi::Job, json!({"spec": {"backoffLimit": 6}}), "spec.backoffLimit", "6")]
+#[case::job_restart(ProviderApi::Job, json!({"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}}),
     "spec.template.spec.restartPolicy", "\"OnFailure\"")]
-#[case::pod_restart(ResourceKind::Pod, json!({"spec": {"restartPolicy": "Always"}}), "spec.restartPolicy", "\"Always\"")]
-#[case::deployment_restart(ResourceKind::Deployment, json!({"spec": {"template": {"spec": {"restartPolicy": "Never"}}}}),
+#[case::pod_restart(ProviderApi::Pod, json!({"spec": {"restartPolicy": "Always"}}), "spec.restartPolicy", "\"Always\"")]
+#[case::deployment_restart(ProviderApi::Deployment, json!({"spec": {"template": {"spec": {"restartPolicy": "Never"}}}}),
     "spec.template.spec.restartPolicy", "\"Never\"")]
 fn an_overlay_that_breaks_a_typed_invariant_is_refused(
-    #[case] api: ResourceKind,
+    #[case] api: ProviderApi,
     #[case] spec: Value,
     #[case] path: &str,
     #[case] found: &str,
@@ -250,7 +250,7 @@ fn an_overlay_that_breaks_a_typed_invariant_is_refused(
 #[case::removed_values(json!({"spec": {"parallelism": null, "completions": null, "backoffLimit": null,
     "template": {"spec": {"restartPolicy": null}}}}))]
 fn a_job_body_restating_or_dropping_the_invariants_gets_orbs_values(#[case] spec: Value) {
-    let body = render(&plain_template(spec), ResourceKind::Job).unwrap();
+    let body = render(&plain_template(spec), ProviderApi::Job).unwrap();
     assert_eq!(body["spec"]["parallelism"], 3);
     assert_eq!(body["spec"]["completions"], 3);
     assert_eq!(body["spec"]["backoffLimit"], 0);
@@ -261,7 +261,7 @@ fn a_job_body_restating_or_dropping_the_invariants_gets_orbs_values(#[case] spec
 #[case::kind(json!({"kind": "DaemonSet"}), "kind")]
 #[case::api_version(json!({"apiVersion": "extensions/v1beta1"}), "apiVersion")]
 fn a_body_of_another_kind_is_refused(#[case] spec: Value, #[case] field: &str) {
-    let err = render(&plain_template(spec), ResourceKind::Deployment).unwrap_err();
+    let err = render(&plain_template(spec), ProviderApi::Deployment).unwrap_err();
     assert!(
         matches!(&err, NativeSpecError::WrongKind { field: f, .. } if f == field),
         "{err}"
@@ -276,7 +276,7 @@ fn a_body_of_another_kind_is_refused(#[case] spec: Value, #[case] field: &str) {
 fn matching_kind_and_api_version_are_accepted() {
     let body = render(
         &plain_template(json!({"apiVersion": "batch/v1", "kind": "Job"})),
-        ResourceKind::Job,
+        ProviderApi::Job,
     )
     .unwrap();
     assert_eq!(body["kind"], "Job");
@@ -286,7 +286,7 @@ fn matching_kind_and_api_version_are_accepted() {
 fn metadata_that_is_not_an_object_is_refused() {
     let err = render(
         &plain_template(json!({"metadata": ["x"]})),
-        ResourceKind::Pod,
+        ProviderApi::Pod,
     )
     .unwrap_err();
     assert!(
@@ -299,7 +299,7 @@ fn metadata_that_is_not_an_object_is_refused() {
 fn undefined_variable_inline_names_template_origin_path_and_line() {
     let err = render(
         &plain_template(json!({"spec": {"hostname": "{{ nmae }}"}})),
-        ResourceKind::Pod,
+        ProviderApi::Pod,
     )
     .unwrap_err();
     insta::assert_snapshot!(err.to_string());
@@ -315,8 +315,8 @@ fn default_override_from_the_config_dir_is_used_and_its_errors_name_file_and_lin
     let template = plain_template(json!({}));
     let cfg = K8sProviderConfig::default();
     let body = render_native_body(
-        ResourceKind::Pod,
-        &input(&template, &cfg, ResourceKind::Pod, Some(dir.path())),
+        ProviderApi::Pod,
+        &input(&template, &cfg, ProviderApi::Pod, Some(dir.path())),
     )
     .unwrap();
     assert_eq!(body["metadata"]["annotations"]["site"], "orb-a");
@@ -329,8 +329,8 @@ fn default_override_from_the_config_dir_is_used_and_its_errors_name_file_and_lin
     )
     .unwrap();
     let err = render_native_body(
-        ResourceKind::Pod,
-        &input(&template, &cfg, ResourceKind::Pod, Some(dir.path())),
+        ProviderApi::Pod,
+        &input(&template, &cfg, ProviderApi::Pod, Some(dir.path())),
     )
     .unwrap_err();
     let text = err.to_string();
@@ -344,8 +344,8 @@ fn default_override_from_the_config_dir_is_used_and_its_errors_name_file_and_lin
     )
     .unwrap();
     let err = render_native_body(
-        ResourceKind::Pod,
-        &input(&template, &cfg, ResourceKind::Pod, Some(dir.path())),
+        ProviderApi::Pod,
+        &input(&template, &cfg, ProviderApi::Pod, Some(dir.path())),
     )
     .unwrap_err();
     assert!(
@@ -372,8 +372,8 @@ fn native_spec_path_file_is_rendered_merged_and_stamped() {
     };
     let cfg = K8sProviderConfig::default();
     let body = render_native_body(
-        ResourceKind::StatefulSet,
-        &input(&template, &cfg, ResourceKind::StatefulSet, Some(dir.path())),
+        ProviderApi::StatefulSet,
+        &input(&template, &cfg, ProviderApi::StatefulSet, Some(dir.path())),
     )
     .unwrap();
     assert_eq!(
@@ -388,25 +388,22 @@ fn native_spec_path_file_is_rendered_merged_and_stamped() {
 }
 
 #[rstest]
-#[case::pod(ResourceKind::Pod, "spec.containers[0].securityContext.privileged")]
+#[case::pod(ProviderApi::Pod, "spec.containers[0].securityContext.privileged")]
 #[case::deployment(
-    ResourceKind::Deployment,
+    ProviderApi::Deployment,
     "spec.template.spec.containers[0].securityContext.privileged"
 )]
 #[case::statefulset(
-    ResourceKind::StatefulSet,
+    ProviderApi::StatefulSet,
     "spec.template.spec.containers[0].securityContext.privileged"
 )]
 #[case::job(
-    ResourceKind::Job,
+    ProviderApi::Job,
     "spec.template.spec.containers[0].securityContext.privileged"
 )]
-fn a_privileged_native_spec_is_rejected_by_the_audit(
-    #[case] api: ResourceKind,
-    #[case] path: &str,
-) {
+fn a_privileged_native_spec_is_rejected_by_the_audit(#[case] api: ProviderApi, #[case] path: &str) {
     let container = json!({"containers": [{"name": "orb", "image": "busybox:1.36", "securityContext": {"privileged": true}}]});
-    let spec = if api == ResourceKind::Pod {
+    let spec = if api == ProviderApi::Pod {
         json!({"spec": container})
     } else {
         json!({"spec": {"template": {"spec": container}}})
@@ -427,7 +424,7 @@ fn a_job_template_restart_policy_other_than_never_is_refused(
 ) {
     let mut template = plain_template(json!({}));
     template.restart_policy = Some(policy);
-    let err = render(&template, ResourceKind::Job).unwrap_err();
+    let err = render(&template, ProviderApi::Job).unwrap_err();
     assert!(
         err.to_string().contains(&format!(
             "restartPolicy {shown}, but Job pods must use \"Never\""
@@ -440,7 +437,7 @@ fn a_job_template_restart_policy_other_than_never_is_refused(
 fn template_ids_that_are_not_label_values_are_refused() {
     let mut template = plain_template(json!({}));
     template.template_id = "has space".into();
-    let err = render(&template, ResourceKind::Pod).unwrap_err();
+    let err = render(&template, ProviderApi::Pod).unwrap_err();
     assert!(matches!(err, NativeSpecError::Label { .. }), "{err}");
 }
 
@@ -448,7 +445,7 @@ fn template_ids_that_are_not_label_values_are_refused() {
 fn template_labels_that_kubernetes_would_refuse_are_refused_first() {
     let mut template = plain_template(json!({}));
     template.labels.insert("team".into(), "has space".into());
-    let err = render(&template, ResourceKind::Deployment).unwrap_err();
+    let err = render(&template, ProviderApi::Deployment).unwrap_err();
     assert!(err.to_string().contains("has space"), "{err}");
 }
 
@@ -456,12 +453,12 @@ fn template_labels_that_kubernetes_would_refuse_are_refused_first() {
 fn sources_load_once_and_render_per_pod() {
     let template = plain_template(json!({"spec": {"hostname": "{{ name }}"}}));
     let cfg = K8sProviderConfig::default();
-    let base = input(&template, &cfg, ResourceKind::Pod, None);
-    let sources = load_native_sources(ResourceKind::Pod, &base).unwrap();
+    let base = input(&template, &cfg, ProviderApi::Pod, None);
+    let sources = load_native_sources(ProviderApi::Pod, &base).unwrap();
     for seq in ["0000", "0001"] {
         let name = format!("orb-fe4cda5c019444bc981b-{seq}");
         let body = render_native_body_from(
-            ResourceKind::Pod,
+            ProviderApi::Pod,
             &NativeSpecInput {
                 name: &name,
                 ..base
@@ -491,13 +488,13 @@ fn specs_written_for_the_reference_broker_render_with_its_variables() {
          {% if not has_runtime_class %}  hostname: {{ package_name }}-{{ resource_name }}\n{% endif %}",
     )
     .unwrap();
-    let mut template = rich_template(ResourceKind::Pod);
+    let mut template = rich_template(ProviderApi::Pod);
     template.native_spec = None;
     template.native_spec_path = Some("reference.yaml".into());
     let cfg = K8sProviderConfig::default();
     let body = render_native_body(
-        ResourceKind::Pod,
-        &input(&template, &cfg, ResourceKind::Pod, Some(dir.path())),
+        ProviderApi::Pod,
+        &input(&template, &cfg, ProviderApi::Pod, Some(dir.path())),
     )
     .unwrap();
     let spec = &body["spec"];
@@ -515,8 +512,8 @@ fn specs_written_for_the_reference_broker_render_with_its_variables() {
 fn every_has_flag_follows_its_value() {
     let template = plain_template(json!({}));
     let cfg = K8sProviderConfig::default();
-    let input = input(&template, &cfg, ResourceKind::Pod, None);
-    let identity = workload_identity(ResourceKind::Pod, &input).unwrap();
+    let input = input(&template, &cfg, ProviderApi::Pod, None);
+    let identity = workload_identity(ProviderApi::Pod, &input).unwrap();
     let context = build_context(&input, &identity).unwrap();
     for name in context::HAS_FLAGS {
         let flag = &context[format!("has_{name}")];

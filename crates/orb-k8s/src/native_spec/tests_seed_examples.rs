@@ -59,7 +59,7 @@ fn partial_deployment_override() -> Template {
     }))
 }
 
-fn render(template: &Template, api: ResourceKind, name: &str, count: u32) -> Value {
+fn render(template: &Template, api: ProviderApi, name: &str, count: u32) -> Value {
     let cfg = K8sProviderConfig::default();
     let input = NativeSpecInput {
         template,
@@ -78,7 +78,7 @@ fn seed_full_pod_override() {
     let template = full_pod_override();
     let body = render(
         &template,
-        ResourceKind::Pod,
+        ProviderApi::Pod,
         "orb-fe4cda5c019444bc981b-0000",
         1,
     );
@@ -114,7 +114,7 @@ fn seed_partial_deployment_override() {
     let template = partial_deployment_override();
     let body = render(
         &template,
-        ResourceKind::Deployment,
+        ProviderApi::Deployment,
         "orb-fe4cda5c019444bc981b",
         8,
     );

@@ -15,11 +15,12 @@ use kube::client::ClientBuilder;
 pub use breaker::{Admission, BreakerState, CallOutcome, CircuitBreaker, Refusal};
 pub use retry::{RetryCause, RetryLayer, RetryPolicy};
 
+use orb_core::ProviderApi;
+
 use crate::config::K8sProviderConfig;
 use crate::error::K8sError;
 use crate::metrics::HandlerLabels;
 use crate::metrics::K8sMetrics;
-use crate::naming::ResourceKind;
 
 /// A kube client for `config` with orb's retry layer outermost (it sees each call once, and
 /// every attempt goes through auth again). kube's own retry must be off in `config`. Like
@@ -37,12 +38,12 @@ pub fn client_with_retries(
 }
 
 /// The `circuit_state{handler}` label of a kind.
-pub fn handler_label(kind: ResourceKind) -> &'static str {
+pub fn handler_label(kind: ProviderApi) -> &'static str {
     match kind {
-        ResourceKind::Pod => "pod",
-        ResourceKind::Deployment => "deployment",
-        ResourceKind::StatefulSet => "statefulset",
-        ResourceKind::Job => "job",
+        ProviderApi::Pod => "pod",
+        ProviderApi::Deployment => "deployment",
+        ProviderApi::StatefulSet => "statefulset",
+        ProviderApi::Job => "job",
     }
 }
 
@@ -65,12 +66,12 @@ pub struct HandlerBreakers {
     metrics: K8sMetrics,
 }
 
-fn index(kind: ResourceKind) -> usize {
+fn index(kind: ProviderApi) -> usize {
     match kind {
-        ResourceKind::Pod => 0,
-        ResourceKind::Deployment => 1,
-        ResourceKind::StatefulSet => 2,
-        ResourceKind::Job => 3,
+        ProviderApi::Pod => 0,
+        ProviderApi::Deployment => 1,
+        ProviderApi::StatefulSet => 2,
+        ProviderApi::Job => 3,
     }
 }
 
@@ -86,13 +87,13 @@ impl HandlerBreakers {
             breakers: [make(), make(), make(), make()],
             metrics,
         };
-        for kind in ResourceKind::ALL {
+        for kind in ProviderApi::ALL {
             breakers.publish(kind, BreakerState::Closed);
         }
         breakers
     }
 
-    fn publish(&self, kind: ResourceKind, state: BreakerState) {
+    fn publish(&self, kind: ProviderApi, state: BreakerState) {
         self.metrics
             .circuit_state
             .get_or_create(&HandlerLabels {
@@ -101,7 +102,7 @@ impl HandlerBreakers {
             .set(state.gauge_value());
     }
 
-    fn with<R>(&self, kind: ResourceKind, f: impl FnOnce(&mut CircuitBreaker) -> R) -> R {
+    fn with<R>(&self, kind: ProviderApi, f: impl FnOnce(&mut CircuitBreaker) -> R) -> R {
         let mut breaker = self.breakers[index(kind)]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -114,7 +115,7 @@ impl HandlerBreakers {
 
     /// Every breaker's state now (and the gauges brought up to date).
     pub fn states(&self) -> Vec<(&'static str, BreakerState)> {
-        ResourceKind::ALL
+        ProviderApi::ALL
             .into_iter()
             .map(|kind| {
                 (
@@ -126,7 +127,7 @@ impl HandlerBreakers {
     }
 
     /// Runs `call` unless `kind`'s breaker is open, and records how it went.
-    pub async fn guard<T, F>(&self, kind: ResourceKind, call: F) -> Result<T, K8sError>
+    pub async fn guard<T, F>(&self, kind: ProviderApi, call: F) -> Result<T, K8sError>
     where
         F: Future<Output = Result<T, K8sError>>,
     {
@@ -164,7 +165,7 @@ fn retry_secs(d: Duration) -> u64 {
 /// probe slot so the breaker does not stay half-open forever.
 struct PendingCall<'a> {
     breakers: &'a HandlerBreakers,
-    kind: ResourceKind,
+    kind: ProviderApi,
     admission: Option<Admission>,
 }
 
@@ -226,13 +227,13 @@ mod tests {
         let breakers = HandlerBreakers::new(&config(2), metrics.clone());
         for _ in 0..2 {
             let r = breakers
-                .guard(ResourceKind::Job, async { api_error(Some(503)) })
+                .guard(ProviderApi::Job, async { api_error(Some(503)) })
                 .await;
             assert!(r.is_err());
         }
         let mut ran = false;
         let refused = breakers
-            .guard(ResourceKind::Job, async {
+            .guard(ProviderApi::Job, async {
                 ran = true;
                 Ok(())
             })
@@ -255,7 +256,7 @@ mod tests {
         assert!(breakers.states().contains(&("job", BreakerState::Open)));
         // Other handlers are not affected.
         breakers
-            .guard(ResourceKind::Pod, async { Ok(()) })
+            .guard(ProviderApi::Pod, async { Ok(()) })
             .await
             .unwrap();
     }

@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use orb_core::ProviderApi;
 use orb_core::template::Template;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -19,7 +20,7 @@ use super::{BuiltWorkload, SpecError, SpecInputs, build_headless_service, build_
 use crate::audit::{AuditMode, enforce_audit_policy};
 use crate::config::K8sProviderConfig;
 use crate::error::K8sError;
-use crate::naming::{ResourceKind, pod_names};
+use crate::naming::pod_names;
 use crate::native_spec::{
     NativeSpecDecision, NativeSpecInput, NativeSpecSwitches, decide_native_spec,
     load_native_sources, object_name, render_native_body_from,
@@ -103,7 +104,7 @@ fn workload_bodies(built: &BuiltWorkload) -> (Vec<Value>, Option<Value>) {
 /// Decides, builds or renders, and audits the objects of one request for `kind`.
 pub fn final_workload(
     request: &FinalBodyRequest<'_>,
-    kind: ResourceKind,
+    kind: ProviderApi,
 ) -> Result<FinalWorkload, FinalBodyError> {
     let mut warnings = Vec::new();
     let fail = |source: K8sError, warnings: Vec<String>| FinalBodyError {
@@ -160,11 +161,11 @@ pub fn final_workload(
 fn native_workload(
     request: &FinalBodyRequest<'_>,
     inputs: &SpecInputs<'_>,
-    kind: ResourceKind,
+    kind: ProviderApi,
     warnings: &mut Vec<String>,
 ) -> Result<BuiltWorkload, SpecError> {
     let names = match kind {
-        ResourceKind::Pod => pod_names(&request.config.naming, request.request_id, request.count)?,
+        ProviderApi::Pod => pod_names(&request.config.naming, request.request_id, request.count)?,
         _ => vec![object_name(
             kind,
             &request.config.naming,
@@ -193,25 +194,25 @@ fn native_workload(
     }
     let template_id = request.template.template_id.as_str();
     Ok(match kind {
-        ResourceKind::Pod => BuiltWorkload::Pods(
+        ProviderApi::Pod => BuiltWorkload::Pods(
             bodies
                 .into_iter()
                 .map(|body| typed_object(template_id, kind, body, warnings))
                 .collect::<Result<_, _>>()?,
         ),
-        ResourceKind::Deployment => BuiltWorkload::Deployment(Box::new(typed_object(
+        ProviderApi::Deployment => BuiltWorkload::Deployment(Box::new(typed_object(
             template_id,
             kind,
             take_one(bodies),
             warnings,
         )?)),
-        ResourceKind::Job => BuiltWorkload::Job(Box::new(typed_object(
+        ProviderApi::Job => BuiltWorkload::Job(Box::new(typed_object(
             template_id,
             kind,
             take_one(bodies),
             warnings,
         )?)),
-        ResourceKind::StatefulSet => {
+        ProviderApi::StatefulSet => {
             let set: k8s_openapi::api::apps::v1::StatefulSet =
                 typed_object(template_id, kind, take_one(bodies), warnings)?;
             let service_name = set.spec.service_name.as_deref();
@@ -240,7 +241,7 @@ fn take_one(mut bodies: Vec<Value>) -> Value {
 /// warning so a typo does not vanish silently.
 fn typed_object<T: DeserializeOwned + serde::Serialize>(
     template_id: &str,
-    kind: ResourceKind,
+    kind: ProviderApi,
     body: Value,
     warnings: &mut Vec<String>,
 ) -> Result<T, SpecError> {
@@ -332,7 +333,7 @@ mod tests {
             switches: on,
             config_dir: None,
         };
-        final_workload(&request, crate::provider::kind_of(t))
+        final_workload(&request, t.api())
     }
 
     const HOSTNAME: fn() -> Value = || json!({"spec": {"hostname": "from-native"}});
@@ -468,17 +469,17 @@ mod tests {
         let cfg = K8sProviderConfig::default();
         let t = template(api, json!({}));
         let result = run(&t, &cfg, switches(native, true), count);
-        let kind = crate::provider::kind_of(&t);
+        let kind = t.api();
         let allowed = super::super::check_count(kind, count).is_ok();
         match result {
             Ok(out) if allowed => {
-                let expected = if kind == ResourceKind::Pod {
+                let expected = if kind == ProviderApi::Pod {
                     count as usize
                 } else {
                     1
                 };
                 assert_eq!(out.built.kind(), kind);
-                if kind == ResourceKind::Pod {
+                if kind == ProviderApi::Pod {
                     let BuiltWorkload::Pods(pods) = &out.built else {
                         unreachable!()
                     };

@@ -18,13 +18,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use orb_core::ProviderApi;
 use orb_core::template::{RestartPolicy, Template};
 
 use crate::config::{K8sProviderConfig, PodPlacement, apply_pod_defaults};
 use crate::labels::{
     LabelError, OrbLabelValues, merge_labels, orb_labels, validate_template_labels,
 };
-use crate::naming::{NamingError, ResourceKind};
+use crate::naming::NamingError;
 
 pub use final_body::{BodyPath, FinalBodyError, FinalBodyRequest, FinalWorkload, final_workload};
 pub use workloads::{
@@ -62,7 +63,7 @@ pub enum SpecError {
     )]
     RestartPolicy {
         template_id: String,
-        kind: ResourceKind,
+        kind: ProviderApi,
         asked: String,
         required: &'static str,
         fix: &'static str,
@@ -85,7 +86,7 @@ pub enum SpecError {
     Native(#[from] crate::native_spec::NativeSpecError),
     #[error("a {kind} request of {count} machines cannot be built: {why}")]
     Count {
-        kind: ResourceKind,
+        kind: ProviderApi,
         count: u32,
         why: &'static str,
     },
@@ -106,10 +107,10 @@ pub const MAX_PODS_PER_REQUEST: u32 = 100_000;
 
 /// Refuses counts no body can be built for, before anything is built: zero, more bare pods
 /// than [`MAX_PODS_PER_REQUEST`], or more replicas than a controller's int32 field holds.
-pub fn check_count(kind: ResourceKind, count: u32) -> Result<(), SpecError> {
+pub fn check_count(kind: ProviderApi, count: u32) -> Result<(), SpecError> {
     let why = match kind {
         _ if count == 0 => "ask for at least one machine",
-        ResourceKind::Pod if count > MAX_PODS_PER_REQUEST => {
+        ProviderApi::Pod if count > MAX_PODS_PER_REQUEST => {
             "one Pod request creates at most 100000 bare pods; split it, or use a Deployment"
         }
         _ if i32::try_from(count).is_err() => {
@@ -123,7 +124,7 @@ pub fn check_count(kind: ResourceKind, count: u32) -> Result<(), SpecError> {
 /// The restart policy a kind's pods get, or a refusal naming what to change.
 pub fn restart_policy_for(
     template: &Template,
-    kind: ResourceKind,
+    kind: ProviderApi,
 ) -> Result<&'static str, SpecError> {
     let asked = template.restart_policy;
     let name = |p: RestartPolicy| match p {
@@ -141,18 +142,18 @@ pub fn restart_policy_for(
         })
     };
     match (kind, asked) {
-        (ResourceKind::Pod, None) => Ok("Never"),
-        (ResourceKind::Pod, Some(p)) => Ok(name(p)),
-        (ResourceKind::Job, None | Some(RestartPolicy::Never)) => Ok("Never"),
-        (ResourceKind::Job, Some(_)) => refuse(
+        (ProviderApi::Pod, None) => Ok("Never"),
+        (ProviderApi::Pod, Some(p)) => Ok(name(p)),
+        (ProviderApi::Job, None | Some(RestartPolicy::Never)) => Ok("Never"),
+        (ProviderApi::Job, Some(_)) => refuse(
             "Never",
             "orb owns retries (backoffLimit 0), so remove restartPolicy or set it to Never",
         ),
         (
-            ResourceKind::Deployment | ResourceKind::StatefulSet,
+            ProviderApi::Deployment | ProviderApi::StatefulSet,
             None | Some(RestartPolicy::Always),
         ) => Ok("Always"),
-        (ResourceKind::Deployment | ResourceKind::StatefulSet, Some(_)) => refuse(
+        (ProviderApi::Deployment | ProviderApi::StatefulSet, Some(_)) => refuse(
             "Always",
             "controllers always restart their pods; remove restartPolicy, or use providerApi Pod or Job",
         ),
@@ -162,7 +163,7 @@ pub fn restart_policy_for(
 /// orb's labels merged over the template's `instanceTags` and `labels` (orb's keys win).
 pub fn object_labels(
     inputs: &SpecInputs<'_>,
-    kind: ResourceKind,
+    kind: ProviderApi,
     machine_id: Option<&str>,
 ) -> Result<BTreeMap<String, String>, SpecError> {
     let template = inputs.template;
@@ -195,7 +196,7 @@ pub fn object_labels(
 /// native path builds the request instead, and says so when a switch leaves it ignored.
 pub fn build_pod_template(
     inputs: &SpecInputs<'_>,
-    kind: ResourceKind,
+    kind: ProviderApi,
     labels: BTreeMap<String, String>,
 ) -> Result<PodTemplateSpec, SpecError> {
     let template = inputs.template;
@@ -248,7 +249,7 @@ pub fn build_pod_template(
 /// orb's container stays; `restartPolicy` cannot change).
 fn override_pod_spec(
     template: &Template,
-    kind: ResourceKind,
+    kind: ProviderApi,
     spec: PodSpec,
     overlay: &serde_json::Value,
 ) -> Result<PodSpec, SpecError> {

@@ -107,7 +107,7 @@ fn statefulset_and_service_snapshot() {
     );
     let cfg = config();
     let BuiltWorkload::StatefulSet(set, service) =
-        build_workload(&inputs(&t, &cfg, 3), ResourceKind::StatefulSet).unwrap()
+        build_workload(&inputs(&t, &cfg, 3), ProviderApi::StatefulSet).unwrap()
     else {
         panic!("expected a StatefulSet");
     };
@@ -210,33 +210,33 @@ fn default_pull_secret_applies_when_the_template_has_none() {
 }
 
 #[rstest]
-#[case::pod_default(ResourceKind::Pod, None, Ok("Never"))]
-#[case::pod_template(ResourceKind::Pod, Some(RestartPolicy::OnFailure), Ok("OnFailure"))]
-#[case::job_default(ResourceKind::Job, None, Ok("Never"))]
-#[case::job_never(ResourceKind::Job, Some(RestartPolicy::Never), Ok("Never"))]
+#[case::pod_default(ProviderApi::Pod, None, Ok("Never"))]
+#[case::pod_template(ProviderApi::Pod, Some(RestartPolicy::OnFailure), Ok("OnFailure"))]
+#[case::job_default(ProviderApi::Job, None, Ok("Never"))]
+#[case::job_never(ProviderApi::Job, Some(RestartPolicy::Never), Ok("Never"))]
 #[case::job_on_failure(
-    ResourceKind::Job,
+    ProviderApi::Job,
     Some(RestartPolicy::OnFailure),
     Err("Job pods must use \"Never\"")
 )]
 #[case::job_always(
-    ResourceKind::Job,
+    ProviderApi::Job,
     Some(RestartPolicy::Always),
     Err("Job pods must use \"Never\"")
 )]
-#[case::deployment_default(ResourceKind::Deployment, None, Ok("Always"))]
+#[case::deployment_default(ProviderApi::Deployment, None, Ok("Always"))]
 #[case::deployment_never(
-    ResourceKind::Deployment,
+    ProviderApi::Deployment,
     Some(RestartPolicy::Never),
     Err("Deployment pods must use \"Always\"")
 )]
 #[case::statefulset_on_failure(
-    ResourceKind::StatefulSet,
+    ProviderApi::StatefulSet,
     Some(RestartPolicy::OnFailure),
     Err("StatefulSet pods must use \"Always\"")
 )]
 fn restart_policy_rules(
-    #[case] kind: ResourceKind,
+    #[case] kind: ProviderApi,
     #[case] asked: Option<RestartPolicy>,
     #[case] expected: Result<&str, &str>,
 ) {

@@ -2,19 +2,19 @@
 //! template, rendered both ways, gives the same bodies for every kind (seed 002: the default
 //! template is the contract for what orb populates).
 
+use orb_core::ProviderApi;
 use orb_core::template::Template;
 use rstest::rstest;
 use serde_json::{Value, json};
 
 use super::{FinalBodyRequest, final_workload};
 use crate::config::K8sProviderConfig;
-use crate::naming::ResourceKind;
 use crate::native_spec::NativeSpecSwitches;
 
 const REQUEST: &str = "req-fe4cda5c-0194-44bc-981b-0a2b3c4d5e6f";
 
 /// A template setting every field the builders read (an empty `native_spec`: defaults only).
-fn template(api: ResourceKind, extra: Value) -> Template {
+fn template(api: ProviderApi, extra: Value) -> Template {
     let mut value = json!({
         "templateId": "parity",
         "providerApi": api.as_str(),
@@ -43,7 +43,7 @@ fn template(api: ResourceKind, extra: Value) -> Template {
         "subdomain": "grid",
         "native_spec": {}
     });
-    if api == ResourceKind::Job {
+    if api == ProviderApi::Job {
         value["ttlSecondsAfterFinished"] = json!(600);
         value["activeDeadlineSeconds"] = json!(3600);
     }
@@ -68,7 +68,7 @@ fn bodies(template: &Template, cfg: &K8sProviderConfig, native: bool) -> Vec<Val
         },
         config_dir: None,
     };
-    let kind = crate::provider::kind_of(template);
+    let kind = template.api();
     let built = final_workload(&request, kind).expect("both paths build");
     assert_eq!(
         built.path.as_str(),
@@ -78,16 +78,16 @@ fn bodies(template: &Template, cfg: &K8sProviderConfig, native: bool) -> Vec<Val
 }
 
 #[rstest]
-#[case::pod(ResourceKind::Pod, json!({}))]
-#[case::deployment(ResourceKind::Deployment, json!({}))]
-#[case::statefulset(ResourceKind::StatefulSet, json!({}))]
-#[case::job(ResourceKind::Job, json!({}))]
-#[case::machine_role_as_service_account(ResourceKind::Deployment, json!({"machine_role": "runner"}))]
-#[case::explicit_service_account(ResourceKind::StatefulSet, json!({"serviceAccountName": "orb-runner", "machine_role": "ignored"}))]
-#[case::statefulset_service_name(ResourceKind::StatefulSet, json!({"serviceName": "peers"}))]
-#[case::pod_restart_policy(ResourceKind::Pod, json!({"restartPolicy": "OnFailure"}))]
+#[case::pod(ProviderApi::Pod, json!({}))]
+#[case::deployment(ProviderApi::Deployment, json!({}))]
+#[case::statefulset(ProviderApi::StatefulSet, json!({}))]
+#[case::job(ProviderApi::Job, json!({}))]
+#[case::machine_role_as_service_account(ProviderApi::Deployment, json!({"machine_role": "runner"}))]
+#[case::explicit_service_account(ProviderApi::StatefulSet, json!({"serviceAccountName": "orb-runner", "machine_role": "ignored"}))]
+#[case::statefulset_service_name(ProviderApi::StatefulSet, json!({"serviceName": "peers"}))]
+#[case::pod_restart_policy(ProviderApi::Pod, json!({"restartPolicy": "OnFailure"}))]
 fn the_native_defaults_build_what_the_typed_builders_build(
-    #[case] api: ResourceKind,
+    #[case] api: ProviderApi,
     #[case] extra: Value,
 ) {
     let cfg = K8sProviderConfig {
@@ -105,7 +105,7 @@ fn the_native_defaults_build_what_the_typed_builders_build(
 
 #[test]
 fn a_minimal_template_builds_the_same_way_too() {
-    for api in ResourceKind::ALL {
+    for api in ProviderApi::ALL {
         let t = Template {
             template_id: "min".into(),
             provider_api: Some(orb_core::template::ProviderApi::ALL[api as usize]),

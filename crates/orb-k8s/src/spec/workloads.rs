@@ -7,11 +7,12 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, Statef
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use orb_core::ProviderApi;
 use serde_json::Value;
 
 use super::{SpecError, SpecInputs, build_pod_template, object_labels, pod_fields};
 use crate::labels::LabelKeys;
-use crate::naming::{ControllerKind, ResourceKind, controller_name, pod_names};
+use crate::naming::{ControllerKind, controller_name, pod_names};
 
 /// The objects one acquire creates, ready to send.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,12 +25,12 @@ pub enum BuiltWorkload {
 }
 
 impl BuiltWorkload {
-    pub fn kind(&self) -> ResourceKind {
+    pub fn kind(&self) -> ProviderApi {
         match self {
-            Self::Pods(_) => ResourceKind::Pod,
-            Self::Deployment(_) => ResourceKind::Deployment,
-            Self::StatefulSet(..) => ResourceKind::StatefulSet,
-            Self::Job(_) => ResourceKind::Job,
+            Self::Pods(_) => ProviderApi::Pod,
+            Self::Deployment(_) => ProviderApi::Deployment,
+            Self::StatefulSet(..) => ProviderApi::StatefulSet,
+            Self::Job(_) => ProviderApi::Job,
         }
     }
 }
@@ -37,17 +38,17 @@ impl BuiltWorkload {
 /// Builds the objects for `kind` (the template's `provider_api`).
 pub fn build_workload(
     inputs: &SpecInputs<'_>,
-    kind: ResourceKind,
+    kind: ProviderApi,
 ) -> Result<BuiltWorkload, SpecError> {
     Ok(match kind {
-        ResourceKind::Pod => BuiltWorkload::Pods(build_pods(inputs)?),
-        ResourceKind::Deployment => BuiltWorkload::Deployment(Box::new(build_deployment(inputs)?)),
-        ResourceKind::StatefulSet => {
+        ProviderApi::Pod => BuiltWorkload::Pods(build_pods(inputs)?),
+        ProviderApi::Deployment => BuiltWorkload::Deployment(Box::new(build_deployment(inputs)?)),
+        ProviderApi::StatefulSet => {
             let set = build_statefulset(inputs)?;
             let service = build_headless_service(inputs, &set)?;
             BuiltWorkload::StatefulSet(Box::new(set), Box::new(service))
         }
-        ResourceKind::Job => BuiltWorkload::Job(Box::new(build_job(inputs)?)),
+        ProviderApi::Job => BuiltWorkload::Job(Box::new(build_job(inputs)?)),
     })
 }
 
@@ -70,8 +71,8 @@ pub fn build_pods(inputs: &SpecInputs<'_>) -> Result<Vec<Pod>, SpecError> {
     names
         .iter()
         .map(|name| {
-            let labels = object_labels(inputs, ResourceKind::Pod, Some(name))?;
-            let template = build_pod_template(inputs, ResourceKind::Pod, labels.clone())?;
+            let labels = object_labels(inputs, ProviderApi::Pod, Some(name))?;
+            let template = build_pod_template(inputs, ProviderApi::Pod, labels.clone())?;
             let pod_meta = template.metadata.unwrap_or_default();
             Ok(Pod {
                 metadata: ObjectMeta {
@@ -89,7 +90,7 @@ pub fn build_pods(inputs: &SpecInputs<'_>) -> Result<Vec<Pod>, SpecError> {
         .collect()
 }
 
-fn selector(inputs: &SpecInputs<'_>, kind: ResourceKind) -> LabelSelector {
+fn selector(inputs: &SpecInputs<'_>, kind: ProviderApi) -> LabelSelector {
     LabelSelector {
         match_labels: Some(
             LabelKeys::new(&inputs.config.label_prefix)
@@ -101,7 +102,7 @@ fn selector(inputs: &SpecInputs<'_>, kind: ResourceKind) -> LabelSelector {
 
 /// One Deployment with `replicas = count`.
 pub fn build_deployment(inputs: &SpecInputs<'_>) -> Result<Deployment, SpecError> {
-    let kind = ResourceKind::Deployment;
+    let kind = ProviderApi::Deployment;
     let name = controller_name(
         &inputs.config.naming,
         ControllerKind::Deployment,
@@ -154,7 +155,7 @@ pub fn statefulset_service_name(inputs: &SpecInputs<'_>, set_name: &str) -> Stri
 /// One StatefulSet with `replicas = count`. Pods start in parallel (a grid host does not wait
 /// for its neighbours); scale-down still removes the highest ordinals first.
 pub fn build_statefulset(inputs: &SpecInputs<'_>) -> Result<StatefulSet, SpecError> {
-    let kind = ResourceKind::StatefulSet;
+    let kind = ProviderApi::StatefulSet;
     let name = controller_name(
         &inputs.config.naming,
         ControllerKind::StatefulSet,
@@ -181,7 +182,7 @@ pub fn build_headless_service(
     inputs: &SpecInputs<'_>,
     set: &StatefulSet,
 ) -> Result<Service, SpecError> {
-    let kind = ResourceKind::StatefulSet;
+    let kind = ProviderApi::StatefulSet;
     let service_name = set.spec.service_name.clone().unwrap_or_default();
     let labels = object_labels(inputs, kind, None)?;
     Ok(Service {
@@ -199,7 +200,7 @@ pub fn build_headless_service(
 /// One Job: `parallelism = completions = count`, `backoffLimit = 0`, pods `restartPolicy:
 /// Never`. orb decides about retries at the request level, never the Job controller.
 pub fn build_job(inputs: &SpecInputs<'_>) -> Result<Job, SpecError> {
-    let kind = ResourceKind::Job;
+    let kind = ProviderApi::Job;
     let template = inputs.template;
     for (field, value) in [
         ("completions", template.completions),

@@ -18,7 +18,10 @@ async fn deployment_release_of_m1_m2_out_of_5_removes_exactly_them() {
     let t = template("svc", Some(ProviderApi::Deployment));
     let (req, outcome) = acquire(&h, &t, 5).await;
     let name = outcome.resource_ids[0].clone();
-    assert_eq!(outcome.provider_data["deployment_name"], json!(name));
+    assert_eq!(
+        outcome.provider_data["controller"],
+        json!({"kind": "Deployment", "name": name})
+    );
     let report = wait_verdict(&h, &status_input(&req, &t, 5, &outcome), "fulfilled").await;
     let all = ids_with(&report, MachineStatus::Running);
     assert_eq!(all.len(), 5);

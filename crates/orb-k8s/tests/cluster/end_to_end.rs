@@ -43,7 +43,7 @@ async fn request_status_return(api: ProviderApi) {
         request_id: orb_core::ids::RequestId::new_return(),
         request_type: RequestType::Return,
         requested_count: 1,
-        provider_api: Some(api.as_str().into()),
+        provider_api: Some(api),
         provider_data: json!(null),
         template: Some(t.clone()),
         machines: vec![returned],

@@ -174,7 +174,7 @@ pub async fn return_machines(
             let apis: std::collections::BTreeSet<&'static str> = view
                 .machines
                 .iter()
-                .map(|m| handler_label(m.provider_api.as_deref()))
+                .map(|m| handler_label(m.provider_api.map(orb_core::ProviderApi::as_str)))
                 .collect();
             if apis.len() == 1 {
                 apis.into_iter().next().unwrap_or("unknown")
