@@ -48,14 +48,10 @@ pub(super) fn machine_from_observation(
         machine.launch_time = None;
     }
     machine.name = observation.name.clone();
-    // A failed machine whose pod then goes keeps why it failed: "gone" alone would hide it.
-    let failure = (machine.status == MachineStatus::Failed
-        && observation.status == MachineStatus::Terminated)
-        .then(|| machine.status_reason.clone())
-        .flatten();
+    let failure = carried_failure(&machine, observation.status);
     machine.status = observation.status;
     machine.status_reason = match (failure, &observation.status_reason) {
-        (Some(failed), Some(now)) => Some(format!("{failed}; then {now}")),
+        (Some(failed), Some(now)) => Some(format!("{failed}{THEN}{now}")),
         (Some(failed), None) => Some(failed),
         (None, now) => now.clone(),
     };
@@ -78,6 +74,31 @@ pub(super) fn machine_from_observation(
         machine.updated_at = now;
     }
     machine
+}
+
+/// Joins why a machine failed to what happened to it next.
+const THEN: &str = "; then ";
+
+/// Why `machine` failed, when its pod is now being deleted or gone (`next`): "pod is being
+/// deleted" or "gone" alone would hide it. The failure rides along through every later read of
+/// the shutdown (`<failure>; then <what is seen now>`), so a read that catches the pod while it
+/// terminates does not lose it either.
+fn carried_failure(machine: &Machine, next: MachineStatus) -> Option<String> {
+    let ending = matches!(
+        next,
+        MachineStatus::ShuttingDown | MachineStatus::Terminated
+    );
+    if !ending {
+        return None;
+    }
+    let reason = machine.status_reason.as_deref()?;
+    match machine.status {
+        MachineStatus::Failed => Some(reason.to_string()),
+        MachineStatus::ShuttingDown | MachineStatus::Terminated => reason
+            .split_once(THEN)
+            .map(|(failure, _)| failure.to_string()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +172,46 @@ mod tests {
             m.status_reason.as_deref(),
             Some("timed out: pending for more than 300s; then the pod no longer exists")
         );
+    }
+
+    #[test]
+    fn a_failed_machine_read_while_its_pod_terminates_still_says_why_it_failed_once_gone() {
+        let r = request();
+        let mut failed = MachineObservation::new("orb-x-1", MachineStatus::Failed);
+        failed.status_reason = Some("timed out: pending for more than 300s".into());
+        let mut m = machine_from_observation(&failed, &r, None, t(5));
+        let mut deleting = MachineObservation::new("orb-x-1", MachineStatus::ShuttingDown);
+        deleting.status_reason = Some("pod is being deleted".into());
+        // Two reads catch the pod terminating, then one finds it gone.
+        for at in [7, 8] {
+            m = machine_from_observation(&deleting, &r, Some(&m), t(at));
+            assert_eq!(m.status, MachineStatus::ShuttingDown);
+            assert_eq!(
+                m.status_reason.as_deref(),
+                Some("timed out: pending for more than 300s; then pod is being deleted")
+            );
+        }
+        let mut gone = MachineObservation::new("orb-x-1", MachineStatus::Terminated);
+        gone.status_reason = Some("the pod no longer exists".into());
+        m = machine_from_observation(&gone, &r, Some(&m), t(9));
+        let m = machine_from_observation(&gone, &r, Some(&m), t(10));
+        assert_eq!(m.status, MachineStatus::Terminated);
+        assert_eq!(
+            m.status_reason.as_deref(),
+            Some("timed out: pending for more than 300s; then the pod no longer exists")
+        );
+    }
+
+    #[test]
+    fn a_machine_returned_without_failing_reads_only_what_is_seen_now() {
+        let r = request();
+        let mut deleting = MachineObservation::new("orb-x-2", MachineStatus::ShuttingDown);
+        deleting.status_reason = Some("pod is being deleted".into());
+        let m = machine_from_observation(&deleting, &r, None, t(5));
+        let mut gone = MachineObservation::new("orb-x-2", MachineStatus::Terminated);
+        gone.status_reason = Some("the pod no longer exists".into());
+        let m = machine_from_observation(&gone, &r, Some(&m), t(9));
+        assert_eq!(m.status_reason.as_deref(), Some("the pod no longer exists"));
     }
 
     #[test]

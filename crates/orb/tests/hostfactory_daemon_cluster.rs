@@ -112,12 +112,22 @@ impl Setup {
     }
 
     async fn wait_until(&self, what: &str, id: &str, socket: &Path, done: fn(&Value) -> bool) {
+        self.wait_until_via(what, id, Route::Daemon(socket), done)
+            .await;
+    }
+
+    /// Polls `getRequestStatus.sh` for `id` through `route` until `done` holds.
+    async fn wait_until_via(
+        &self,
+        what: &str,
+        id: &str,
+        route: Route<'_>,
+        done: fn(&Value) -> bool,
+    ) {
         let input = json!({"requests": [{"requestId": id}]});
         wait_for(what, Duration::from_secs(60), || async {
-            let entry = self
-                .script("getRequestStatus.sh", &input, Route::Daemon(socket))
-                .json()["requests"][0]
-                .clone();
+            let entry =
+                self.script("getRequestStatus.sh", &input, route).json()["requests"][0].clone();
             if done(&entry) {
                 Check::Done(())
             } else {
@@ -321,6 +331,13 @@ async fn a_daemon_that_does_not_answer_is_skipped_with_a_note_and_the_same_stdou
     let request = json!({"template": {"templateId": "pod-worker", "machineCount": 1}});
     let submitted = setup.script("requestMachines.sh", &request, Route::Direct);
     let id = submitted_id(&submitted);
+    // The three reads below must see the same cluster: a pod turning Ready between them would
+    // change stdout for a reason that has nothing to do with the daemon being skipped.
+    setup
+        .wait_until_via("the request to complete", &id, Route::Direct, |e| {
+            e["status"] == "complete"
+        })
+        .await;
     let status_input = json!({"requests": [{"requestId": id}]});
     let direct = setup.script("getRequestStatus.sh", &status_input, Route::Direct);
 
