@@ -9,6 +9,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 source scripts/lib/prereqs.sh
 source scripts/lib/postgres.sh
+source scripts/lib/pyclients.sh
 t0=$(date +%s)
 state="$repo/.state"
 # Its own control plane (state dir and ports), so a developer's `cp up` cluster keeps running.
@@ -71,6 +72,10 @@ cargo test --workspace --locked --no-run 2>&1 | tail -n 3 >&2
 echo "--- control plane binaries and helm (built in the background)" >&2
 finish_job cluster_binaries
 export ORB_HELM="$(tail -n 1 "$build_logs/cluster_binaries.log")"
+echo "--- the Python venv of the ecosystem's clients (MCP SDK, generated REST client)" >&2
+# Assigned apart from the export, so a venv that cannot be built stops the suite here.
+ORB_TEST_PYTHON="$(py_clients_venv)"
+export ORB_TEST_PYTHON
 echo "--- starting PostgreSQL" >&2
 export ORB_TEST_POSTGRES_URL="$(pg_start "$pg_dir" 55432)"
 export ORB_REQUIRE_POSTGRES=1
@@ -84,6 +89,9 @@ echo "builds done in $(( $(date +%s) - t_builds )) s; images in $ORB_IMAGES_DIR"
 echo "time from start to first test: $(( $(date +%s) - t0 )) s" >&2
 echo "--- tests" >&2
 # Cluster tests share one small control plane: keep parallelism low (one namespace per test).
+# Each crate's cluster tests are one binary (tests/cluster), so they run side by side; a test
+# that would disturb the others (watch_cache_apiserver_restart restarts the apiserver) is a
+# binary of its own, and cargo runs binaries one after another (docs/tests.md).
 # They (and the helm chart tests) are #[ignore]d so plain `cargo test` passes without a cluster;
 # here every service is up, so --include-ignored runs them with the rest.
 cargo test --workspace --locked --no-fail-fast -- --include-ignored --test-threads="${ORB_TEST_THREADS:-4}"

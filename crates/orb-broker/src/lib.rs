@@ -8,8 +8,10 @@
 mod acquire;
 mod cancel;
 pub mod catalog;
+mod chores;
 mod lookup;
 mod observe;
+pub mod purge;
 mod queries;
 mod reclaim;
 mod release;
@@ -131,6 +133,15 @@ pub enum BrokerError {
     UnknownMachines(String),
     #[error("{0}")]
     NotAllowed(String),
+    #[error(
+        "no machine has the id or host name {0:?}; `orb machines list` shows the machines orb has a record of"
+    )]
+    UnknownMachine(String),
+    /// A purge found something that still needs the record; the text says what and the fix.
+    #[error("{0}")]
+    PurgeRefused(String),
+    #[error("{0}")]
+    InvalidCleanup(String),
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
     #[error(transparent)]

@@ -105,25 +105,18 @@ fn carried_failure(machine: &Machine, next: MachineStatus) -> Option<String> {
 mod tests {
     use super::*;
     use orb_core::ProviderApi;
-    use orb_core::ids::RequestId;
     use orb_core::request::RequestType;
+    use orb_core::test_support;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + s).unwrap()
     }
 
     fn request() -> Request {
-        let mut r = Request::new(
-            RequestId::new_acquire(),
-            RequestType::Acquire,
-            Some("worker".into()),
-            "kube",
-            "k8s",
-            1,
-            t(0),
-        );
-        r.provider_api = Some(ProviderApi::Pod);
-        r
+        test_support::request(RequestType::Acquire)
+            .created(t(0))
+            .kind(ProviderApi::Pod)
+            .build()
     }
 
     #[test]

@@ -172,6 +172,7 @@ impl Broker {
 mod tests {
     use super::*;
     use orb_core::request::RequestStatus;
+    use orb_core::test_support;
     use rstest::rstest;
 
     #[rstest]
@@ -186,19 +187,14 @@ mod tests {
         #[case] machines: usize,
         #[case] expected: bool,
     ) {
-        let mut r = Request::new(
-            RequestId::new_acquire(),
-            RequestType::Acquire,
-            Some("t".into()),
-            "k",
-            "k8s",
-            1,
-            Timestamp::from_second(1_767_225_600).unwrap(),
-        );
-        r.status = status;
+        let mut r = test_support::request(RequestType::Acquire)
+            .template("t")
+            .provider("k", "k8s")
+            .status(status);
         if !no_data {
-            r.provider_data = serde_json::json!({"namespace": "batch"});
+            r = r.provider_data(serde_json::json!({"namespace": "batch"}));
         }
+        let r = r.build();
         assert_eq!(is_unrecorded_acquire(&r, machines), expected);
     }
 }

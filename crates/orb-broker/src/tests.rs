@@ -9,6 +9,7 @@ use orb_core::machine::MachineStatus;
 use orb_core::provider::{MachineFailure, ProviderError, ReclaimNotice};
 use orb_core::request::{RequestStatus, RequestType};
 use orb_core::template::wire::template_from_value;
+use orb_core::test_support;
 use orb_store::{RequestFilter, Store};
 use rstest::rstest;
 use serde_json::json;
@@ -388,17 +389,11 @@ async fn an_acquire_cut_off_by_the_cluster_is_resumed_by_the_next_status_read() 
 #[tokio::test]
 async fn an_acquire_still_being_created_elsewhere_is_left_to_its_creator() {
     let f = fixture().await;
-    let mut request = orb_core::request::Request::new(
-        RequestId::new_acquire(),
-        RequestType::Acquire,
-        Some("worker".into()),
-        "kube",
-        "k8s",
-        1,
-        (f.broker.clock)(),
-    );
-    request.status = RequestStatus::InProgress;
-    request.deadline_at = Some((f.broker.clock)());
+    let mut request = test_support::request(RequestType::Acquire)
+        .created((f.broker.clock)())
+        .status(RequestStatus::InProgress)
+        .deadline((f.broker.clock)())
+        .build();
     f.broker
         .store
         .insert_request(&mut request, &mut [])
@@ -500,16 +495,11 @@ async fn a_template_the_provider_refuses_up_front_leaves_no_request_behind() {
 #[tokio::test]
 async fn an_unfinished_acquire_reserves_its_count_against_max_number() {
     let f = fixture().await;
-    let mut pending = orb_core::request::Request::new(
-        RequestId::new_acquire(),
-        RequestType::Acquire,
-        Some("worker".into()),
-        "kube",
-        "k8s",
-        3,
-        (f.broker.clock)(),
-    );
-    pending.status = RequestStatus::InProgress;
+    let mut pending = test_support::request(RequestType::Acquire)
+        .count(3)
+        .created((f.broker.clock)())
+        .status(RequestStatus::InProgress)
+        .build();
     f.broker
         .store
         .insert_request(&mut pending, &mut [])
@@ -1472,4 +1462,91 @@ fn provider_errors_keep_their_kind_up_to_the_doors(
     #[case] class: ErrorClass,
 ) {
     assert_eq!(BrokerError::Provider(err).class(), class);
+}
+
+/// The life of a machine to its purge: refused while it runs and while its return is under
+/// way, allowed once the return has finished; the requests go afterwards, by purge or by a
+/// cleanup that measures age on the broker's clock.
+#[tokio::test]
+async fn records_can_be_purged_once_nothing_needs_them() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("worker", 1).await.unwrap();
+    let acquire_id = acquire.request.request_id.clone();
+    let id = acquire.machines[0].machine_id.clone();
+    let refused = f.broker.purge_request(&acquire_id).await.unwrap_err();
+    assert!(
+        matches!(&refused, BrokerError::PurgeRefused(t) if t.contains("still in_progress") && t.contains("cancel it")),
+        "{refused}"
+    );
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Fulfilled,
+        &[(&id, MachineStatus::Running)],
+    )));
+    f.broker.refresh(&acquire_id).await.unwrap();
+    let refused = f.broker.purge_machine(&id).await.unwrap_err();
+    assert!(refused.to_string().contains("return it first"), "{refused}");
+    let ret = f
+        .broker
+        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert!(
+        f.broker
+            .purge_request(&ret.request.request_id)
+            .await
+            .is_err()
+    );
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Fulfilled,
+        &[(&id, MachineStatus::Terminated)],
+    )));
+    let done = f
+        .broker
+        .refresh(&ret.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.request.status, RequestStatus::Complete);
+
+    let purged = f.broker.purge_machine(&id).await.unwrap();
+    assert_eq!(purged.machine_id, id);
+    assert!(matches!(
+        f.broker.purge_machine(&id).await.unwrap_err(),
+        BrokerError::UnknownMachine(_)
+    ));
+    assert!(
+        f.broker
+            .stored_view(&acquire_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .machines
+            .is_empty()
+    );
+
+    // Too young for a day-old cutoff; a dry run an hour later counts both, the real run
+    // removes both.
+    let ask = |secs, dry_run| purge::CleanupAsk {
+        older_than: jiff::SignedDuration::from_secs(secs),
+        statuses: vec![],
+        dry_run,
+    };
+    let none = f.broker.cleanup(&ask(86_400, false)).await.unwrap();
+    assert!(none.removed.request_ids.is_empty(), "{none:?}");
+    f.advance(3_600);
+    let dry = f.broker.cleanup(&ask(60, true)).await.unwrap();
+    assert_eq!(dry.removed.request_ids.len(), 2, "{dry:?}");
+    assert_eq!(f.stored_requests().await, 2, "a dry run removes nothing");
+    let real = f.broker.cleanup(&ask(60, false)).await.unwrap();
+    assert_eq!(real.removed, dry.removed);
+    assert_eq!(f.stored_requests().await, 0);
+
+    let bad = purge::CleanupAsk {
+        statuses: vec![RequestStatus::Acquiring],
+        ..ask(60, false)
+    };
+    assert!(matches!(
+        f.broker.cleanup(&bad).await.unwrap_err(),
+        BrokerError::InvalidCleanup(t) if t.contains("acquiring is not finished")
+    ));
 }

@@ -4,11 +4,40 @@
 //! migrated data) are still accepted as opaque strings so stored requests always stay readable.
 
 use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::request::RequestType;
+/// What a request does: acquire machines or return them. The id's prefix says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestType {
+    Acquire,
+    Return,
+}
+
+impl RequestType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Acquire => "acquire",
+            Self::Return => "return",
+        }
+    }
+}
+
+impl FromStr for RequestType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "acquire" => Ok(Self::Acquire),
+            "return" => Ok(Self::Return),
+            other => Err(format!(
+                "unknown request type {other:?}; expected acquire or return"
+            )),
+        }
+    }
+}
 
 /// An acquire or return request id. Construct with [`RequestId::new_acquire`],
 /// [`RequestId::new_return`] or [`RequestId::parse`].

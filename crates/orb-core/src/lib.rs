@@ -16,6 +16,9 @@ pub mod provider;
 pub mod quantity;
 pub mod request;
 pub mod template;
+/// Request and machine builders for tests; see the `test-support` feature.
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 pub use ids::{RequestId, RequestIdError};
 pub use lifecycle::{LifecycleError, LifecycleEvent, Verdict};

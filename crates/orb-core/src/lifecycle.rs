@@ -253,7 +253,7 @@ fn move_to(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::RequestId;
+    use crate::test_support;
     use RequestStatus::*;
     use rstest::rstest;
 
@@ -262,17 +262,16 @@ mod tests {
     }
 
     fn request(kind: RequestType, status: RequestStatus, wanted: u32) -> Request {
-        let id = match kind {
-            RequestType::Acquire => RequestId::new_acquire(),
-            RequestType::Return => RequestId::new_return(),
-        };
-        let mut r = Request::new(id, kind, Some("tpl".into()), "k8s", "k8s", wanted, t(0));
-        r.status = status;
+        let mut r = test_support::request(kind)
+            .template("tpl")
+            .provider("k8s", "k8s")
+            .count(wanted)
+            .created(t(0))
+            .status(status);
         if status != Pending {
-            r.started_at = Some(t(0));
-            r.deadline_at = Some(t(300));
+            r = r.started(t(0)).deadline(t(300));
         }
-        r
+        r.build()
     }
 
     fn verdict(v: Verdict, fulfilled: u32) -> LifecycleEvent {

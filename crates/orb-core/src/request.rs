@@ -7,36 +7,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::RequestId;
+pub use crate::ids::RequestType;
 use crate::template::ProviderApi;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequestType {
-    Acquire,
-    Return,
-}
-
-impl RequestType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Acquire => "acquire",
-            Self::Return => "return",
-        }
-    }
-}
-
-impl FromStr for RequestType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "acquire" => Ok(Self::Acquire),
-            "return" => Ok(Self::Return),
-            other => Err(format!(
-                "unknown request type {other:?}; expected acquire or return"
-            )),
-        }
-    }
-}
 
 /// Where a request stands. Terminal: complete, partial, failed, cancelled, timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

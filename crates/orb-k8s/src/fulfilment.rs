@@ -399,5 +399,4 @@ pub fn decide_return(machines: &[MachineObservation]) -> StatusDecision {
 }
 
 #[cfg(test)]
-#[path = "fulfilment_tests.rs"]
 mod tests;

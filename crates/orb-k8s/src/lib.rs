@@ -21,6 +21,10 @@ pub mod resilience;
 pub mod spec;
 pub mod status;
 pub mod status_cache;
+/// A pod builder and the apiserver stand-in that records a handler's calls; see the
+/// `test-support` feature.
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 pub mod validation;
 
 pub use error::K8sError;

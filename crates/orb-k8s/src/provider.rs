@@ -663,5 +663,4 @@ impl Provider for K8sProvider {
 }
 
 #[cfg(test)]
-#[path = "provider_tests.rs"]
 mod tests;

@@ -34,6 +34,20 @@ fn report(decision: StatusDecision, machines: Vec<MachineObservation>) -> Status
     }
 }
 
+/// A status read the cluster kept from finishing: the request stays where it is and the next
+/// read asks again. A cluster that did not answer is said so in those words, whatever the
+/// transport error, so a poller sees the same message for every outage.
+fn unread(error: &K8sError) -> StatusReport {
+    keep_polling(if error.is_transient() {
+        format!(
+            "the cluster did not answer while reading the machines' state ({error}); the next \
+             status read asks again"
+        )
+    } else {
+        format!("{error}; the next status read tries again")
+    })
+}
+
 fn keep_polling(message: String) -> StatusReport {
     StatusReport {
         verdict: Verdict::InProgress,
@@ -156,7 +170,7 @@ impl K8sProvider {
         let expected = expected_pods(&input, &record);
         let pods = match self.live_pods(client, &record, &expected).await {
             Ok(pods) => pods,
-            Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
+            Err(e) => return Ok(unread(&e)),
         };
         let controller = match self
             .guarded(
@@ -166,7 +180,7 @@ impl K8sProvider {
             .await
         {
             Ok(state) => state,
-            Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
+            Err(e) => return Ok(unread(&e)),
         };
         let resource_id = record.controller_name().map(str::to_string);
         let policy = PodTimeoutPolicy {
@@ -293,7 +307,7 @@ impl K8sProvider {
                 .collect();
             let pods = match self.live_pods(client, &record, &expected).await {
                 Ok(pods) => pods,
-                Err(e) => return Ok(keep_polling(format!("{e}; will retry"))),
+                Err(e) => return Ok(unread(&e)),
             };
             let by_name: std::collections::HashMap<&str, &k8s_openapi::api::core::v1::Pod> = pods
                 .iter()

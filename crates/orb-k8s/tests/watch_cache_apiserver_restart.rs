@@ -1,10 +1,12 @@
 //! The pod watch cache across a kube-apiserver restart: the watch breaks, the loop resumes,
 //! and afterwards status read from the cache equals status read with LIST.
 //!
-//! This binary holds one test because it restarts the shared apiserver (with
+//! This binary holds one test and must stay out of `tests/cluster` (the binary every other
+//! orb-k8s cluster test shares): it restarts the shared apiserver (with
 //! `tools/control-plane/cp restart kube-apiserver`, the control plane named by
-//! `ORB_CP_STATE_DIR` / `ORB_CP_PORT_OFFSET`); cargo runs test binaries one at a time, so
-//! no other test sees the outage.
+//! `ORB_CP_STATE_DIR` / `ORB_CP_PORT_OFFSET`), and tests in one binary run at the same time.
+//! Cargo runs test binaries one after another, so as a binary of its own no other test sees
+//! the outage.
 
 #[allow(dead_code)]
 #[path = "cluster/common.rs"]

@@ -17,9 +17,11 @@
 mod claims;
 mod codec;
 mod error;
+mod events;
 mod limits;
 mod machines;
 mod migrate;
+mod purge;
 mod requests;
 
 use std::path::Path;
@@ -30,8 +32,13 @@ use sqlx::any::AnyPoolOptions;
 
 pub use claims::Claim;
 pub use error::StoreError;
+pub use events::{EventFilter, EventKind, MAX_EVENTS_PER_READ, RequestEvent};
 pub use limits::{TemplateLimit, TemplateUsage};
 pub use machines::MachineFilter;
+pub use purge::{
+    CleanupFilter, CleanupReport, PurgeBlocker, PurgeOutcome, Purged, RelatedStatuses,
+    machine_blockers, request_blockers,
+};
 pub use requests::RequestFilter;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -95,7 +102,7 @@ impl Store {
                 .await
                 .map_err(StoreError::db("enable SQLite WAL journal"))?;
         }
-        migrate::run(&pool).await?;
+        migrate::run(&pool, backend).await?;
         Ok(Self {
             pool,
             backend,

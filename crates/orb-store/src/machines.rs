@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Transaction};
 use crate::codec::{RowReader, micros, opt_micros, to_json};
 use crate::{Backend, Result, Store, StoreError};
 
-const MACHINE_COLUMNS: &str = "machine_id, name, request_id, return_request_id, template_id, \
+pub(crate) const MACHINE_COLUMNS: &str = "machine_id, name, request_id, return_request_id, template_id, \
     provider_name, provider_api, resource_id, uid, status, status_reason, private_ip, public_ip, \
     launch_time, instance_type, price_type, tags, provider_data, created_at, updated_at, version";
 
@@ -158,7 +158,7 @@ impl MachineColumns {
     }
 }
 
-fn decode(row: &AnyRow) -> Result<Machine> {
+pub(crate) fn decode(row: &AnyRow) -> Result<Machine> {
     MachineColumns::from_row(row)?.into_machine()
 }
 

@@ -6,20 +6,37 @@ use sqlx::AnyPool;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 
-use crate::StoreError;
+use crate::{Backend, StoreError};
 
-fn migrator() -> Migrator {
-    Migrator::with_migrations(vec![Migration::new(
-        1,
-        Cow::Borrowed("requests and machines"),
+fn migration(version: i64, description: &'static str, sql: &'static str) -> Migration {
+    Migration::new(
+        version,
+        Cow::Borrowed(description),
         MigrationType::Simple,
-        include_str!("../migrations/0001_requests_and_machines.sql").into_sql_str(),
+        sql.into_sql_str(),
         false,
-    )])
+    )
 }
 
-pub(crate) async fn run(pool: &AnyPool) -> Result<(), StoreError> {
-    let migrator = migrator();
+/// The migrations for `backend`: portable SQL where it can be, else one text per backend (an
+/// auto-numbered column is spelt differently).
+fn migrator(backend: Backend) -> Migrator {
+    let events = match backend {
+        Backend::Sqlite => include_str!("../migrations/0002_request_events.sqlite.sql"),
+        Backend::Postgres => include_str!("../migrations/0002_request_events.postgres.sql"),
+    };
+    Migrator::with_migrations(vec![
+        migration(
+            1,
+            "requests and machines",
+            include_str!("../migrations/0001_requests_and_machines.sql"),
+        ),
+        migration(2, "request events", events),
+    ])
+}
+
+pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
+    let migrator = migrator(backend);
     match migrator.run(pool).await {
         Ok(()) => Ok(()),
         // Two processes opening a fresh SQLite file race to apply the same migration; the

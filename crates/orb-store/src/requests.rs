@@ -8,10 +8,11 @@ use sqlx::any::{Any, AnyRow};
 use sqlx::{AssertSqlSafe, Transaction};
 
 use crate::codec::{RowReader, micros, opt_micros, to_json};
+use crate::events;
 use crate::machines::write_machines;
 use crate::{Result, Store, StoreError};
 
-const REQUEST_COLUMNS: &str = "request_id, request_type, template_id, provider_name, provider_type, \
+pub(crate) const REQUEST_COLUMNS: &str = "request_id, request_type, template_id, provider_name, provider_type, \
     provider_api, status, status_message, requested_count, fulfilled_count, failed_count, \
     machine_ids, unknown_machines, resource_ids, provider_data, created_at, started_at, \
     deadline_at, completed_at, last_transition_at, version";
@@ -25,7 +26,7 @@ pub struct RequestFilter {
     pub limit: Option<u32>,
 }
 
-fn decode(row: &AnyRow) -> Result<Request> {
+pub(crate) fn decode(row: &AnyRow) -> Result<Request> {
     let r = RowReader::new(row, "request", "request_id");
     let id = r.text("request_id")?;
     Ok(Request {
@@ -91,7 +92,8 @@ pub(crate) async fn insert_row(tx: &mut Transaction<'_, Any>, request: &Request)
             request.request_id.to_string(),
             "insert a request",
         ))?;
-    Ok(())
+    // Every way in (a plain insert, a limited acquire) starts the request's history.
+    events::record_created(tx, request).await
 }
 
 async fn update_row(tx: &mut Transaction<'_, Any>, request: &Request) -> Result<()> {
@@ -175,7 +177,10 @@ impl Store {
             .map_err(StoreError::db("begin a transaction"))?;
         match row {
             RowWrite::Insert => insert_row(&mut tx, request).await?,
-            RowWrite::Update => update_row(&mut tx, request).await?,
+            RowWrite::Update => {
+                events::record_change(&mut tx, request).await?;
+                update_row(&mut tx, request).await?;
+            }
         }
         write_machines(&mut tx, machines).await?;
         tx.commit().await.map_err(StoreError::db(match row {

@@ -3,6 +3,8 @@
 //! once its holder lets go. On SQLite always, on PostgreSQL when `ORB_TEST_POSTGRES_URL` names
 //! a server. That a killed holder lets go is shown by the kill tests of the orb crate.
 
+mod support;
+
 use orb_core::ids::RequestId;
 use orb_store::Store;
 
@@ -45,12 +47,7 @@ async fn claims_on_sqlite() {
 
 #[tokio::test]
 async fn claims_on_postgres() {
-    let Ok(url) = std::env::var("ORB_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var_os("ORB_REQUIRE_POSTGRES").is_none(),
-            "ORB_REQUIRE_POSTGRES is set but ORB_TEST_POSTGRES_URL is not"
-        );
-        eprintln!("skipped: ORB_TEST_POSTGRES_URL unset");
+    let Some(url) = support::postgres_url() else {
         return;
     };
     let a = Store::open(&url).await.unwrap();

@@ -3,51 +3,33 @@
 //! have) on one database; exactly twelve are stored. On SQLite always, on PostgreSQL when
 //! `ORB_TEST_POSTGRES_URL` names a server.
 
+mod support;
+
 use jiff::Timestamp;
 use orb_core::ProviderApi;
-use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_core::test_support;
 use orb_store::{RequestFilter, Store, StoreError, TemplateLimit};
 
 fn acquire(template: &str, count: u32) -> Request {
-    let mut r = Request::new(
-        RequestId::new_acquire(),
-        RequestType::Acquire,
-        Some(template.into()),
-        "kubernetes",
-        "k8s",
-        count,
-        Timestamp::now(),
-    );
-    r.status = RequestStatus::InProgress;
-    r
+    test_support::request(RequestType::Acquire)
+        .template(template)
+        .provider("kubernetes", "k8s")
+        .count(count)
+        .created(Timestamp::now())
+        .status(RequestStatus::InProgress)
+        .build()
 }
 
 fn machine(request: &Request, id: &str) -> Machine {
-    Machine {
-        machine_id: id.into(),
-        name: id.into(),
-        request_id: request.request_id.clone(),
-        return_request_id: None,
-        template_id: request.template_id.clone().unwrap(),
-        provider_name: "kubernetes".into(),
-        provider_api: Some(ProviderApi::Pod),
-        resource_id: None,
-        uid: None,
-        status: MachineStatus::Pending,
-        status_reason: None,
-        private_ip: None,
-        public_ip: None,
-        launch_time: None,
-        instance_type: None,
-        price_type: None,
-        tags: Default::default(),
-        provider_data: serde_json::Value::Null,
-        created_at: Timestamp::now(),
-        updated_at: Timestamp::now(),
-        version: 0,
-    }
+    test_support::machine(id)
+        .of(request)
+        .kind(ProviderApi::Pod)
+        .status(MachineStatus::Pending)
+        .created(Timestamp::now())
+        .updated(Timestamp::now())
+        .build()
 }
 
 async fn race(open: impl Fn() -> futures::future::BoxFuture<'static, Store>) {
@@ -117,12 +99,7 @@ async fn concurrent_acquires_never_exceed_max_number_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_acquires_never_exceed_max_number_on_postgres() {
-    let Ok(url) = std::env::var("ORB_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var_os("ORB_REQUIRE_POSTGRES").is_none(),
-            "ORB_REQUIRE_POSTGRES is set but ORB_TEST_POSTGRES_URL is not"
-        );
-        eprintln!("skipped: ORB_TEST_POSTGRES_URL unset");
+    let Some(url) = support::postgres_url() else {
         return;
     };
     race(move || {

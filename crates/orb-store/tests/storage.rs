@@ -4,17 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
-use orb_store::{MachineFilter, RequestFilter, Store, StoreError};
+use orb_core::test_support::{self, at};
+use orb_store::{EventFilter, EventKind, MachineFilter, RequestFilter, Store, StoreError};
 use serde_json::json;
-
-fn at(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_767_225_600 + secs).unwrap()
-}
 
 fn unique(prefix: &str) -> String {
     format!(
@@ -24,44 +20,30 @@ fn unique(prefix: &str) -> String {
 }
 
 fn acquire(template: &str, created: i64) -> Request {
-    let mut r = Request::new(
-        RequestId::new_acquire(),
-        RequestType::Acquire,
-        Some(template.into()),
-        "kubernetes",
-        "k8s",
-        2,
-        at(created),
-    );
-    r.provider_api = Some(ProviderApi::Pod);
-    r.provider_data = json!({"namespace": "batch", "pod_names": ["a", "b"]});
-    r
+    test_support::request(RequestType::Acquire)
+        .template(template)
+        .provider("kubernetes", "k8s")
+        .count(2)
+        .created(at(created))
+        .kind(ProviderApi::Pod)
+        .provider_data(json!({"namespace": "batch", "pod_names": ["a", "b"]}))
+        .build()
 }
 
 fn machine(request: &Request, name: &str, status: MachineStatus) -> Machine {
-    Machine {
-        machine_id: name.into(),
-        name: name.into(),
-        request_id: request.request_id.clone(),
-        return_request_id: None,
-        template_id: request.template_id.clone().unwrap(),
-        provider_name: "kubernetes".into(),
-        provider_api: Some(ProviderApi::Pod),
-        resource_id: Some(name.into()),
-        uid: Some(unique("uid")),
-        status,
-        status_reason: None,
-        private_ip: Some("10.1.2.3".into()),
-        public_ip: None,
-        launch_time: Some(at(5)),
-        instance_type: Some("k8s/Pod".into()),
-        price_type: None,
-        tags: BTreeMap::from([("team".into(), "hpc".into())]),
-        provider_data: json!({"node": "n1"}),
-        created_at: at(1),
-        updated_at: at(2),
-        version: 0,
-    }
+    test_support::machine(name)
+        .of(request)
+        .resource(name)
+        .uid(&unique("uid"))
+        .status(status)
+        .ip("10.1.2.3")
+        .launched(at(5))
+        .instance_type("k8s/Pod")
+        .tag("team", "hpc")
+        .provider_data(json!({"node": "n1"}))
+        .created(at(1))
+        .updated(at(2))
+        .build()
 }
 
 async fn round_trip(store: &Store) {
@@ -243,16 +225,12 @@ async fn lookups_and_filters(store: &Store) {
         .await
         .unwrap();
     store.insert_request(&mut newer, &mut []).await.unwrap();
-    let mut ret = Request::new(
-        RequestId::new_return(),
-        RequestType::Return,
-        None,
-        "kubernetes",
-        "k8s",
-        1,
-        at(30),
-    );
-    ret.machine_ids = vec![live.clone()];
+    let mut ret = test_support::request(RequestType::Return)
+        .no_template()
+        .provider("kubernetes", "k8s")
+        .created(at(30))
+        .machine_ids([live.clone()])
+        .build();
     machines[0].return_request_id = Some(ret.request_id.clone());
     let mut touched = vec![machines[0].clone()];
     store.insert_request(&mut ret, &mut touched).await.unwrap();
@@ -428,8 +406,112 @@ async fn awkward_values_survive_a_list_read(store: &Store) {
     assert!(none.is_empty(), "no match is an empty list, not an error");
 }
 
+/// The history: one event at insert, one per status change written with it, none for a write
+/// that keeps the status or that conflicts; the broker-wide read filters by number, time and
+/// type.
+async fn each_status_change_is_one_event_of_the_history(store: &Store) {
+    let mut request = acquire(&unique("tpl"), 10);
+    request.last_transition_at = at(10);
+    store.insert_request(&mut request, &mut []).await.unwrap();
+    let created = store.request_events(&request.request_id).await.unwrap();
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!(created[0].kind, EventKind::Created);
+    assert_eq!(created[0].status, RequestStatus::Pending);
+    assert_eq!(created[0].previous_status, None);
+    assert_eq!(created[0].at, at(10));
+
+    let mut stale = request.clone();
+    request.status = RequestStatus::InProgress;
+    request.status_message = Some("creating 2 pods".into());
+    request.last_transition_at = at(11);
+    store.update_request(&mut request, &mut []).await.unwrap();
+    // The same status again (a count or message changes): no event.
+    request.fulfilled_count = 1;
+    request.status_message = Some("1 of 2 running".into());
+    store.update_request(&mut request, &mut []).await.unwrap();
+    // A write that lost the race writes no event either.
+    stale.status = RequestStatus::Cancelled;
+    assert!(store.update_request(&mut stale, &mut []).await.is_err());
+    request.status = RequestStatus::Complete;
+    request.status_message = None;
+    request.last_transition_at = at(12);
+    store.update_request(&mut request, &mut []).await.unwrap();
+
+    let history = store.request_events(&request.request_id).await.unwrap();
+    let steps: Vec<(EventKind, RequestStatus, Option<RequestStatus>)> = history
+        .iter()
+        .map(|e| (e.kind, e.status, e.previous_status))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (EventKind::Created, RequestStatus::Pending, None),
+            (
+                EventKind::StatusChanged,
+                RequestStatus::InProgress,
+                Some(RequestStatus::Pending)
+            ),
+            (
+                EventKind::StatusChanged,
+                RequestStatus::Complete,
+                Some(RequestStatus::InProgress)
+            ),
+        ]
+    );
+    assert_eq!(history[1].message.as_deref(), Some("creating 2 pods"));
+    assert_eq!(history[1].at, at(11));
+    assert!(history.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert!(store.last_event_seq().await.unwrap() >= history[2].seq);
+
+    // Broker-wide: after a number, since a time, of one type.
+    let after = store
+        .events(&EventFilter {
+            after_seq: Some(history[0].seq),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mine: Vec<i64> = after
+        .iter()
+        .filter(|e| e.request_id == request.request_id)
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(mine, [history[1].seq, history[2].seq]);
+    let changes = store
+        .events(&EventFilter {
+            after_seq: Some(history[0].seq - 1),
+            kind: Some(EventKind::StatusChanged),
+            since: Some(at(12)),
+            limit: Some(10),
+        })
+        .await
+        .unwrap();
+    assert!(
+        changes
+            .iter()
+            .all(|e| e.kind == EventKind::StatusChanged && e.at >= at(12)),
+        "{changes:?}"
+    );
+    assert!(
+        changes.iter().any(|e| e.seq == history[2].seq),
+        "{changes:?}"
+    );
+    assert_eq!(
+        store
+            .request_events(&RequestId::new_acquire())
+            .await
+            .unwrap(),
+        []
+    );
+    assert_eq!(
+        "request.nope".parse::<EventKind>().unwrap_err(),
+        "unknown event type \"request.nope\" (known: request.created, request.status_changed)"
+    );
+}
+
 async fn whole_suite(store: &Store) {
     round_trip(store).await;
+    each_status_change_is_one_event_of_the_history(store).await;
     awkward_values_survive_a_list_read(store).await;
     stale_writes_conflict_and_change_nothing(store).await;
     a_state_change_is_one_transaction(store).await;
@@ -452,7 +534,7 @@ async fn storage_suite_on_sqlite() {
         .unwrap();
     assert_eq!(
         all.len(),
-        8,
+        9,
         "every request written by the suite survived a reopen"
     );
 }

@@ -1,7 +1,7 @@
 //! A PostgreSQL server that is not there fails fast: opening the store gives up after
 //! `POSTGRES_ACQUIRE_TIMEOUT` (not sqlx's default 30 s of retried connects) with a message
 //! naming the URL. The restart of a live server mid-request is tested end to end in
-//! crates/orb/tests/postgres_restart_cluster.rs.
+//! crates/orb/tests/cluster/postgres_restart.rs.
 
 use std::time::{Duration, Instant};
 

@@ -235,6 +235,65 @@ async fn seed(root: &Path, count: u32) -> String {
     request.request_id.to_string()
 }
 
+/// `orb --config … server start --foreground --api-only --socket-path S`, the SDKs' managed
+/// mode: time from exec until `GET /health` over the socket answers 200, then SIGTERM.
+fn measure_server_start(root: &Path) {
+    use std::io::{Read, Write};
+    let label = "server start --socket-path: exec -> /health answers";
+    let socket = root.join("sdk.sock");
+    let config = root.join("config/config.json");
+    let mut times = Vec::new();
+    for _ in 0..runs().div_ceil(3).max(2) {
+        let started = Instant::now();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_orb"))
+            .env("ORB_ROOT_DIR", root)
+            .env_remove("ORB_CONFIG_DIR")
+            .env_remove("ORB_WORK_DIR")
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "server",
+                "start",
+                "--foreground",
+                "--api-only",
+                "--socket-path",
+            ])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting orb server");
+        let answered = loop {
+            if let Ok(mut stream) = std::os::unix::net::UnixStream::connect(&socket) {
+                let _ = write!(
+                    stream,
+                    "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                );
+                let mut reply = String::new();
+                let _ = stream.read_to_string(&mut reply);
+                if reply.starts_with("HTTP/1.1 200") {
+                    break started.elapsed();
+                }
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "orb server start exited before answering"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{label}: no answer in 30 s"
+            );
+            std::thread::sleep(Duration::from_micros(500));
+        };
+        times.push(answered);
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+    }
+    report(label, times);
+}
+
 fn main() {
     let root = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -260,6 +319,7 @@ fn main() {
         measure_status(*count, root.path(), input, &daemon);
     }
     drop(daemon);
+    measure_server_start(root.path());
     measure(
         "orb templates list -f (HostFactory)",
         root.path(),

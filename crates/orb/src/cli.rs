@@ -130,6 +130,14 @@ pub enum Command {
         after_help = "Examples:\n  orb serve\n  orb serve --listen 0.0.0.0:8080\n  curl -s localhost:8080/api/v1/templates"
     )]
     Serve(ServeArgs),
+    /// Start, stop or check the server the way the reference broker's SDKs manage it
+    /// (`orb --config PATH server start --foreground --api-only --socket-path S`).
+    #[command(subcommand)]
+    Server(ServerCommand),
+    /// Serve the broker to AI assistants over the Model Context Protocol (stdio), or check
+    /// its tool list.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// Print a shell completion script, e.g. `orb completions bash > /etc/bash_completion.d/orb`.
     Completions {
         #[arg(value_enum)]
@@ -173,6 +181,61 @@ pub struct ServeArgs {
     /// PostgreSQL store, false with SQLite (one replica).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: Option<bool>,
+    /// Set by `orb server start --socket-path`: the whole API on the socket, no TCP listener.
+    #[arg(skip)]
+    pub socket_only: bool,
+    /// Set by `orb server start`: the file that holds this process's pid while it serves.
+    #[arg(skip)]
+    pub pid_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ServerCommand {
+    /// Start the server: `orb serve` with the reference broker's flags. Without
+    /// --foreground it starts in the background, waits until it answers, and prints its pid.
+    #[command(
+        after_help = "Examples:\n  orb server start --foreground --port 8000\n  orb --config ./config.json server start --foreground --api-only --socket-path /tmp/orb.sock\n  orb server start && orb server status && orb server stop\n\nThe address comes from --host/--port, else config.json's server.host and server.port, else\n127.0.0.1:8080. The pid file is config.json's server.pid_file (relative to\nserver.working_dir, else the work directory), else <work dir>/orb-server.pid; a server started\nin the background logs to orb-server.log next to it."
+    )]
+    Start(ServerStartArgs),
+    /// Stop the server the pid file names: SIGTERM, then wait for it to finish its calls.
+    Stop,
+    /// Whether the server the pid file names is running. Exit 0 when it is, 1 when not.
+    Status,
+}
+
+#[derive(Subcommand, Debug, Clone, Copy)]
+pub enum McpCommand {
+    /// Speak MCP (JSON-RPC 2.0) on stdin and stdout until the client closes stdin. Each
+    /// tool is one REST call of `orb serve`'s API, made in this process; its result is the
+    /// JSON body REST answers. Logs go to stderr and orb.log, never to stdout.
+    #[command(
+        after_help = "Examples:\n  orb mcp serve\n  orb --config ./config.json mcp serve\n\nAn MCP client starts it, e.g. in a client's server list:\n  {\"command\": \"orb\", \"args\": [\"--config\", \"/etc/orb/config.json\", \"mcp\", \"serve\"]}\n\nTools: list_templates, get_template, request_machines, get_request_status,\nlist_requests, list_return_requests, return_machines, cancel_request, list_machines,\nget_machine_status, check_provider_health, list_providers (orb mcp validate prints them\nwith their arguments)."
+    )]
+    Serve,
+    /// Build the tool list without a config or a cluster, check every tool's inputSchema,
+    /// and print the list as JSON. Exit code 0 when it is sound, 1 when not.
+    Validate,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServerStartArgs {
+    /// Run in this process until SIGTERM or Ctrl-C (what the SDKs' managed mode uses).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Serve only the API. orb serves nothing else, so this changes nothing; it is accepted
+    /// because the SDKs pass it.
+    #[arg(long)]
+    pub api_only: bool,
+    /// Serve the whole API as HTTP over this Unix socket (owner only, no token) and listen
+    /// on no TCP port.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["port", "host"])]
+    pub socket_path: Option<PathBuf>,
+    /// TCP port (default: config.json's server.port, else 8080).
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// Address to bind (default: config.json's server.host, else 127.0.0.1).
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -276,6 +339,9 @@ pub enum MachinesCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Forget the record of a machine that is gone (terminated or returned). Never touches
+    /// the cluster: a live machine is refused; give it back with `orb machines return`.
+    Purge { machine_id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -292,6 +358,33 @@ pub enum RequestsCommand {
     Cancel { request_id: String },
     /// Machines the cluster is taking back on its own (HostFactory: getReturnRequests).
     ListReturns,
+    /// Forget a finished request and its machine records, when none of its machines can
+    /// still exist and no unfinished request holds one.
+    Purge { request_id: String },
+    /// Forget every finished request older than the age given, with its machine records,
+    /// keeping (and naming) those a purge would refuse.
+    #[command(
+        after_help = "Examples:\n  orb requests cleanup --older-than-days 30 --dry-run\n  orb requests cleanup --older-than-days 7 --status failed --status cancelled"
+    )]
+    Cleanup {
+        /// Requests that finished more than this many days ago.
+        #[arg(
+            long,
+            value_name = "DAYS",
+            required_unless_present = "older_than_seconds",
+            conflicts_with = "older_than_seconds"
+        )]
+        older_than_days: Option<u32>,
+        /// The same in seconds.
+        #[arg(long, value_name = "SECONDS")]
+        older_than_seconds: Option<u64>,
+        /// Only requests in this finished status (repeatable; default: every finished one).
+        #[arg(long = "status", value_name = "STATUS")]
+        statuses: Vec<String>,
+        /// Say what would go, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

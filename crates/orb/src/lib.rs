@@ -6,9 +6,11 @@
 pub mod cli;
 pub mod commands;
 pub mod context;
+pub mod effective_config;
 pub mod failure;
 pub mod hostfactory;
 pub mod logging;
+pub mod mcp;
 pub mod provider_factory;
 pub mod render;
 pub mod scripts;

@@ -2,7 +2,7 @@
 //! provider and broker loaded on demand), the [`BrokerEnv`] a call runs with, and the
 //! [`Output`] a command leaves for stdout, stderr and the exit code.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_core::dirs::Dirs;
@@ -40,16 +40,26 @@ impl Output {
 pub struct Session {
     pub global: GlobalArgs,
     pub dirs: Dirs,
+    /// config.json as first read; one process reads it once, however many steps of a call
+    /// (is it a HostFactory call, is a daemon configured, the broker) look at it.
+    loaded: OnceLock<CliResult<LoadedConfig>>,
 }
 
 impl Session {
     pub fn new(global: GlobalArgs) -> Self {
         let dirs = context::resolve(&global);
-        Self { global, dirs }
+        Self {
+            global,
+            dirs,
+            loaded: OnceLock::new(),
+        }
     }
 
+    /// config.json, read and parsed on the first call; later calls get the same result.
     pub fn config(&self) -> CliResult<LoadedConfig> {
-        context::load_config(&self.dirs)
+        self.loaded
+            .get_or_init(|| context::load_config(&self.dirs))
+            .clone()
     }
 
     /// The scheduler from the flag, else from config.json if it can be read.

@@ -4,15 +4,14 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use assert_cmd::Command;
-use jiff::Timestamp;
 use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_core::test_support::{self, at};
 use orb_store::{RequestFilter, Store};
 use serde_json::{Value, json};
 
@@ -304,51 +303,32 @@ fn unknown_request_ids() {
     assert_refused(&out, 2, "no request ids given", true);
 }
 
-fn at(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_767_225_600 + secs).unwrap()
-}
-
 fn machine(request: &Request, name: &str, status: MachineStatus, ip: Option<&str>) -> Machine {
-    Machine {
-        machine_id: name.into(),
-        name: name.into(),
-        request_id: request.request_id.clone(),
-        return_request_id: None,
-        template_id: "worker".into(),
-        provider_name: "kube".into(),
-        provider_api: Some(orb_core::ProviderApi::Pod),
-        resource_id: Some(name.into()),
-        uid: None,
-        status,
-        status_reason: None,
-        private_ip: ip.map(String::from),
-        public_ip: None,
-        launch_time: ip.map(|_| at(20)),
-        instance_type: Some("k8s/Pod".into()),
-        price_type: None,
-        tags: BTreeMap::from([("orb.io/managed".into(), "true".into())]),
-        provider_data: json!({}),
-        created_at: at(1),
-        updated_at: at(20),
-        version: 0,
-    }
+    test_support::machine(name)
+        .request_id(request.request_id.clone())
+        .resource(name)
+        .status(status)
+        .instance_type("k8s/Pod")
+        .tag("orb.io/managed", "true")
+        .provider_data(json!({}))
+        .created(at(1))
+        .updated(at(20))
+        .with(|m| {
+            m.private_ip = ip.map(String::from);
+            m.launch_time = ip.map(|_| at(20));
+        })
+        .build()
 }
 
 fn acquire(id: &str, status: RequestStatus, wanted: u32) -> Request {
-    let mut r = Request::new(
-        RequestId::parse(id).unwrap(),
-        RequestType::Acquire,
-        Some("worker".into()),
-        "kube",
-        "k8s",
-        wanted,
-        at(0),
-    );
-    r.status = status;
-    r.provider_api = Some(orb_core::ProviderApi::Pod);
-    r.started_at = Some(at(0));
-    r.deadline_at = Some(at(300));
-    r
+    test_support::request(RequestType::Acquire)
+        .id(id)
+        .count(wanted)
+        .status(status)
+        .kind(orb_core::ProviderApi::Pod)
+        .started(at(0))
+        .deadline(at(300))
+        .build()
 }
 
 const DONE: &str = "req-11111111-1111-4111-8111-111111111111";
@@ -581,4 +561,49 @@ fn completions_are_generated() {
     let out = env.run(&["completions", "bash"]);
     assert!(out.status.success());
     assert!(stdout(&out).contains("_orb()"), "{}", &stdout(&out)[..200]);
+}
+
+/// `orb machines purge`, `orb requests purge` and `orb requests cleanup`: the same rules as
+/// the REST routes, refusals as one error line (exit 2) that leave the store as it was.
+#[tokio::test]
+async fn purges_and_cleanups_from_the_command_line() {
+    let env = Env::new();
+    seed(&env).await;
+    let out = env.run(&["machines", "purge", "orb-111111111111-0000"]);
+    assert_refused(&out, 2, "orb machines return orb-111111111111-0000", false);
+    let out = env.run(&["requests", "purge", STUCK]);
+    assert_refused(&out, 2, "orb requests cancel", false);
+    let out = env.run(&[
+        "requests",
+        "cleanup",
+        "--older-than-days",
+        "1",
+        "--status",
+        "timeout",
+        "--status",
+        "acquiring",
+    ]);
+    assert_refused(&out, 2, "acquiring is not finished", false);
+    assert_eq!(env.request_count().await, 3);
+
+    let out = env.run(&["-o", "json", "machines", "purge", "orb-111111111111-0001"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["machine_id"], "orb-111111111111-0001");
+    let out = env.run(&[
+        "-o",
+        "json",
+        "requests",
+        "cleanup",
+        "--older-than-days",
+        "1",
+        "--dry-run",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dry = json_of(&out);
+    assert_eq!(dry["request_ids"], json!([FAILED]), "{dry}");
+    assert_eq!(dry["kept"][0]["request_id"], DONE, "{dry}");
+    assert_eq!(env.request_count().await, 3);
+    let out = env.run(&["-o", "json", "requests", "purge", FAILED]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(env.request_count().await, 2);
 }

@@ -1,7 +1,7 @@
 //! The Helm chart of `orb serve` (deploy/helm/orb): `helm lint`, a snapshot of the default
 //! render, RBAC equal to docs/rbac.yaml in every namespace mode, the restricted pod, the
 //! several-replica rules, a config orb itself accepts, and an install on the local control
-//! plane. The in-cluster run of orb as the chart's ServiceAccount is incluster_cluster.rs.
+//! plane. The in-cluster run of orb as the chart's ServiceAccount is tests/cluster/incluster.rs.
 //!
 //! Needs the helm binary in `ORB_HELM`:
 //! `export ORB_HELM="$(tools/control-plane/build-helm.sh | tail -n1)"`.

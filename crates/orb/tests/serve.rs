@@ -15,7 +15,8 @@ async fn templates_are_listed_with_what_they_still_allow() {
     env.seed().await;
     let (code, body) = env.get("/api/v1/templates").await;
     assert_eq!(code, StatusCode::OK, "{body}");
-    let ids: Vec<&str> = body
+    let list = &body["templates"];
+    let ids: Vec<&str> = list
         .as_array()
         .unwrap()
         .iter()
@@ -24,18 +25,21 @@ async fn templates_are_listed_with_what_they_still_allow() {
     assert_eq!(ids, ["worker", "gpu", "broken"]);
     // worker allows 3: one seeded machine is live, and the unfinished STUCK request will
     // still create 3 (it reserves them until it ends).
-    assert_eq!(body[0]["max_machines"], 3);
-    assert_eq!(body[0]["available_number"], 0);
-    assert_eq!(body[0]["provider_api"], "Pod");
-    assert_eq!(body[1]["max_machines"], -1);
-    assert!(body[1]["available_number"].is_null(), "{}", body[1]);
-    assert_eq!(body[1]["provider_api"], "Job");
-    assert_eq!(body[0]["problems"], json!([]));
+    assert_eq!(list[0]["max_instances"], 3);
+    assert_eq!(list[0]["available_number"], 0);
+    assert_eq!(list[0]["provider_api"], "Pod");
+    assert_eq!(list[1]["max_instances"], -1);
+    assert!(list[1]["available_number"].is_null(), "{}", list[1]);
+    assert_eq!(list[1]["provider_api"], "Job");
+    assert_eq!(list[0]["problems"], json!([]));
     assert!(
-        body[2]["problems"].to_string().contains("Bad_Namespace"),
+        list[2]["problems"].to_string().contains("Bad_Namespace"),
         "{}",
-        body[2]
+        list[2]
     );
+    // The slash-less path answers exactly as the reference broker's trailing-slash one.
+    let (_, slashed) = env.get("/api/v1/templates/").await;
+    assert_eq!(slashed, body);
 }
 
 #[tokio::test]
@@ -45,6 +49,11 @@ async fn one_template_is_shown_and_an_unknown_one_is_a_404_naming_the_known_ones
     assert_eq!(code, StatusCode::OK);
     assert_eq!(body["template_id"], "worker");
     assert_eq!(body["template"]["container_image"], "busybox:1.36");
+    // The reference broker's envelope rides along with the same template.
+    assert_eq!(body["total_count"], 1);
+    assert_eq!(body["templates"][0]["template_id"], "worker");
+    assert_eq!(body["templates"][0]["image_id"], "busybox:1.36");
+    assert_eq!(body["templates"][0]["max_instances"], 3);
     let got = env.get("/api/v1/templates/nope").await;
     assert_problem(
         &got,
@@ -270,15 +279,17 @@ async fn bad_returns_are_refused_and_store_nothing() {
 }
 
 #[tokio::test]
-async fn machines_are_listed_live_only_unless_all() {
+async fn machines_are_listed_all_unless_all_is_false() {
     let env = Env::new().await;
     env.seed().await;
-    let (code, live) = env.get("/api/v1/machines").await;
+    let (code, all) = env.get("/api/v1/machines").await;
     assert_eq!(code, StatusCode::OK);
-    assert_eq!(live.as_array().unwrap().len(), 1, "{live}");
-    assert_eq!(live[0]["status"], "running");
-    let (_, all) = env.get("/api/v1/machines?all=true").await;
-    assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+    assert_eq!(all["machines"].as_array().unwrap().len(), 2, "{all}");
+    let (_, live) = env.get("/api/v1/machines?all=false").await;
+    assert_eq!(live["machines"].as_array().unwrap().len(), 1, "{live}");
+    assert_eq!(live["machines"][0]["status"], "running");
+    let got = env.get("/api/v1/machines?live=1").await;
+    assert_problem(&got, 400, "invalid-query", "live");
 }
 
 #[tokio::test]
@@ -287,12 +298,17 @@ async fn requests_are_listed_filtered_and_shown() {
     env.seed().await;
     let (code, all) = env.get("/api/v1/requests").await;
     assert_eq!(code, StatusCode::OK);
-    assert_eq!(all.as_array().unwrap().len(), 3);
+    assert_eq!(all["requests"].as_array().unwrap().len(), 3);
     let (_, failed) = env.get("/api/v1/requests?status=failed").await;
-    assert_eq!(failed.as_array().unwrap().len(), 1);
-    assert_eq!(failed[0]["request_id"], FAILED);
+    assert_eq!(failed["requests"].as_array().unwrap().len(), 1);
+    assert_eq!(failed["requests"][0]["request_id"], FAILED);
     let (_, one) = env.get("/api/v1/requests?limit=1").await;
-    assert_eq!(one.as_array().unwrap().len(), 1);
+    assert_eq!(one["requests"].as_array().unwrap().len(), 1);
+    let (_, acquires) = env.get("/api/v1/requests?type=acquire").await;
+    assert_eq!(
+        acquires["total_count"], 3,
+        "type is accepted for request_type"
+    );
     let got = env.get("/api/v1/requests?status=running").await;
     assert_problem(&got, 400, "invalid-status", "in_progress");
 
@@ -460,7 +476,8 @@ async fn a_hostfactory_call_answers_in_json_or_in_the_compact_form_when_asked() 
 async fn rest_and_hostfactory_follow_the_same_template_file() {
     let env = Env::new().await;
     let rest_ids = |body: &serde_json::Value| -> Vec<String> {
-        body.as_array()
+        body["templates"]
+            .as_array()
             .unwrap()
             .iter()
             .map(|t| t["template_id"].as_str().unwrap().to_string())
@@ -480,7 +497,7 @@ async fn rest_and_hostfactory_follow_the_same_template_file() {
     let (code, after) = env.get("/api/v1/templates").await;
     assert_eq!(code, StatusCode::OK, "{after}");
     assert_eq!(rest_ids(&after), ["worker", "fresh"]);
-    assert_eq!(after[0]["max_machines"], 7);
+    assert_eq!(after["templates"][0]["max_instances"], 7);
     let hf = hf_templates(&env).await;
     assert_eq!(hf["exit_code"], 0, "{hf}");
     let stdout: serde_json::Value = serde_json::from_str(hf["stdout"].as_str().unwrap()).unwrap();

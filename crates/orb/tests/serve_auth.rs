@@ -25,14 +25,17 @@ impl TokenVerifier for StubVerifier {
                 "viewer-token" => Ok(Identity {
                     username: "system:serviceaccount:batch:dashboard".into(),
                     groups: vec![],
+                    claimed_role: None,
                 }),
                 "operator-token" => Ok(Identity {
                     username: "system:serviceaccount:batch:hf-driver".into(),
                     groups: vec![],
+                    claimed_role: None,
                 }),
                 "stranger-token" => Ok(Identity {
                     username: "system:serviceaccount:other:someone".into(),
                     groups: vec![],
+                    claimed_role: None,
                 }),
                 "down" => Err(VerifyError::Unavailable("apiserver unreachable".into())),
                 _ => Err(VerifyError::Rejected("token expired".into())),
@@ -206,4 +209,18 @@ async fn an_oversized_request_head_is_refused_before_any_token_is_checked() {
         0,
         "no TokenReview for a refused head"
     );
+}
+
+#[tokio::test]
+async fn me_names_the_token_s_user_and_its_roles() {
+    let (env, _) = env().await;
+    let (code, me, _) = call(&env, "GET", "/api/v1/me/", Some("operator-token"), "").await;
+    assert_eq!(code, StatusCode::OK, "{me}");
+    assert_eq!(me["username"], "system:serviceaccount:batch:hf-driver");
+    assert_eq!(me["roles"], serde_json::json!(["operator", "viewer"]));
+    assert_eq!(me["authenticated"], true);
+    let (_, me, _) = call(&env, "GET", "/api/v1/me", Some("viewer-token"), "").await;
+    assert_eq!(me["roles"], serde_json::json!(["viewer"]));
+    let (code, body, _) = call(&env, "GET", "/api/v1/me/", None, "").await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "{body}");
 }

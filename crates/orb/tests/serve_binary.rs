@@ -366,3 +366,44 @@ fn refusals_are_problem_documents_and_huge_id_lists_are_answered() {
     sigterm(&mut child);
     assert!(child.wait().unwrap().success());
 }
+
+/// `auth.type: "bearer"` in config.json: the started server refuses a call without a token
+/// and accepts one signed with `auth.bearer_token.secret_key`; a too-short secret stops it
+/// before it listens.
+#[test]
+fn a_bearer_auth_config_is_applied_by_the_running_server() {
+    let root = config_root();
+    let secret = "0123456789abcdef0123456789abcdef";
+    let with_auth = |secret: &str| {
+        json!({
+            "providers": [{"name": "kube", "type": "offline", "config": {}}],
+            "auth": {"type": "bearer", "bearer_token": {"secret_key": secret}},
+        })
+        .to_string()
+    };
+    let config = root.path().join("config/config.json");
+    std::fs::write(&config, with_auth("too-short")).unwrap();
+    let refused = orb(&root, &["serve", "--listen", "127.0.0.1:0", "--no-socket"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("use at least 32"), "{stderr}");
+
+    std::fs::write(&config, with_auth(secret)).unwrap();
+    let (mut child, addr, _stderr) = started(&root);
+    let (code, body) = support::serve_process::http(&addr, "GET", "/api/v1/templates/", None);
+    assert_eq!(code, 401, "{body}");
+    let exp = jiff::Timestamp::now().as_second() + 600;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &json!({"sub": "sdk", "exp": exp, "roles": ["user"]}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let (code, body) =
+        support::serve_process::http_with(&addr, "GET", "/api/v1/templates/", None, Some(&token));
+    assert_eq!(code, 200, "{body}");
+    sigterm(&mut child);
+    child.wait().unwrap();
+}

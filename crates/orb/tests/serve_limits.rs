@@ -178,6 +178,17 @@ fn padded_target(path: &str, len: usize) -> String {
     format!("{target}{}", "x".repeat(pad))
 }
 
+/// `POST /api/v1/machines/return` with a URI of exactly `len` bytes that the route still
+/// accepts: its query takes only `wait` and `timeout`, so the padding is leading zeros of
+/// `timeout=5` (a gone machine's return finishes at once, so the wait is not felt).
+fn padded_return_target(len: usize) -> String {
+    let head = "/api/v1/machines/return?wait=true&timeout=";
+    let zeros = len
+        .checked_sub(head.len() + 1)
+        .expect("len covers the path");
+    format!("{head}{}5", "0".repeat(zeros))
+}
+
 /// A problem document with this status, type and a detail containing `needle`, sent as
 /// `application/problem+json`.
 fn assert_problem_reply(reply: &Reply, status: u16, slug: &str, needle: &str) {
@@ -199,7 +210,7 @@ async fn a_uri_over_8_kib_is_a_414_problem_document_and_changes_nothing() {
     // Just over the limit, and just under hyper's own fixed URI cap (64 KiB): both reach the
     // router and get its document.
     for len in [DOCUMENTED_MAX_URI_BYTES + 1, 60 * 1024] {
-        let target = padded_target("/api/v1/machines/return", len);
+        let target = padded_return_target(len);
         let reply = send(&served, &post_json(&target, "", RETURN_BODY)).await;
         assert_problem_reply(
             &reply,
@@ -214,7 +225,8 @@ async fn a_uri_over_8_kib_is_a_414_problem_document_and_changes_nothing() {
         );
     }
     // The same call at the limit is served and stores its return: the refusal was the length.
-    let target = padded_target("/api/v1/machines/return", DOCUMENTED_MAX_URI_BYTES);
+    let target = padded_return_target(DOCUMENTED_MAX_URI_BYTES);
+    assert_eq!(target.len(), DOCUMENTED_MAX_URI_BYTES);
     let reply = send(&served, &post_json(&target, "", RETURN_BODY)).await;
     assert_eq!(reply.status, 200, "{reply:?}");
     assert_eq!(reply.json()["request"]["status"], "complete");

@@ -9,26 +9,7 @@ use axum::http::{Request as HttpRequest, StatusCode, header};
 use http_body_util::BodyExt;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
-use serde_json::Value;
-use serve_support::{DONE, Env, RUNNING};
-
-/// `(event name, id, JSON data)` of every complete event in `text`.
-fn events(text: &str) -> Vec<(String, String, Value)> {
-    text.split("\n\n")
-        .filter(|block| block.contains("data:"))
-        .map(|block| {
-            let field = |name: &str| {
-                block
-                    .lines()
-                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
-                    .map(|v| v.trim_start().to_string())
-                    .unwrap_or_default()
-            };
-            let data = serde_json::from_str(&field("data")).unwrap_or(Value::Null);
-            (field("event"), field("id"), data)
-        })
-        .collect()
-}
+use serve_support::{DONE, Env, RUNNING, sse_events as events};
 
 async fn open_stream(env: &Env, id: &str) -> axum::response::Response {
     env.call(

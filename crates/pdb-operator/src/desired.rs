@@ -513,5 +513,4 @@ pub fn desired_pdb_for_leader_worker_set(
 }
 
 #[cfg(test)]
-#[path = "desired_tests.rs"]
 mod tests;

@@ -402,5 +402,4 @@ pub fn resolve_configuration(
 }
 
 #[cfg(test)]
-#[path = "enforcement_tests.rs"]
 mod tests;

@@ -422,9 +422,7 @@ pub fn desired_pdb_for_gang(
 }
 
 #[cfg(test)]
-#[path = "gang_decision_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "gang_decision_drain_tests.rs"]
-mod drain_tests;
+mod tests_drain;

@@ -290,5 +290,4 @@ impl GangWorkloadView {
 }
 
 #[cfg(test)]
-#[path = "workload_api_tests.rs"]
 mod tests;

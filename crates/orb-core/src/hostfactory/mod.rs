@@ -10,4 +10,4 @@ pub mod mapping;
 pub mod output;
 
 #[cfg(test)]
-mod snapshot_tests;
+mod tests;

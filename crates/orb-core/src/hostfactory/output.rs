@@ -324,31 +324,14 @@ mod tests {
         #[case] provider_data: Value,
         #[case] expected: Option<&str>,
     ) {
-        let at = jiff::Timestamp::from_second(1_767_225_600).unwrap();
-        let machine = Machine {
-            machine_id: "orb-1234-0000".into(),
-            name: "orb-1234-0000".into(),
-            request_id: crate::ids::RequestId::parse("req-fe4cda5c-0194-44bc-981b-0a2b3c4d5e6f")
-                .unwrap(),
-            return_request_id: None,
-            template_id: "worker".into(),
-            provider_name: "kubernetes".into(),
-            provider_api: Some(crate::ProviderApi::Pod),
-            resource_id: None,
-            uid: None,
-            status: MachineStatus::Running,
-            status_reason: None,
-            private_ip: None,
-            public_ip: None,
-            launch_time: None,
-            instance_type: None,
-            price_type: None,
-            tags: BTreeMap::new(),
-            provider_data,
-            created_at: at,
-            updated_at: at,
-            version: 1,
-        };
+        let machine = crate::test_support::machine("orb-1234-0000")
+            .request_id(crate::test_support::id(
+                "req-fe4cda5c-0194-44bc-981b-0a2b3c4d5e6f",
+            ))
+            .provider_name("kubernetes")
+            .provider_data(provider_data)
+            .version(1)
+            .build();
         let entry = machine_entry(RequestType::Acquire, &machine);
         assert_eq!(entry.cloud_host_id.as_deref(), expected);
     }

@@ -26,6 +26,7 @@ pub mod auth;
 mod coerce;
 pub mod file;
 pub mod issues;
+pub mod json_schema;
 mod layers;
 pub mod model;
 pub mod pod_defaults;
@@ -49,6 +50,7 @@ pub use auth::{
 };
 pub use file::{ConfigFileError, layer_from_config_value, provider_block, read_provider_block};
 pub use issues::{ConfigErrors, ConfigIssue, ConfigWarning, FieldOrigin, Origin};
+pub use json_schema::provider_settings_schema;
 pub use layers::{FileLayer, TemplateOverrides};
 pub use model::{
     ALL_NAMESPACES, K8sProviderConfig, NamespaceRefusal, NamespaceScope, NamingConfig,

@@ -562,5 +562,4 @@ pub async fn run_event_watch(
 }
 
 #[cfg(test)]
-#[path = "nodes_tests.rs"]
 mod tests;

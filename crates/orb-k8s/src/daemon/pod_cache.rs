@@ -668,23 +668,18 @@ async fn sleep_or_shutdown(delay: Duration, shutdown: &mut watch::Receiver<bool>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::api::ObjectMeta;
+    use crate::test_support;
 
     fn pod(ns: &str, name: &str, request: Option<&str>) -> Pod {
-        let mut labels = BTreeMap::from([("orb.io/managed".to_string(), "true".to_string())]);
-        if let Some(r) = request {
-            labels.insert("orb.io/request-id".to_string(), r.to_string());
+        let pod = test_support::pod(name)
+            .namespace(ns)
+            .label("orb.io/managed", "true")
+            .resource_version("7");
+        match request {
+            Some(r) => pod.label("orb.io/request-id", r),
+            None => pod,
         }
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(ns.into()),
-                labels: Some(labels),
-                resource_version: Some("7".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        .build()
     }
 
     fn cache(scope: NamespaceScope) -> PodCache {

@@ -563,5 +563,4 @@ impl DaemonStatus {
 }
 
 #[cfg(test)]
-#[path = "reconcile_tests.rs"]
 mod tests;

@@ -7,6 +7,8 @@ mod deployment;
 mod job;
 mod pod;
 mod statefulset;
+#[cfg(test)]
+mod tests_calls;
 
 use std::fmt::Debug;
 
@@ -361,7 +363,12 @@ mod tests {
     use rstest::rstest;
 
     fn pod(uid: Option<&str>) -> Pod {
-        serde_json::from_value(json!({"metadata": {"name": "p-0", "uid": uid}})).unwrap()
+        let pod = crate::test_support::pod("p-0");
+        match uid {
+            Some(uid) => pod.uid(uid),
+            None => pod,
+        }
+        .build()
     }
 
     #[rstest]

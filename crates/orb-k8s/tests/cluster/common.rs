@@ -23,11 +23,9 @@ use serde_json::{Value, json};
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// (name, uid, resourceVersion) of every pod, sorted: two views agree when these do.
-#[allow(dead_code)] // the watch-cache binaries use it; tests/cluster does not
 pub type Snapshot = Vec<(String, String, String)>;
 
 /// The [`Snapshot`] of the pods not being deleted.
-#[allow(dead_code)]
 pub fn snapshot(pods: &[Pod]) -> Snapshot {
     let mut out: Snapshot = pods
         .iter()

@@ -2,71 +2,26 @@
 //! effective settings with, on request, the source of every value.
 
 use orb_core::config::ProviderEntry;
-use orb_k8s::config::{
-    ConfigLayers, OutputFormat as ProviderFormat, ResolvedConfig, TemplateOverrides,
-    layer_from_config_value, render_effective,
-};
-use serde_json::{Value, json};
+use orb_k8s::config::{OutputFormat as ProviderFormat, ResolvedConfig, render_effective};
 
 use crate::cli::{ConfigCommand, OutputFormat};
 use crate::context::{self, LoadedConfig};
-use crate::failure::{CliResult, Failure};
-use crate::provider_factory::KUBERNETES_TYPES;
+use crate::effective_config::{EffectiveConfig, kubernetes_settings};
+use crate::failure::CliResult;
 use crate::render::{self, Table};
 use crate::session::{Output, Session};
 
 pub fn run(session: &Session, command: ConfigCommand) -> CliResult<Output> {
     let ConfigCommand::Show { origin, template } = command;
+    let effective = EffectiveConfig::capture(session, template.as_deref())?;
     let dirs = &session.dirs;
-    let exists = dirs.config_file.path.is_file();
-    let loaded = if exists {
-        Some(session.config()?)
-    } else {
-        None
+    let exists = effective.config_exists;
+    let storage = effective.storage_url();
+    let provider = match (&effective.entry, &effective.provider) {
+        (Some(entry), Some(resolved)) => Some((entry, resolved)),
+        _ => None,
     };
-    let storage = loaded
-        .as_ref()
-        .map(|l| orb_store::redact(&context::storage_url(&l.config, dirs)));
-    let scheduler = context::scheduler(&session.global, loaded.as_ref().map(|l| &l.config));
-    let provider = match &loaded {
-        Some(l) => effective_provider(session, l, template.as_deref())?,
-        None if template.is_some() => {
-            return Err(Failure::invalid(format!(
-                "--template needs a config file, and {} does not exist; run `orb init` first",
-                dirs.config_file.path.display()
-            )));
-        }
-        None => None,
-    };
-    let provider_json = match &provider {
-        Some((entry, resolved)) => json!({
-            "name": entry.name,
-            "type": entry.provider_type,
-            "settings": serde_json::from_str::<Value>(&render_effective(
-                resolved,
-                ProviderFormat::Json,
-                origin
-            ))
-            .unwrap_or(Value::Null),
-            "warnings": resolved.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "security_opt_outs": resolved
-                .security_opt_outs
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>(),
-        }),
-        None => Value::Null,
-    };
-    let reply = json!({
-        "config_file": {"path": dirs.config_file.path, "origin": dirs.config_file.origin, "exists": exists},
-        "config_dir": dirs.config_dir,
-        "work_dir": dirs.work_dir,
-        "log_dir": dirs.log_dir,
-        "storage_url": storage,
-        "scheduler": format!("{scheduler:?}").to_ascii_lowercase(),
-        "config": loaded.as_ref().map(|l| l.raw.clone()).unwrap_or(Value::Null),
-        "provider": provider_json,
-    });
+    let reply = effective.show_document(origin);
     let mut text = render::render(&reply, session.global.output, || {
         let mut t = Table::new(vec!["SETTING", "VALUE", "FROM"]);
         for (name, path) in [
@@ -119,52 +74,13 @@ pub fn run(session: &Session, command: ConfigCommand) -> CliResult<Output> {
     Ok(out)
 }
 
-/// The selected provider's effective settings, when it is a Kubernetes provider: the entry's
-/// `config` block, `ORB_K8S_*` over it, and (with `--template`) that template's
-/// `provider_config` over both. Every problem is reported at once, naming its source.
+/// The selected provider's effective settings, when it is a Kubernetes provider (see
+/// [`kubernetes_settings`]); `orb doctor` checks them.
 pub(super) fn effective_provider(
     session: &Session,
     loaded: &LoadedConfig,
     template_id: Option<&str>,
 ) -> CliResult<Option<(ProviderEntry, ResolvedConfig)>> {
     let entry = context::select_provider(&session.global, loaded)?;
-    let kind = entry.provider_type.trim().to_ascii_lowercase();
-    if !KUBERNETES_TYPES.contains(&kind.as_str()) {
-        if template_id.is_some() {
-            return Err(Failure::invalid(format!(
-                "--template applies to Kubernetes providers; provider {:?} has type {:?}",
-                entry.name, entry.provider_type
-            )));
-        }
-        return Ok(None);
-    }
-    let file = layer_from_config_value(&loaded.file, &entry.config)
-        .map_err(|e| Failure::invalid(format!("{}: {e}", loaded.file.display())))?;
-    let layers = ConfigLayers::from_process_env(Some(file));
-    let mut resolved = layers
-        .resolve(None)
-        .map_err(|e| Failure::invalid(format!("provider {:?} settings:\n{e}", entry.name)))?;
-    if let Some(id) = template_id {
-        let catalog = context::load_catalog(&session.dirs, entry)?;
-        let template = catalog.lookup(id)?;
-        match &template.provider_config {
-            None => {}
-            Some(Value::Object(values)) => {
-                resolved = resolved
-                    .for_template(&TemplateOverrides {
-                        template_id: id.to_string(),
-                        values: values.clone(),
-                    })
-                    .map_err(|e| {
-                        Failure::invalid(format!("template {id:?} provider_config:\n{e}"))
-                    })?;
-            }
-            Some(other) => {
-                return Err(Failure::invalid(format!(
-                    "template {id:?}: provider_config must be an object of provider settings, got {other}"
-                )));
-            }
-        }
-    }
-    Ok(Some((entry.clone(), resolved)))
+    Ok(kubernetes_settings(session, loaded, entry, template_id)?.map(|r| (entry.clone(), r)))
 }

@@ -35,7 +35,24 @@ pub async fn run(session: &Session, command: MachinesCommand) -> CliResult<Outpu
             request_id,
         } => return_machines(session, machine_ids, request_id).await,
         MachinesCommand::List { all } => list(session, all).await,
+        MachinesCommand::Purge { machine_id } => purge(session, &machine_id).await,
     }
+}
+
+async fn purge(session: &Session, key: &str) -> CliResult<Output> {
+    let loaded = session.config()?;
+    let (broker, _) = session.broker(&loaded).await?;
+    let machine = broker.purge_machine(key).await?;
+    let reply = serde_json::json!({"purged": true, "machine_id": machine.machine_id});
+    Ok(Output::ok(render::render(
+        &reply,
+        session.global.output,
+        || {
+            let mut t = Table::new(vec!["PURGED MACHINE"]);
+            t.row(vec![machine.machine_id.clone()]);
+            t
+        },
+    )?))
 }
 
 fn parse_input<T>(
@@ -118,10 +135,10 @@ fn submitted(
     warnings: Vec<String>,
 ) -> CliResult<Output> {
     if hostfactory {
-        return hostfactory::submitted(view, &warnings);
+        return hostfactory::submitted(view, &warnings).map(Output::from);
     }
     let stdout = render::render(&view, session.global.output, || view_table(&view))?;
-    Ok(hostfactory::submitted_output(stdout, &view, &warnings))
+    Ok(hostfactory::submitted_output(stdout, &view, &warnings).into())
 }
 
 async fn wait_for(broker: &Broker, view: RequestView, limit: Duration) -> CliResult<RequestView> {
@@ -237,19 +254,21 @@ async fn list(session: &Session, all: bool) -> CliResult<Output> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orb_core::test_support;
     use rstest::rstest;
     use serde_json::{Value, json};
 
     fn machine(provider_data: Value) -> Machine {
-        serde_json::from_value(json!({
-            "machine_id": "m-0", "name": "m-0", "request_id": "req-00000000-0000-4000-8000-000000000000",
-            "return_request_id": null, "template_id": "t", "provider_name": "k8s",
-            "provider_api": "Pod", "resource_id": null, "uid": null, "status": "running",
-            "status_reason": null, "private_ip": null, "public_ip": null, "launch_time": null,
-            "instance_type": null, "price_type": null, "tags": {}, "provider_data": provider_data,
-            "created_at": "2026-11-30T08:00:00Z", "updated_at": "2026-11-30T08:00:00Z", "version": 1,
-        }))
-        .unwrap()
+        let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        test_support::machine("m-0")
+            .request_id(test_support::id("req-00000000-0000-4000-8000-000000000000"))
+            .template("t")
+            .provider_name("k8s")
+            .provider_data(provider_data)
+            .created(now)
+            .updated(now)
+            .version(1)
+            .build()
     }
 
     #[rstest]

@@ -19,7 +19,10 @@ pub fn run(cli: Cli) -> Output {
     let session = Session::new(cli.global);
     let command = cli.command;
     let hostfactory_op = crate::hostfactory::operation_of(&session, &command);
-    if !matches!(command, Command::Serve(_)) {
+    if !matches!(
+        command,
+        Command::Serve(_) | Command::Server(crate::cli::ServerCommand::Start(_))
+    ) {
         // `orb serve` logs to stderr on its own terms; every other call like a provider.
         crate::logging::install(&crate::logging::plan(
             &session.dirs.log_dir.path,
@@ -29,7 +32,7 @@ pub fn run(cli: Cli) -> Output {
         ));
     }
     if let Some(op) = hostfactory_op {
-        return crate::hostfactory::run_call(&session, op);
+        return crate::hostfactory::run_call(&session, op).into();
     }
     let result = match command {
         Command::Completions { shell } => Ok(Output::ok(completions(shell))),
@@ -37,6 +40,8 @@ pub fn run(cli: Cli) -> Output {
         Command::Init(args) => init::run(&session, args),
         Command::Config(cmd) => config::run(&session, cmd),
         Command::Serve(args) => crate::serve::command::run(&session, args),
+        Command::Server(cmd) => crate::serve::server::run(&session, cmd),
+        Command::Mcp(cmd) => crate::mcp::run(&session, cmd),
         other => match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

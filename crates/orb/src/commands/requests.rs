@@ -1,4 +1,4 @@
-//! `orb requests status|list|cancel|list-returns`. With HostFactory conventions, status and
+//! `orb requests status|list|cancel|list-returns|purge|cleanup`. With HostFactory conventions, status and
 //! list-returns are the getRequestStatus and getReturnRequests operations ([`hostfactory`]).
 
 use orb_core::hostfactory::input::{RequestStatusQuery, ReturnRequestsQuery};
@@ -22,7 +22,98 @@ pub async fn run(session: &Session, command: RequestsCommand) -> CliResult<Outpu
         RequestsCommand::List { limit } => list(session, limit).await,
         RequestsCommand::Cancel { request_id } => cancel(session, &request_id).await,
         RequestsCommand::ListReturns => list_returns(session).await,
+        RequestsCommand::Purge { request_id } => purge(session, &request_id).await,
+        RequestsCommand::Cleanup {
+            older_than_days,
+            older_than_seconds,
+            statuses,
+            dry_run,
+        } => {
+            let older_than = match (older_than_days, older_than_seconds) {
+                (Some(days), _) => jiff::SignedDuration::from_hours(i64::from(days) * 24),
+                (None, Some(secs)) => {
+                    jiff::SignedDuration::from_secs(i64::try_from(secs).unwrap_or(i64::MAX))
+                }
+                (None, None) => {
+                    return Err(Failure::invalid(
+                        "say how old a finished request must be: --older-than-days N",
+                    ));
+                }
+            };
+            let statuses = statuses
+                .iter()
+                .map(|s| s.parse().map_err(|e: String| Failure::invalid(e)))
+                .collect::<CliResult<Vec<_>>>()?;
+            cleanup(
+                session,
+                orb_broker::purge::CleanupAsk {
+                    older_than,
+                    statuses,
+                    dry_run,
+                },
+            )
+            .await
+        }
     }
+}
+
+async fn purge(session: &Session, raw: &str) -> CliResult<Output> {
+    let id = RequestId::parse(raw).map_err(|e| Failure::invalid(e.to_string()))?;
+    let loaded = session.config()?;
+    let (broker, _) = session.broker(&loaded).await?;
+    let purged = broker.purge_request(&id).await?;
+    let reply =
+        json!({"purged": true, "request_id": id.to_string(), "machine_ids": purged.machine_ids});
+    Ok(Output::ok(render::render(
+        &reply,
+        session.global.output,
+        || {
+            let mut t = Table::new(vec!["PURGED", "ID"]);
+            t.row(vec!["request".into(), id.to_string()]);
+            for m in &purged.machine_ids {
+                t.row(vec!["machine".into(), m.clone()]);
+            }
+            t
+        },
+    )?))
+}
+
+async fn cleanup(session: &Session, ask: orb_broker::purge::CleanupAsk) -> CliResult<Output> {
+    let loaded = session.config()?;
+    let (broker, _) = session.broker(&loaded).await?;
+    let done = broker.cleanup(&ask).await?;
+    let kept: Vec<serde_json::Value> = done
+        .kept
+        .iter()
+        .map(|(id, reason)| json!({"request_id": id.to_string(), "reason": reason}))
+        .collect();
+    let reply = json!({
+        "dry_run": done.dry_run,
+        "cutoff": done.cutoff.to_string(),
+        "requests_removed": done.removed.request_ids.len(),
+        "machines_removed": done.removed.machine_ids.len(),
+        "request_ids": done.removed.request_ids.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "kept": kept,
+    });
+    Ok(Output::ok(render::render(
+        &reply,
+        session.global.output,
+        || {
+            let verb = if done.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            let mut t = Table::new(vec!["REQUEST", "OUTCOME"]);
+            for id in &done.removed.request_ids {
+                t.row(vec![id.to_string(), verb.into()]);
+            }
+            for (id, reason) in &done.kept {
+                t.row(vec![id.to_string(), format!("kept: {reason}")]);
+            }
+            t
+        },
+    )?))
 }
 
 async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output> {
@@ -42,7 +133,9 @@ async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output>
     let loaded = session.config()?;
     if session.is_hostfactory(&loaded) {
         let env = session.hostfactory_env(&loaded).await?;
-        return hostfactory::get_request_status(&env, &ids).await;
+        return hostfactory::get_request_status(&env, &ids)
+            .await
+            .map(Output::from);
     }
     let (broker, _) = session.broker(&loaded).await?;
     let mut views = Vec::new();
@@ -133,7 +226,9 @@ async fn list_returns(session: &Session) -> CliResult<Output> {
     let loaded = session.config()?;
     if session.is_hostfactory(&loaded) {
         let env = session.hostfactory_env(&loaded).await?;
-        return hostfactory::get_return_requests(&env, &query.machines).await;
+        return hostfactory::get_return_requests(&env, &query.machines)
+            .await
+            .map(Output::from);
     }
     let (broker, _) = session.broker(&loaded).await?;
     let (reclaims, note) = broker

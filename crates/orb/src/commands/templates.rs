@@ -41,7 +41,9 @@ async fn list(session: &Session) -> CliResult<Output> {
     context::hostfactory_input(&session.global)?;
     if session.is_hostfactory(&loaded) {
         let env = session.hostfactory_env(&loaded).await?;
-        return hostfactory::get_available_templates(&env).await;
+        return hostfactory::get_available_templates(&env)
+            .await
+            .map(Output::from);
     }
     // Strict: a Kubernetes provider that cannot be built is an error, not an unchecked list.
     let env = session.hostfactory_env(&loaded).await?;

@@ -20,7 +20,7 @@ use self::daemon_target::{Choice, DEFAULT_SOCKET_FILE, DaemonSection, choose};
 use crate::cli::{Command, MachinesCommand, RequestsCommand, SchedulerKind, TemplatesCommand};
 use crate::context;
 use crate::failure::{CliResult, Failure};
-use crate::session::{Output, Session, failure_output};
+use crate::session::Session;
 
 /// The HostFactory operation this command line is, when it is one the daemon can answer:
 /// HostFactory conventions, and the input given as HostFactory JSON (`-f`/`-d`) for the
@@ -51,10 +51,10 @@ pub fn operation_of(session: &Session, command: &Command) -> Option<Operation> {
 }
 
 /// Runs one HostFactory call: through the daemon when one answers, else directly.
-pub fn run_call(session: &Session, op: Operation) -> Output {
+pub fn run_call(session: &Session, op: Operation) -> ScriptReply {
     let input = match context::hostfactory_input(&session.global) {
         Ok(input) => input,
-        Err(failure) => return failure_output(&failure, true),
+        Err(failure) => return ScriptReply::failure(&failure),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -62,26 +62,25 @@ pub fn run_call(session: &Session, op: Operation) -> Output {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            return failure_output(
-                &Failure::generic(format!("cannot start the async runtime: {e}")),
-                true,
-            );
+            return ScriptReply::failure(&Failure::generic(format!(
+                "cannot start the async runtime: {e}"
+            )));
         }
     };
     runtime.block_on(call(session, op, input.as_ref()))
 }
 
-async fn call(session: &Session, op: Operation, input: Option<&Value>) -> Output {
+async fn call(session: &Session, op: Operation, input: Option<&Value>) -> ScriptReply {
     let (choice, section) = match daemon_choice(session) {
         Ok(found) => found,
-        Err(failure) => return failure_output(&failure, true),
+        Err(failure) => return ScriptReply::failure(&failure),
     };
     let Choice::Daemon { target, origin } = choice else {
         return direct(session, op, input).await;
     };
     let token = match section.token() {
         Ok(token) => token,
-        Err(e) => return failure_output(&e.into(), true),
+        Err(e) => return ScriptReply::failure(&e.into()),
     };
     let how = Forward {
         target: &target,
@@ -91,23 +90,20 @@ async fn call(session: &Session, op: Operation, input: Option<&Value>) -> Output
     };
     let reply = forward(&how, op, input).await;
     let why = match reply {
-        Ok(reply) => return reply.into(),
+        Ok(reply) => return reply,
         Err(ForwardError::NotSent(why)) => why,
         Err(ForwardError::Unanswered(why)) if !op.changes_state() => why,
         Err(ForwardError::Unanswered(why)) => {
-            return failure_output(
-                &Failure::generic(format!(
-                    "the orb daemon at {target} ({origin}) did not finish {} ({why}); it may \
+            return ScriptReply::failure(&Failure::generic(format!(
+                "the orb daemon at {target} ({origin}) did not finish {} ({why}); it may \
                      have acted, so the call was not repeated here; see where requests stand \
                      with getRequestStatus or `orb requests list`",
-                    op.name()
-                )),
-                true,
-            );
+                op.name()
+            )));
         }
     };
-    let mut output = direct(session, op, input).await;
-    output.stderr.insert(
+    let mut reply = direct(session, op, input).await;
+    reply.stderr.insert(
         0,
         format!(
             "note: the orb daemon at {target} ({origin}) did not answer ({why}); ran {} directly \
@@ -115,7 +111,7 @@ async fn call(session: &Session, op: Operation, input: Option<&Value>) -> Output
             op.name()
         ),
     );
-    output
+    reply
 }
 
 /// `--daemon`/`ORB_DAEMON`, config.json's `daemon` section, or the default socket. A config
@@ -137,7 +133,7 @@ fn daemon_choice(session: &Session) -> CliResult<(Choice, DaemonSection)> {
     Ok((choice, section))
 }
 
-async fn direct(session: &Session, op: Operation, input: Option<&Value>) -> Output {
+async fn direct(session: &Session, op: Operation, input: Option<&Value>) -> ScriptReply {
     run_operation(op, input, async || {
         let loaded = session.config()?;
         session.hostfactory_env(&loaded).await

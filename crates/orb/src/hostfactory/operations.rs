@@ -1,4 +1,4 @@
-//! The five operations as functions of (broker, input) → [`Output`]. The direct path and
+//! The five operations as functions of (broker, input) → [`ScriptReply`]. The direct path and
 //! `orb serve`'s `POST /api/v1/hostfactory/{operation}` both call [`run_operation`], so a
 //! script prints the same bytes and exits with the same code whichever way it went.
 
@@ -128,6 +128,27 @@ impl ScriptReply {
             exit_code: head.exit_code,
         })
     }
+
+    /// A successful reply: `stdout`, nothing on stderr, exit 0.
+    pub fn ok(stdout: String) -> Self {
+        Self {
+            stdout,
+            stderr: Vec::new(),
+            exit_code: 0,
+        }
+    }
+
+    /// Adds a stderr line, if there is one.
+    pub fn note(mut self, note: Option<String>) -> Self {
+        self.stderr.extend(note);
+        self
+    }
+
+    /// A failed call: the `{"message": ...}` reply HostFactory parses, one `error:` line and
+    /// the failure's exit code.
+    pub fn failure(failure: &Failure) -> Self {
+        failure_output(failure, true).into()
+    }
 }
 
 impl From<Output> for ScriptReply {
@@ -152,13 +173,13 @@ impl From<ScriptReply> for Output {
 
 /// Runs `op` on `input` (the HostFactory JSON, `None` when none was given). The input is
 /// checked before `open` builds the broker, so bad input never touches the store.
-pub async fn run_operation<F>(op: Operation, input: Option<&Value>, open: F) -> Output
+pub async fn run_operation<F>(op: Operation, input: Option<&Value>, open: F) -> ScriptReply
 where
     F: AsyncFnOnce() -> CliResult<BrokerEnv>,
 {
     match call(op, input, open).await {
-        Ok(output) => output,
-        Err(failure) => failure_output(&failure, true),
+        Ok(reply) => reply,
+        Err(failure) => ScriptReply::failure(&failure),
     }
 }
 
@@ -170,7 +191,7 @@ fn parsed<T>(
     parse(input.unwrap_or(&empty)).map_err(|e| Failure::invalid(e.to_string()))
 }
 
-async fn call<F>(op: Operation, input: Option<&Value>, open: F) -> CliResult<Output>
+async fn call<F>(op: Operation, input: Option<&Value>, open: F) -> CliResult<ScriptReply>
 where
     F: AsyncFnOnce() -> CliResult<BrokerEnv>,
 {
@@ -203,7 +224,7 @@ where
 }
 
 /// getAvailableTemplates: usable templates with their limits and live machines.
-pub async fn get_available_templates(env: &BrokerEnv) -> CliResult<Output> {
+pub async fn get_available_templates(env: &BrokerEnv) -> CliResult<ScriptReply> {
     if let Some(failure) = &env.catalog_failure {
         return Err(failure.clone());
     }
@@ -227,15 +248,19 @@ pub async fn get_available_templates(env: &BrokerEnv) -> CliResult<Output> {
         .iter()
         .map(|l| template_entry(&l.template, l.max_machines, &l.usage))
         .collect();
-    Ok(Output {
+    Ok(ScriptReply {
         stdout: render::json(&templates_reply(entries))?,
         stderr,
-        exit: 0,
+        exit_code: 0,
     })
 }
 
 /// requestMachines: starts an acquire.
-pub async fn request_machines(env: &BrokerEnv, template_id: &str, count: u32) -> CliResult<Output> {
+pub async fn request_machines(
+    env: &BrokerEnv,
+    template_id: &str,
+    count: u32,
+) -> CliResult<ScriptReply> {
     if env.broker.catalog.current().templates.is_empty() && !env.warnings.is_empty() {
         return Err(Failure::invalid(env.warnings.join("; ")));
     }
@@ -259,7 +284,7 @@ pub fn machine_keys(selectors: &[MachineSelector]) -> Vec<MachineKey> {
 pub async fn request_return_machines(
     env: &BrokerEnv,
     machines: &[MachineSelector],
-) -> CliResult<Output> {
+) -> CliResult<ScriptReply> {
     let view = env
         .broker
         .return_machines(&machine_keys(machines), UnknownNames::ReportAsFailed)
@@ -268,7 +293,7 @@ pub async fn request_return_machines(
 }
 
 /// The reply to a request or return just made; exit 1 when it already ended badly.
-pub fn submitted(view: RequestView, warnings: &[String]) -> CliResult<Output> {
+pub fn submitted(view: RequestView, warnings: &[String]) -> CliResult<ScriptReply> {
     let status = view.request.status;
     let stdout = render::json(&SubmitReply {
         request_id: view.request.request_id.to_string(),
@@ -284,10 +309,10 @@ pub fn stale_warning(view: &RequestView) -> Option<String> {
 }
 
 /// stderr and exit code of a submit reply, whatever format its stdout is in.
-pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String]) -> Output {
+pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String]) -> ScriptReply {
     let status = view.request.status;
     let mut stderr: Vec<String> = warnings.iter().map(|w| format!("warning: {w}")).collect();
-    let exit = if status.is_unsuccessful() {
+    let exit_code = if status.is_unsuccessful() {
         stderr.push(format!(
             "error: request {} is {}: {}",
             view.request.request_id,
@@ -301,15 +326,15 @@ pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String])
     } else {
         0
     };
-    Output {
+    ScriptReply {
         stdout,
         stderr,
-        exit,
+        exit_code,
     }
 }
 
 /// getRequestStatus: every id gets an answer; an unknown one is finished with an error.
-pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Output> {
+pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<ScriptReply> {
     let mut entries = Vec::new();
     let mut notes = Vec::new();
     for found in env.broker.statuses(ids).await? {
@@ -321,10 +346,10 @@ pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Ou
             Lookup::Unknown(raw) => entries.push(unknown_request_entry(&raw)),
         }
     }
-    Ok(Output {
+    Ok(ScriptReply {
         stdout: render::json(&StatusReply { requests: entries })?,
         stderr: notes,
-        exit: 0,
+        exit_code: 0,
     })
 }
 
@@ -332,7 +357,7 @@ pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Ou
 pub async fn get_return_requests(
     env: &BrokerEnv,
     machines: &[MachineSelector],
-) -> CliResult<Output> {
+) -> CliResult<ScriptReply> {
     let (reclaims, note) = env.broker.reclaims(&machine_keys(machines)).await?;
     let entries = reclaims
         .iter()
@@ -341,8 +366,10 @@ pub async fn get_return_requests(
             grace_period: r.grace_period_secs,
         })
         .collect();
-    Ok(Output::ok(render::json(&return_requests_reply(entries))?)
-        .note(note.map(|n| format!("warning: {n}"))))
+    Ok(
+        ScriptReply::ok(render::json(&return_requests_reply(entries))?)
+            .note(note.map(|n| format!("warning: {n}"))),
+    )
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use super::problem::Problem;
 pub enum Role {
     /// Read templates, machines, requests, events.
     Viewer,
-    /// Also request and return machines, cancel requests.
+    /// Also request and return machines, cancel requests, purge finished records.
     Operator,
     /// Everything (reserved for administrative routes).
     Admin,
@@ -56,11 +56,14 @@ impl std::str::FromStr for Role {
 }
 
 /// Who a token belongs to, as the verifier reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
     /// e.g. `system:serviceaccount:batch:hf-driver`.
     pub username: String,
     pub groups: Vec<String>,
+    /// The role the token itself grants (a signed JWT's `roles` claim); the role mapping by
+    /// name still comes first.
+    pub claimed_role: Option<Role>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,6 +108,7 @@ impl RoleMap {
         Ok(Self { entries, default })
     }
 
+    /// The mapping by name first, then the role the token claims, then the default.
     pub fn role_for(&self, identity: &Identity) -> Option<Role> {
         if let Some(role) = self.entries.get(&identity.username) {
             return Some(*role);
@@ -118,7 +122,7 @@ impl RoleMap {
                 return Some(*role);
             }
         }
-        self.default
+        identity.claimed_role.or(self.default)
     }
 }
 
@@ -143,12 +147,13 @@ pub fn parse_role_flag(flag: &str) -> Result<(String, Role), ConfigMistake> {
 
 /// The role a route needs; `None` for public routes (probes, metrics, the OpenAPI document).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
-    const PUBLIC: [&str; 5] = [
+    const PUBLIC: [&str; 6] = [
         "/livez",
         "/readyz",
         "/health",
         "/metrics",
         "/api/v1/openapi.json",
+        "/openapi.json",
     ];
     if PUBLIC.contains(&path) {
         return None;
@@ -162,8 +167,17 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     let changes_state = *method != Method::GET
         && *method != Method::HEAD
         && path != "/api/v1/templates/validate"
+        // Checks the config document it is sent; stores and changes nothing.
+        && path != "/api/v1/config/validate"
+        // Batch status reads (a POST only because it carries the list of ids).
+        && path != "/api/v1/requests/status"
+        // Lists the templates as the file has them (the server follows the file anyway).
+        && path != "/api/v1/templates/refresh"
         && !HOSTFACTORY_READS.contains(&path);
-    Some(if changes_state {
+    Some(if path.starts_with("/api/v1/admin/") {
+        // Store-wide operations (a cleanup removes records of every caller's requests).
+        Role::Admin
+    } else if changes_state {
         Role::Operator
     } else {
         Role::Viewer
@@ -222,7 +236,7 @@ impl Auth {
         &self,
         authorization: Option<&str>,
         needed: Role,
-    ) -> Result<Role, Problem> {
+    ) -> Result<Caller, Problem> {
         let token = match authorization.map(str::trim) {
             Some(value) if value.len() > 7 && value[..7].eq_ignore_ascii_case("bearer ") => {
                 value[7..].trim()
@@ -264,8 +278,16 @@ impl Auth {
                 needed.as_str()
             )));
         }
-        Ok(role)
+        Ok(Caller { identity, role })
     }
+}
+
+/// Who made a call that passed the token check, and with which role; in the request's
+/// extensions for the handlers (`GET /api/v1/me/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub identity: Identity,
+    pub role: Role,
 }
 
 fn unauthorized(detail: &str) -> Problem {
@@ -290,13 +312,17 @@ pub async fn require_token(
     let Some(needed) = required_role(request.method(), request.uri().path()) else {
         return next.run(request).await;
     };
+    let mut request = request;
     let header_value = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     match auth.authorize(header_value.as_deref(), needed).await {
-        Ok(_) => next.run(request).await,
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
         Err(problem) => {
             let challenge = problem.status == 401;
             let mut response = problem.into_response();
@@ -319,6 +345,7 @@ mod tests {
         Identity {
             username: format!("system:serviceaccount:{namespace}:{name}"),
             groups: vec![],
+            claimed_role: None,
         }
     }
 
@@ -327,7 +354,7 @@ mod tests {
     #[case(sa("other", "driver"), Some(Role::Viewer))]
     #[case(sa("batch", "boss"), Some(Role::Admin))]
     #[case(sa("batch", "nobody"), None)]
-    #[case(Identity { username: "alice".into(), groups: vec![] }, Some(Role::Admin))]
+    #[case(Identity { username: "alice".into(), ..Default::default() }, Some(Role::Admin))]
     fn roles_map_exact_then_any_namespace_then_default(
         #[case] who: Identity,
         #[case] role: Option<Role>,
@@ -378,12 +405,21 @@ mod tests {
     #[case(Method::GET, "/livez", None)]
     #[case(Method::GET, "/metrics", None)]
     #[case(Method::GET, "/api/v1/openapi.json", None)]
+    #[case(Method::GET, "/openapi.json", None)]
+    #[case(Method::POST, "/api/v1/requests/status", Some(Role::Viewer))]
+    #[case(Method::DELETE, "/api/v1/requests/req-1", Some(Role::Operator))]
     #[case(Method::GET, "/api/v1/requests", Some(Role::Viewer))]
     #[case(Method::GET, "/api/v1/requests/req-1/events", Some(Role::Viewer))]
     #[case(Method::POST, "/api/v1/templates/validate", Some(Role::Viewer))]
+    #[case(Method::POST, "/api/v1/config/validate", Some(Role::Viewer))]
+    #[case(Method::GET, "/api/v1/config/provider.namespace", Some(Role::Viewer))]
+    #[case(Method::PUT, "/api/v1/config/provider.namespace", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/machines/request", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/machines/return", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/requests/req-1/cancel", Some(Role::Operator))]
+    #[case(Method::DELETE, "/api/v1/machines/orb-1", Some(Role::Operator))]
+    #[case(Method::POST, "/api/v1/requests/req-1/purge", Some(Role::Operator))]
+    #[case(Method::POST, "/api/v1/admin/database/cleanup", Some(Role::Admin))]
     #[case(
         Method::POST,
         "/api/v1/hostfactory/getRequestStatus",

@@ -37,8 +37,18 @@ struct AuthSection {
 }
 
 /// Inbound auth as it will run.
+/// Which tokens are checked, and how.
+#[derive(Debug, Clone)]
+pub enum Scheme {
+    /// Kubernetes tokens, checked by the apiserver's TokenReview.
+    TokenReview,
+    /// JWTs signed with config.json's `auth.bearer_token.secret_key` (`auth.type: "bearer"`).
+    Jwt(std::sync::Arc<super::jwt::JwtVerifier>),
+}
+
 #[derive(Debug, Clone)]
 pub struct AuthPlan {
+    pub scheme: Scheme,
     pub roles: RoleMap,
     /// Kubeconfig for TokenReview; `None`: the provider's own connection.
     pub kubeconfig: Option<PathBuf>,
@@ -55,6 +65,34 @@ pub const DEFAULT_ROLE: Role = Role::Viewer;
 
 const FLAG: &str = "--auth-token-review";
 const SETTING: &str = "inbound_auth_enabled";
+const BEARER: &str = "auth.type \"bearer\"";
+
+fn serve_section(sections: &BTreeMap<String, Value>) -> Result<ServeSection, ConfigMistake> {
+    Ok(match sections.get("serve") {
+        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
+            format!(
+                "config.json \"serve\": {e}; it holds \"auth\" with roles \
+                 ({{\"NAMESPACE:SERVICEACCOUNT\": \"operator\"}}), default_role and kubeconfig"
+            )
+        })?,
+        None => ServeSection::default(),
+    })
+}
+
+/// The `serve` section's own checks, whether or not auth is on: its shape, and that every
+/// role it names is a role (`POST /api/v1/config/validate` runs them without flags).
+pub fn check_serve_section(sections: &BTreeMap<String, Value>) -> Result<(), ConfigMistake> {
+    let section = serve_section(sections)?;
+    for (who, role) in &section.auth.roles {
+        role.parse::<Role>()
+            .map_err(|e| format!("config.json serve.auth.roles[{who:?}]: {e}"))?;
+    }
+    if let Some(role) = &section.auth.default_role {
+        role.parse::<Role>()
+            .map_err(|e| format!("config.json serve.auth.default_role: {e}"))?;
+    }
+    Ok(())
+}
 
 /// Combines flags, config.json's top-level `sections` and the provider's
 /// `inbound_auth_enabled`; `None` when auth is off. Every problem says what to change.
@@ -63,27 +101,53 @@ pub fn plan(
     sections: &BTreeMap<String, Value>,
     inbound_auth_enabled: bool,
 ) -> Result<Option<AuthPlan>, ConfigMistake> {
-    let section: ServeSection = match sections.get("serve") {
-        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
-            format!(
-                "config.json \"serve\": {e}; it holds \"auth\" with roles \
-                 ({{\"NAMESPACE:SERVICEACCOUNT\": \"operator\"}}), default_role and kubeconfig"
-            )
-        })?,
-        None => ServeSection::default(),
+    let section = serve_section(sections)?;
+    let auth_section = sections.get("auth");
+    let bearer = auth_section
+        .and_then(|a| a.get("type"))
+        .and_then(Value::as_str)
+        == Some("bearer");
+    let token_review = args.auth_token_review || inbound_auth_enabled;
+    if bearer && token_review {
+        return Err(format!(
+            "config.json auth.type \"bearer\" and TokenReview checks ({}) are both on; orb \
+             checks one kind of token: drop one of them",
+            if args.auth_token_review {
+                FLAG
+            } else {
+                SETTING
+            }
+        )
+        .into());
+    }
+    if bearer && args.auth_kubeconfig.is_some() {
+        return Err(
+            "--auth-kubeconfig is the TokenReview client's kubeconfig; with auth.type \"bearer\" \
+             tokens are checked against auth.bearer_token.secret_key, so drop it"
+                .into(),
+        );
+    }
+    let scheme = if bearer {
+        let verifier =
+            super::jwt::JwtVerifier::from_auth_section(auth_section.unwrap_or(&Value::Null))
+                .map_err(|e| format!("config.json {e}"))?;
+        Scheme::Jwt(std::sync::Arc::new(verifier))
+    } else {
+        Scheme::TokenReview
     };
-    let switched_on_by = match (args.auth_token_review, inbound_auth_enabled) {
-        (true, _) => FLAG,
-        (false, true) => SETTING,
-        (false, false) => {
+    let switched_on_by = match (bearer, args.auth_token_review, inbound_auth_enabled) {
+        (true, _, _) => BEARER,
+        (false, true, _) => FLAG,
+        (false, false, true) => SETTING,
+        (false, false, false) => {
             let flags_given = !args.auth_roles.is_empty()
                 || args.auth_default_role.is_some()
                 || args.auth_kubeconfig.is_some();
             if flags_given {
                 return Err(
                     "--auth-role, --auth-default-role and --auth-kubeconfig need inbound auth on: \
-                     pass --auth-token-review, or set inbound_auth_enabled=true in the provider \
-                     config (or ORB_K8S_INBOUND_AUTH_ENABLED=true)"
+                     pass --auth-token-review, set inbound_auth_enabled=true in the provider \
+                     config (or ORB_K8S_INBOUND_AUTH_ENABLED=true), or configure auth.type \"bearer\""
                         .into(),
                 );
             }
@@ -135,6 +199,7 @@ pub fn plan(
         default,
     )?;
     Ok(Some(AuthPlan {
+        scheme,
         roles,
         kubeconfig: args.auth_kubeconfig.clone().or(section.auth.kubeconfig),
         switched_on_by,
@@ -181,6 +246,7 @@ mod tests {
         Identity {
             username: format!("system:serviceaccount:{ns}:{name}"),
             groups: vec![],
+            claimed_role: None,
         }
     }
 
@@ -229,6 +295,7 @@ mod tests {
         let alice = Identity {
             username: "alice".into(),
             groups: vec![],
+            claimed_role: None,
         };
         assert_eq!(plan.roles.role_for(&alice), Some(Role::Admin));
         assert_eq!(plan.roles.default, Some(Role::Operator));

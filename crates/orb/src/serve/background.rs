@@ -14,16 +14,16 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use jiff::Timestamp;
 use orb_k8s::K8sProvider;
+use orb_k8s::daemon::PodCache;
 use orb_k8s::daemon::leader::{Leadership, LeaseSettings, elect, lease_identity, lease_name};
 use orb_k8s::daemon::reconcile::{
-    GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans, count_adopted,
-    list_managed, plan_gc, request_ids,
+    DaemonStatus, GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans,
+    count_adopted, list_managed, plan_gc, request_ids,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::AppState;
-use super::daemon::ClusterRuntime;
 use orb_broker::Broker;
 
 /// How the background chores run; the defaults suit production.
@@ -56,90 +56,14 @@ async fn stored_requests(
     broker: &Broker,
     objects: &[ManagedObject],
 ) -> anyhow::Result<BTreeMap<String, StoredRequest>> {
-    let mut found = BTreeMap::new();
-    for id in request_ids(objects) {
-        // A label that is no request id names no stored request.
-        let Ok(parsed) = orb_core::ids::RequestId::parse(&id) else {
-            continue;
-        };
-        let request = broker
-            .store
-            .get_request(&parsed)
-            .await
-            .with_context(|| format!("reading request {id}"))?;
-        if let Some(request) = request {
-            let machines = broker
-                .machines_of(&request)
-                .await
-                .with_context(|| format!("reading the machines of request {id}"))?;
-            found.insert(id, StoredRequest { request, machines });
-        }
-    }
-    Ok(found)
-}
-
-/// Resumes acquires that stopped between storing the request and storing the provider's
-/// answer and that no live process works on any more (their claim is free), or fails them
-/// with the reason. Returns one line per request.
-pub async fn settle_interrupted_acquires(broker: &Broker) -> Vec<String> {
-    let unfinished = match broker.unfinished_acquires().await {
-        Ok(requests) => requests,
-        Err(e) => return vec![format!("unfinished acquires not listed: {e}")],
-    };
-    let mut lines = Vec::new();
-    for request in unfinished {
-        let machines = match broker.machines_of(&request).await {
-            Ok(m) => m.len(),
-            Err(_) => continue,
-        };
-        if !orb_broker::is_unrecorded_acquire(&request, machines) {
-            continue;
-        }
-        let id = request.request_id.clone();
-        let line = match broker.resume_interrupted_acquire(&id).await {
-            Ok(Some(view)) => format!(
-                "{id} resumed: {} ({} machines recorded)",
-                view.request.status,
-                view.machines.len()
-            ),
-            Ok(None) => continue,
-            Err(e) => format!("{id} not resumed: {e}"),
-        };
-        tracing::info!("interrupted acquire {line}");
-        lines.push(line);
-    }
-    lines
-}
-
-/// Resumes returns whose release the cluster cut off or whose process died before recording
-/// it, when no live process works on them (their claim is free); past its deadline such a
-/// return ends failed and frees its machines. Returns one line per request.
-pub async fn settle_interrupted_returns(broker: &Broker) -> Vec<String> {
-    let unfinished = match broker.unfinished_returns().await {
-        Ok(requests) => requests,
-        Err(e) => return vec![format!("unfinished returns not listed: {e}")],
-    };
-    let mut lines = Vec::new();
-    for request in unfinished
+    let found = broker
+        .stored_requests_named(request_ids(objects))
+        .await
+        .context("reading the stored requests the managed objects name")?;
+    Ok(found
         .into_iter()
-        .filter(orb_broker::is_unrecorded_return)
-    {
-        let id = request.request_id.clone();
-        let line = match broker.resume_interrupted_return(&id).await {
-            Ok(Some(view)) if orb_broker::is_unrecorded_return(&view.request) => {
-                format!(
-                    "{id} still cut off: {}",
-                    view.request.status_message.unwrap_or_default()
-                )
-            }
-            Ok(Some(view)) => format!("{id} resumed: {}", view.request.status),
-            Ok(None) => continue,
-            Err(e) => format!("{id} not resumed: {e}"),
-        };
-        tracing::info!("interrupted return {line}");
-        lines.push(line);
-    }
-    lines
+        .map(|(id, (request, machines))| (id, StoredRequest { request, machines }))
+        .collect())
 }
 
 /// The start-up reconciliation: LIST every managed object in scope, adopt what belongs to
@@ -156,10 +80,7 @@ pub async fn reconcile(
     let mut report = ReconcileReport::for_scope(&scope);
     let min_age = Duration::from_secs(config.orphan_min_age_seconds);
     if settle_interrupted {
-        report.resumed = settle_interrupted_acquires(broker).await;
-        report
-            .resumed
-            .extend(settle_interrupted_returns(broker).await);
+        report.resumed = broker.settle_interrupted().await;
     }
     let result = async {
         let client = provider
@@ -223,67 +144,6 @@ pub async fn orphan_gc_pass(provider: &K8sProvider, broker: &Broker) -> anyhow::
     Ok(outcome)
 }
 
-/// Refreshes every unfinished acquire and return once (the status path applies
-/// `pod_timeout_seconds` and releases timed-out pods; a return completes once its machines
-/// are gone), after settling interrupted ones. A request a client has
-/// read within `skip_within` was refreshed by that read and is left alone: HostFactory polls
-/// its requests constantly, and refreshing 200 of them again cost reads 600 ms of CPU on two
-/// cores (bench `daemon_status`).
-pub async fn refresh_pass(broker: &Broker, skip_within: Duration) {
-    settle_interrupted_acquires(broker).await;
-    settle_interrupted_returns(broker).await;
-    let unfinished = match broker.unfinished_acquires().await {
-        Ok(requests) => requests,
-        Err(e) => {
-            tracing::warn!("timeout GC: unfinished acquires not listed: {e}");
-            return;
-        }
-    };
-    broker.retain_refreshed(&unfinished.iter().map(|r| &r.request_id).collect());
-    let mut ids: Vec<orb_core::ids::RequestId> =
-        unfinished.into_iter().map(|r| r.request_id).collect();
-    // Returns in progress are refreshed too: one resumed above (or released by a process
-    // that died after recording it) completes when its machines are gone, even with nobody
-    // asking about it.
-    match broker.unfinished_returns().await {
-        Ok(returns) => ids.extend(returns.into_iter().map(|r| r.request_id)),
-        Err(e) => tracing::warn!("timeout GC: unfinished returns not listed: {e}"),
-    }
-    // Finished acquires are followed while a machine of theirs may still exist: a pod that
-    // fails or disappears later is recorded here even if nobody asks about its request.
-    match broker.store.requests_with_live_machines().await {
-        Ok(followed) => {
-            for id in followed {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-        }
-        Err(e) => tracing::warn!("requests with live machines not listed: {e}"),
-    }
-    for id in ids
-        .into_iter()
-        .filter(|id| !broker.refreshed_within(id, skip_within))
-    {
-        refresh_own(broker, &id, "timeout GC").await;
-    }
-}
-
-/// Refreshes one request of this provider; logs a failure instead of returning it.
-async fn refresh_own(broker: &Broker, id: &orb_core::ids::RequestId, chore: &str) {
-    match broker.store.get_request(id).await {
-        Ok(Some(r)) if r.provider_name == broker.settings.provider_name => {}
-        Ok(_) => return,
-        Err(e) => {
-            tracing::warn!("{chore}: request {id} not read: {e}");
-            return;
-        }
-    }
-    if let Err(e) = broker.refresh(id).await {
-        tracing::warn!("{chore}: request {id} not refreshed: {e}");
-    }
-}
-
 /// How long the follow loop lets a burst of pod events gather before it refreshes.
 const FOLLOW_DEBOUNCE: Duration = Duration::from_millis(500);
 
@@ -291,7 +151,7 @@ const FOLLOW_DEBOUNCE: Duration = Duration::from_millis(500);
 /// a pod that fails, is evicted or deleted is stored within about a second, whether or not
 /// anyone polls its request (HostFactory stops polling a request once it is complete).
 async fn follow_loop(
-    cache: Arc<orb_k8s::daemon::PodCache>,
+    cache: Arc<PodCache>,
     state: AppState,
     leadership: Leadership,
     mut shutdown: watch::Receiver<bool>,
@@ -314,7 +174,7 @@ async fn follow_loop(
                 return;
             }
             if let Ok(id) = orb_core::ids::RequestId::parse(&raw) {
-                refresh_own(state.broker(), &id, "follow").await;
+                state.broker().refresh_own(&id, "follow").await;
             }
         }
     }
@@ -348,17 +208,25 @@ async fn leader_loop<F, Fut>(
     }
 }
 
+/// What the chores work on: the provider, the status they report to, and the pod cache
+/// whose changes the follow loop turns into status refreshes.
+pub struct Chores<'a> {
+    pub provider: &'a Arc<K8sProvider>,
+    pub status: &'a Arc<DaemonStatus>,
+    pub pods: Option<&'a Arc<PodCache>>,
+}
+
 /// Starts leadership, the start-up reconciliation and the leader-only chores, reporting to
-/// `runtime`'s status; returns the tasks to wait for at shutdown.
+/// `on.status`; returns the tasks to wait for at shutdown.
 pub async fn start(
-    runtime: &ClusterRuntime,
+    on: Chores<'_>,
     state: AppState,
     options: &DaemonOptions,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut tasks = Vec::new();
-    let provider = runtime.provider().clone();
-    let status = runtime.status().clone();
+    let provider = on.provider.clone();
+    let status = on.status.clone();
     let leadership = if options.leader_elect {
         let client = provider
             .kube_client()
@@ -446,7 +314,7 @@ pub async fn start(
             },
         )));
     }
-    if let Some(cache) = &runtime.views().pods {
+    if let Some(cache) = on.pods {
         tasks.push(tokio::spawn(follow_loop(
             cache.clone(),
             state.clone(),
@@ -463,7 +331,7 @@ pub async fn start(
             rx,
             move || {
                 let state = state.clone();
-                async move { refresh_pass(state.broker(), every).await }
+                async move { state.broker().refresh_pass(every).await }
             },
         )));
     }

@@ -10,6 +10,7 @@ use super::auth_config::{self, AuthPlan, inbound_auth_requested};
 use super::background::DaemonOptions;
 use super::daemon::{ClusterRuntime, Daemon};
 use super::listener::Limits;
+use super::server::PidFile;
 use super::socket::bind_owner_only;
 use super::template_file::TemplateSource;
 use super::token_review::TokenReviewVerifier;
@@ -17,6 +18,7 @@ use super::version_gate::refuse_old_apiserver;
 use super::{AppState, ServeOptions, local_router, router};
 use crate::cli::ServeArgs;
 use crate::context;
+use crate::effective_config::EffectiveConfig;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory::daemon_target::DaemonSection;
 use crate::provider_factory::{ProviderContext, build_kubernetes_provider, is_kubernetes};
@@ -52,6 +54,14 @@ async fn authenticator(
     plan: AuthPlan,
     provider: Option<&Arc<orb_k8s::K8sProvider>>,
 ) -> CliResult<Arc<Auth>> {
+    if let auth_config::Scheme::Jwt(verifier) = &plan.scheme {
+        // A signature check costs microseconds: nothing to cache.
+        return Ok(Arc::new(Auth::new(
+            verifier.clone(),
+            plan.roles,
+            Duration::ZERO,
+        )));
+    }
     let client = match (&plan.kubeconfig, provider) {
         (Some(path), _) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
@@ -103,6 +113,17 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let loaded = session.config()?;
     let entry = context::select_provider(&session.global, &loaded)?.clone();
     let socket_path = socket_path(session, &args, &loaded)?;
+    for warning in super::server::config_warnings(&loaded.config)
+        .map_err(|e| Failure::invalid(format!("{}: {e}", loaded.file.display())))?
+    {
+        tracing::warn!("{warning}");
+    }
+    // `orb server start` names the running server in a pid file; a second one is refused
+    // before it builds anything.
+    let _pid_file = match &args.pid_file {
+        Some(path) => Some(PidFile::claim(path)?),
+        None => None,
+    };
     // The Kubernetes provider is built as its concrete type so the daemon can run its watch
     // cache and background tasks on it; any other provider is served without them. A
     // Kubernetes config that does not build stops the server here, with every problem
@@ -194,21 +215,28 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         config_dir: session.dirs.config_dir.path.clone(),
         entry: entry.clone(),
     });
+    state.show_config(EffectiveConfig::capture(session, None)?);
     let app = router(state.clone());
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-        Failure::generic(format!(
-            "cannot listen on {listen}: {e}; pick another address with --listen HOST:PORT"
-        ))
-    })?;
-    let bound = listener.local_addr().unwrap_or(listen);
-    tracing::info!(
-        "listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
-        entry.name,
-        match auth_source {
-            Some(source) => format!("Bearer tokens checked by TokenReview ({source})"),
-            None => "no authentication".to_string(),
-        }
-    );
+    let listener = if args.socket_only {
+        None
+    } else {
+        let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+            Failure::generic(format!(
+                "cannot listen on {listen}: {e}; pick another address with --listen HOST:PORT \
+                 (orb server start: --host and --port, or config.json's server section)"
+            ))
+        })?;
+        let bound = listener.local_addr().unwrap_or(listen);
+        tracing::info!(
+            "listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
+            entry.name,
+            match auth_source {
+                Some(source) => format!("Bearer tokens checked by TokenReview ({source})"),
+                None => "no authentication".to_string(),
+            }
+        );
+        Some(listener)
+    };
     let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -217,10 +245,18 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     let local = match socket_path {
         Some(path) => {
             let (socket, file) = bind_owner_only(&path)?;
-            tracing::info!(
-                "HostFactory scripts reach it at unix:{} (owner only, no token)",
-                file.path().display()
-            );
+            if args.socket_only {
+                tracing::info!(
+                    "listening on unix:{} only (provider {:?}, owner only, no token); API under /api/v1",
+                    file.path().display(),
+                    entry.name
+                );
+            } else {
+                tracing::info!(
+                    "HostFactory scripts reach it at unix:{} (owner only, no token)",
+                    file.path().display()
+                );
+            }
             let served = super::listener::serve(
                 socket,
                 local_router(state),
@@ -231,7 +267,12 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         }
         None => None,
     };
-    super::listener::serve(listener, app, Limits::default(), stopping).await;
+    match listener {
+        Some(listener) => {
+            super::listener::serve(listener, app, Limits::default(), stopping).await;
+        }
+        None => drop(app),
+    }
     if let Some((task, file)) = local {
         let _ = task.await;
         drop(file);

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::AppState;
-use super::background::{self, DaemonOptions};
+use super::background::{self, Chores, DaemonOptions};
 use super::cluster_checks::{daemon_checks, kubernetes_checks};
 use super::health::{ChecksFuture, DaemonHealth};
 use super::version_gate::{ReachabilityCache, VersionCheckCache};
@@ -146,7 +146,12 @@ impl Daemon {
             }
         }
         // On failure (the Lease cannot be used) the tasks started above stop with it.
-        match background::start(&runtime, state, &options, shutdown_rx.clone()).await {
+        let chores = Chores {
+            provider: &runtime.provider,
+            status: &runtime.status,
+            pods: runtime.views.pods.as_ref(),
+        };
+        match background::start(chores, state, &options, shutdown_rx.clone()).await {
             Ok(chores) => daemon.tasks.extend(chores),
             Err(e) => {
                 daemon.shutdown().await;

@@ -43,3 +43,9 @@ where
         }
     }
 }
+
+/// The query of a route that takes no parameters: any parameter is refused (400
+/// `invalid-query`, naming it) instead of being ignored.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoQuery {}

@@ -58,8 +58,7 @@ pub async fn hostfactory_call(
             )
         })?)
     };
-    let output = run_operation(op, input.as_ref(), async || call_env(&state)).await;
-    let reply = ScriptReply::from(output);
+    let reply = run_operation(op, input.as_ref(), async || call_env(&state)).await;
     let compact = headers
         .get_all(header::ACCEPT)
         .iter()

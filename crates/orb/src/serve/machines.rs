@@ -11,9 +11,7 @@ use orb_store::MachineFilter;
 use super::AppState;
 use super::extract::{ApiJson, ApiQuery};
 use super::metrics::{Outcome, handler_label};
-use super::model::{
-    MachineInfo, MachineListQuery, MachineRequestBody, RequestDetail, ReturnBody, WaitQuery,
-};
+use super::model::{MachineRequestBody, RequestDetail, ReturnBody, WaitQuery};
 use super::problem::Problem;
 use orb_broker::watch::Pace;
 use orb_broker::{BrokerError, RequestView};
@@ -36,7 +34,7 @@ fn outcome_of(result: &Result<RequestView, BrokerError>) -> Outcome {
     }
 }
 
-fn wait_limit(state: &AppState, query: &WaitQuery) -> Result<Option<Duration>, Problem> {
+pub(super) fn wait_limit(state: &AppState, query: &WaitQuery) -> Result<Option<Duration>, Problem> {
     if !query.wait {
         if query.timeout.is_some() {
             return Err(Problem::bad_request(
@@ -60,7 +58,7 @@ fn wait_limit(state: &AppState, query: &WaitQuery) -> Result<Option<Duration>, P
 }
 
 /// Follows the request (the broker's watch) until it is terminal or `limit` has passed.
-async fn wait_for(
+pub(super) async fn wait_for(
     state: &AppState,
     view: RequestView,
     limit: Duration,
@@ -73,14 +71,14 @@ async fn wait_for(
         .map_err(Problem::from)
 }
 
-fn accepted(view: &RequestView) -> (StatusCode, Json<RequestDetail>) {
+fn accepted(state: &AppState, view: &RequestView) -> (StatusCode, Json<RequestDetail>) {
     // 200 once the outcome is known, 202 while the request is still running.
     let code = if view.request.status.is_terminal() {
         StatusCode::OK
     } else {
         StatusCode::ACCEPTED
     };
-    (code, Json(RequestDetail::from(view)))
+    (code, Json(state.detail(view)))
 }
 
 /// Asks for machines. Every limit is checked before anything is stored; the reply carries
@@ -123,7 +121,7 @@ pub async fn request_machines(
     if let Some(limit) = limit {
         view = wait_for(&state, view, limit).await?;
     }
-    Ok(accepted(&view))
+    Ok(accepted(&state, &view))
 }
 
 /// Gives machines back, by id or host name, or every live machine of an acquire request.
@@ -131,6 +129,7 @@ pub async fn request_machines(
     post,
     path = "/api/v1/machines/return",
     tag = "machines",
+    params(WaitQuery),
     request_body = ReturnBody,
     responses(
         (status = 202, description = "Return request stored and under way", body = RequestDetail),
@@ -144,11 +143,64 @@ pub async fn request_machines(
 )]
 pub async fn return_machines(
     State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
     ApiJson(body): ApiJson<ReturnBody>,
 ) -> Result<(StatusCode, Json<RequestDetail>), Problem> {
+    let limit = wait_limit(&state, &query)?;
     let broker = state.broker();
+    for (field, given, served) in [
+        (
+            "providerName",
+            &body.provider_name,
+            &broker.settings.provider_name,
+        ),
+        (
+            "providerType",
+            &body.provider_type,
+            &broker.settings.provider_type,
+        ),
+    ] {
+        if let Some(given) = given.as_ref().filter(|g| *g != served) {
+            return Err(Problem::unprocessable(
+                "other-provider",
+                "Another provider",
+                format!(
+                    "{field} is {given:?} but this server serves {served:?}; send the return \
+                     to the server of that provider, or leave {field} out"
+                ),
+            ));
+        }
+    }
     let started = Instant::now();
-    let result = match (body.machine_ids, body.request_id) {
+    let selector = match (body.machine_ids, body.request_id, body.all_machines) {
+        (None, None, true) => {
+            let mut live = broker
+                .list_machines(&MachineFilter {
+                    live_only: true,
+                    not_returning: true,
+                    ..Default::default()
+                })
+                .await?;
+            live.retain(|m| m.provider_name == broker.settings.provider_name);
+            if live.is_empty() {
+                return Err(Problem::unprocessable(
+                    "nothing-to-return",
+                    "Nothing to return",
+                    "allMachines: there is no live machine that is not already being returned",
+                ));
+            }
+            (Some(live.into_iter().map(|m| m.machine_id).collect()), None)
+        }
+        (ids, request_id, false) => (ids, request_id),
+        (_, _, true) => {
+            return Err(Problem::unprocessable(
+                "return-selector",
+                "Say what to return",
+                "give exactly one of machine_ids, request_id and allMachines",
+            ));
+        }
+    };
+    let result = match selector {
         (Some(ids), None) if !ids.is_empty() => broker.return_named(&ids).await,
         (None, Some(raw)) => {
             let id = RequestId::parse(&raw).map_err(|e| Problem::malformed_request_id(&raw, e))?;
@@ -165,7 +217,7 @@ pub async fn return_machines(
             return Err(Problem::unprocessable(
                 "return-selector",
                 "Say what to return",
-                "give exactly one of machine_ids (a list of machine ids or host names) and request_id (an acquire request)",
+                "give exactly one of machine_ids (a list of machine ids or host names), request_id (an acquire request) and allMachines",
             ));
         }
     };
@@ -187,30 +239,9 @@ pub async fn return_machines(
     state
         .metrics()
         .record_release(handler, outcome_of(&result), started.elapsed());
-    Ok(accepted(&result?))
-}
-
-/// Machines orb manages: live ones, or all with `all=true`.
-#[utoipa::path(
-    get,
-    path = "/api/v1/machines",
-    tag = "machines",
-    params(MachineListQuery),
-    responses(
-        (status = 200, description = "The machines", body = Vec<MachineInfo>),
-        (status = 503, description = "Storage unavailable", body = Problem, content_type = "application/problem+json"),
-    )
-)]
-pub async fn list_machines(
-    State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<MachineListQuery>,
-) -> Result<Json<Vec<MachineInfo>>, Problem> {
-    let machines = state
-        .broker()
-        .list_machines(&MachineFilter {
-            live_only: !query.all,
-            ..Default::default()
-        })
-        .await?;
-    Ok(Json(machines.iter().map(MachineInfo::from).collect()))
+    let mut view = result?;
+    if let Some(limit) = limit {
+        view = wait_for(&state, view, limit).await?;
+    }
+    Ok(accepted(&state, &view))
 }

@@ -7,19 +7,27 @@ pub mod auth_config;
 pub mod background;
 mod cluster_checks;
 pub mod command;
+mod config;
 pub mod daemon;
 mod events;
 mod extract;
 pub mod health;
+mod history;
 pub mod hostfactory;
+pub mod jwt;
 pub mod listener;
 mod machines;
 pub mod metrics;
 pub mod model;
+pub mod overview;
 mod probes;
 pub mod problem;
+mod provider_schema;
+mod purge;
+pub mod reference;
 pub mod request_head;
 mod requests;
+pub mod server;
 pub mod socket;
 pub mod template_file;
 mod templates;
@@ -43,6 +51,7 @@ use utoipa_axum::routes;
 pub use metrics::Metrics;
 use orb_broker::Broker;
 
+use crate::effective_config::EffectiveConfig;
 use crate::template_checks::{TemplateChecker, check_template};
 
 /// Knobs of the HTTP layer (the broker has its own settings).
@@ -85,6 +94,8 @@ struct Inner {
     template_checker: Option<TemplateChecker>,
     template_source: OnceLock<template_file::TemplateSource>,
     template_file: template_file::TemplateFile,
+    /// The configuration the server started with, for `GET /api/v1/config/…`.
+    config: OnceLock<Arc<EffectiveConfig>>,
 }
 
 impl AppState {
@@ -98,6 +109,7 @@ impl AppState {
                 template_checker: None,
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
+                config: OnceLock::new(),
             }),
         }
     }
@@ -127,6 +139,30 @@ impl AppState {
                 daemon: Some(runtime),
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
+                config: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// A state with the Kubernetes provider's template checks but no background side:
+    /// `orb mcp serve` answers through the same routes without a watch cache, like the CLI.
+    pub fn with_checks_of(
+        broker: Broker,
+        options: ServeOptions,
+        provider: Arc<orb_k8s::K8sProvider>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                broker: Arc::new(broker),
+                metrics: Metrics::disabled(),
+                options,
+                template_checker: Some(Arc::new(move |template: &orb_core::template::Template| {
+                    check_template(Some(&provider), template)
+                })),
+                daemon: None,
+                template_source: OnceLock::new(),
+                template_file: Default::default(),
+                config: OnceLock::new(),
             }),
         }
     }
@@ -139,6 +175,12 @@ impl AppState {
     /// The provider's template checks, when it has any (else only the template's own).
     pub fn template_checker(&self) -> Option<&TemplateChecker> {
         self.inner.template_checker.as_ref()
+    }
+
+    /// A request view as the API replies it.
+    pub fn detail(&self, view: &orb_broker::RequestView) -> model::RequestDetail {
+        let broker = self.broker();
+        model::RequestDetail::of(view, &broker.settings.provider_type, (broker.clock)())
     }
 
     pub fn broker(&self) -> &Broker {
@@ -180,6 +222,16 @@ impl AppState {
     pub fn template_source(&self) -> Option<&template_file::TemplateSource> {
         self.inner.template_source.get()
     }
+
+    /// Makes the config routes answer `config` (what the server was started with); without
+    /// it they answer 503 `config-unavailable`. Set once; a second call changes nothing.
+    pub fn show_config(&self, config: EffectiveConfig) {
+        let _ = self.inner.config.set(Arc::new(config));
+    }
+
+    pub fn effective_config(&self) -> Option<&Arc<EffectiveConfig>> {
+        self.inner.config.get()
+    }
 }
 
 /// Declares the optional Bearer authentication (`orb serve --auth-token-review`).
@@ -219,23 +271,59 @@ impl utoipa::Modify for BearerScheme {
         (name = "requests", description = "Follow and cancel requests"),
         (name = "hostfactory", description = "The five HostFactory operations, answered as their scripts would (used by the scripts through the daemon's Unix socket)"),
         (name = "probes", description = "Liveness, readiness, health and metrics"),
+        (name = "config", description = "The configuration the server runs with, where each value came from, and checking a config document"),
+        (name = "admin", description = "Administrative operations on the store (admin role)"),
     )
 )]
 struct ApiDoc;
 
 fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(templates::list_templates))
         .routes(routes!(templates::show_template))
         .routes(routes!(templates::validate_templates))
         .routes(routes!(machines::request_machines))
         .routes(routes!(machines::return_machines))
-        .routes(routes!(machines::list_machines))
-        .routes(routes!(requests::list_requests))
         .routes(routes!(requests::show_request))
         .routes(routes!(requests::request_status))
         .routes(routes!(requests::cancel_request))
         .routes(routes!(events::request_events))
+        .routes(routes!(events::request_stream))
+        .routes(routes!(history::timeline))
+        .routes(routes!(history::events))
+        .routes(routes!(history::events_bare))
+        .routes(routes!(reference::info))
+        .routes(routes!(reference::list_templates))
+        .routes(routes!(reference::list_requests))
+        .routes(routes!(reference::request_status_batch))
+        .routes(routes!(reference::cancel_request))
+        .routes(routes!(reference::list_machines))
+        .routes(routes!(reference::list_templates_bare))
+        .routes(routes!(reference::list_requests_bare))
+        .routes(routes!(reference::list_machines_bare))
+        .routes(routes!(reference::list_return_requests))
+        .routes(routes!(reference::get_machine))
+        .routes(routes!(reference::machine_status))
+        .routes(routes!(purge::purge_machine))
+        .routes(routes!(purge::purge_request))
+        .routes(routes!(purge::cleanup_database))
+        .routes(routes!(reference::create_template))
+        .routes(routes!(reference::update_template))
+        .routes(routes!(reference::delete_template))
+        .routes(routes!(reference::generate_templates))
+        .routes(routes!(reference::refresh_templates))
+        .routes(routes!(overview::me))
+        .routes(routes!(overview::me_bare))
+        .routes(routes!(overview::dashboard))
+        .routes(routes!(overview::providers))
+        .routes(routes!(overview::providers_bare))
+        .routes(routes!(overview::providers_health))
+        .routes(routes!(provider_schema::all_provider_schemas))
+        .routes(routes!(provider_schema::provider_schema))
+        .routes(routes!(config::full_config))
+        .routes(routes!(config::full_config_bare))
+        .routes(routes!(config::config_sources))
+        .routes(routes!(config::config_value))
+        .routes(routes!(config::validate_config))
         .routes(routes!(hostfactory::hostfactory_call))
         .routes(routes!(probes::livez))
         .routes(routes!(probes::readyz))
@@ -274,6 +362,14 @@ fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
     let routes = routes
         .route(
             "/api/v1/openapi.json",
+            get({
+                let document = document.clone();
+                move || async move { ([(header::CONTENT_TYPE, "application/json")], document) }
+            }),
+        )
+        // Where the reference broker publishes its document.
+        .route(
+            "/openapi.json",
             get(move || async move { ([(header::CONTENT_TYPE, "application/json")], document) }),
         )
         .fallback(not_found);
@@ -290,7 +386,42 @@ fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             BODY_READ_TIMEOUT,
         ))
+        .layer(middleware::from_fn(tag_request_id))
         .with_state(state)
+}
+
+/// The id a reply carries in `x-request-id` (kept in the request's extensions, not its
+/// headers, so the header limits count only what the caller sent).
+#[derive(Debug, Clone)]
+pub struct RequestIdTag(pub header::HeaderValue);
+
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// The caller's `x-request-id` when it is a sane one (1 to 128 visible ASCII characters),
+/// else a new UUID.
+fn request_id_for(request: &Request) -> header::HeaderValue {
+    request
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .filter(|v| {
+            let b = v.as_bytes();
+            (1..=128).contains(&b.len()) && b.iter().all(|c| c.is_ascii_graphic())
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            header::HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+                .unwrap_or_else(|_| header::HeaderValue::from_static("-"))
+        })
+}
+
+/// Every reply carries `x-request-id` for correlation: the caller's own when it sent one,
+/// else a new UUID (the reference broker's clients log it with errors).
+async fn tag_request_id(mut request: Request, next: Next) -> Response {
+    let id = request_id_for(&request);
+    request.extensions_mut().insert(RequestIdTag(id.clone()));
+    let mut response = next.run(request).await;
+    response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    response
 }
 
 /// How long a client may take to send a request body.
@@ -369,13 +500,23 @@ async fn count_http(State(state): State<AppState>, request: Request, next: Next)
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
     let method = request.method().to_string();
+    let request_id = request
+        .extensions()
+        .get::<RequestIdTag>()
+        .and_then(|t| t.0.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
     let started = Instant::now();
     let response = next.run(request).await.into_response();
-    state.metrics().record_http(
-        &method,
-        &route,
-        response.status().as_u16(),
-        started.elapsed(),
-    );
+    let status = response.status().as_u16();
+    state
+        .metrics()
+        .record_http(&method, &route, status, started.elapsed());
+    // Refusals are logged with the id the reply carries, so a caller's report finds them.
+    if status >= 500 {
+        tracing::warn!(%method, %route, status, %request_id, "request failed");
+    } else if status >= 400 {
+        tracing::info!(%method, %route, status, %request_id, "request refused");
+    }
     response
 }

@@ -11,20 +11,28 @@ use utoipa::{IntoParams, ToSchema};
 
 use orb_broker::RequestView;
 
-/// `POST /api/v1/machines/request`.
+/// `POST /api/v1/machines/request`. The document names the reference broker's camelCase
+/// fields, so a client generated from it sends the same body as one generated from the
+/// reference's; the snake_case spellings are accepted too.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MachineRequestBody {
-    /// The template to create machines from (`GET /api/v1/templates` lists them).
+    /// The template to create machines from (`GET /api/v1/templates` lists them);
+    /// `template_id` is accepted too.
+    #[serde(rename = "templateId", alias = "template_id")]
     #[schema(example = "worker")]
     pub template_id: String,
     /// How many machines; at least 1.
-    #[serde(alias = "machine_count")]
+    #[serde(alias = "machine_count", alias = "machineCount")]
     #[schema(example = 2, minimum = 1)]
     pub count: u32,
+    /// Accepted for the reference broker's clients; orb does not use it.
+    #[serde(default, rename = "additionalData", alias = "additional_data")]
+    #[schema(value_type = Option<Object>)]
+    pub additional_data: Option<serde_json::Value>,
 }
 
-/// `?wait=true&timeout=S` on `POST /api/v1/machines/request`.
+/// `?wait=true&timeout=S` on `POST /api/v1/machines/request` and `…/return`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -36,39 +44,46 @@ pub struct WaitQuery {
     pub timeout: Option<u64>,
 }
 
-/// `POST /api/v1/machines/return`: exactly one of `machine_ids` and `request_id`.
+/// `?verbose&wait=true&timeout=S` on `GET /api/v1/requests/{id}/status`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StatusQuery {
+    /// Accepted for the reference broker's clients; machines are always included.
+    #[serde(default)]
+    pub verbose: bool,
+    /// Answer only when the request has finished (or `timeout` has passed).
+    #[serde(default)]
+    pub wait: bool,
+    /// Seconds to wait with `wait=true`, 1 to 600; default `request.default_timeout` (at most 600).
+    pub timeout: Option<u64>,
+}
+
+/// `POST /api/v1/machines/return`: exactly one of `machineIds`, `requestId` and
+/// `allMachines`. Named in the reference broker's camelCase, as on machine requests; the
+/// snake_case spellings are accepted too.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReturnBody {
     /// Machines to give back, by machine id or host name.
+    #[serde(default, rename = "machineIds", alias = "machine_ids")]
     pub machine_ids: Option<Vec<String>>,
     /// Give back every live machine of this acquire request.
+    #[serde(default, rename = "requestId", alias = "request_id")]
     pub request_id: Option<String>,
-}
-
-/// `GET /api/v1/machines`.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct MachineListQuery {
-    /// Include machines that are gone (terminated, returned, failed).
+    /// Give back every live machine orb manages that is not already being returned.
+    #[serde(default, rename = "allMachines", alias = "all_machines")]
+    pub all_machines: bool,
+    /// Accepted for the reference broker's clients; a return always follows the
+    /// handler's rules (graceful delete, scale-down), so it changes nothing.
     #[serde(default)]
-    pub all: bool,
-}
-
-/// `GET /api/v1/requests`.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct RequestListQuery {
-    /// At most this many, newest first (default 50, at most 1000).
-    pub limit: Option<u32>,
-    /// Only requests in this status, e.g. `in_progress`.
-    pub status: Option<String>,
-    /// Only `acquire` or `return` requests.
-    #[serde(rename = "type")]
-    #[param(rename = "type")]
-    pub request_type: Option<String>,
+    pub force: bool,
+    /// When given, must be this server's provider.
+    #[serde(default, rename = "providerName", alias = "provider_name")]
+    pub provider_name: Option<String>,
+    /// When given, must be this server's provider type.
+    #[serde(default, rename = "providerType", alias = "provider_type")]
+    pub provider_type: Option<String>,
 }
 
 /// A request as the API shows it.
@@ -155,8 +170,17 @@ pub struct MachineNode {
 }
 
 /// A request with its machines (an acquire's machines, or the machines a return covers).
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+/// `request_id`, `message` and `requests` are the same facts in the reference broker's
+/// shape, for its clients; orb's own are `request`, `machines` and `note`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RequestDetail {
+    #[schema(example = "req-3f2b0c1e-8a4d-4c6b-9e1f-0a2b3c4d5e6f")]
+    pub request_id: String,
+    /// A one-line summary of where the request stands.
+    #[schema(example = "Request in progress")]
+    pub message: String,
+    /// The request as the reference broker shows it, as a one-element list.
+    pub requests: Vec<crate::serve::reference::RequestItem>,
     pub request: RequestInfo,
     pub machines: Vec<MachineInfo>,
     /// Why the answer may be stale (the provider could not be asked).
@@ -221,10 +245,22 @@ impl From<&Machine> for MachineInfo {
     }
 }
 
-impl From<&RequestView> for RequestDetail {
-    fn from(view: &RequestView) -> Self {
+impl RequestDetail {
+    /// `provider_type` and `now` fill the reference broker's fields.
+    pub fn of(view: &RequestView, provider_type: &str, now: Timestamp) -> Self {
+        let r = &view.request;
         Self {
-            request: (&view.request).into(),
+            request_id: r.request_id.to_string(),
+            message: orb_core::hostfactory::mapping::submit_message(
+                r.status,
+                r.status_message.as_deref(),
+            ),
+            requests: vec![crate::serve::reference::RequestItem::of_view(
+                view,
+                provider_type,
+                now,
+            )],
+            request: r.into(),
             machines: view.machines.iter().map(MachineInfo::from).collect(),
             note: view.note.clone(),
         }
@@ -290,34 +326,20 @@ pub struct Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use orb_core::machine::MachineStatus;
+    use orb_core::test_support;
     use serde_json::json;
 
     fn machine(provider_data: serde_json::Value) -> Machine {
         let now: Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
-        Machine {
-            machine_id: "orb-abc-0000".into(),
-            name: "orb-abc-0000".into(),
-            request_id: orb_core::ids::RequestId::new_acquire(),
-            return_request_id: None,
-            template_id: "worker".into(),
-            provider_name: "k8s".into(),
-            provider_api: Some(orb_core::ProviderApi::Pod),
-            resource_id: None,
-            uid: None,
-            status: MachineStatus::Running,
-            status_reason: None,
-            private_ip: None,
-            public_ip: None,
-            launch_time: None,
-            instance_type: Some("m5.large".into()),
-            price_type: Some("spot".into()),
-            tags: BTreeMap::new(),
-            provider_data,
-            created_at: now,
-            updated_at: now,
-            version: 1,
-        }
+        test_support::machine("orb-abc-0000")
+            .provider_name("k8s")
+            .instance_type("m5.large")
+            .price_type("spot")
+            .provider_data(provider_data)
+            .created(now)
+            .updated(now)
+            .version(1)
+            .build()
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn report(status: &str, checks: BTreeMap<String, Check>) -> HealthReport {
     }
 }
 
-async fn checks(state: &AppState) -> BTreeMap<String, Check> {
+pub(super) async fn checks(state: &AppState) -> BTreeMap<String, Check> {
     let broker = state.broker();
     let store = match broker
         .store

@@ -15,7 +15,9 @@ use orb_broker::BrokerError;
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
-/// An RFC 9457 problem document.
+/// An RFC 9457 problem document. It also carries the reference broker's error envelope as
+/// the extension member `error` (`{"code", "message", "details"}`), so clients written for
+/// either shape read the same reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Problem {
     /// A URI naming the kind of problem, e.g. `urn:orb:problem:unknown-template`.
@@ -28,15 +30,44 @@ pub struct Problem {
     pub status: u16,
     /// What was wrong in this call, and how to fix it.
     pub detail: String,
+    /// The same failure in the reference broker's envelope (boxed: a `Problem` travels in
+    /// every handler's `Err`, which should stay small).
+    pub error: Box<ErrorEnvelope>,
+}
+
+/// `error` of a refusal: the reference broker's `{"code", "message", "details"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ErrorEnvelope {
+    /// A stable machine code: the problem type's last part in upper snake case, e.g.
+    /// `UNKNOWN_TEMPLATE`.
+    #[schema(example = "UNKNOWN_TEMPLATE")]
+    pub code: String,
+    /// The same text as `detail`.
+    pub message: String,
+    /// The HTTP status and the problem type, for clients that only read `error`.
+    #[schema(value_type = Object)]
+    pub details: serde_json::Value,
+}
+
+/// `unknown-template` → `UNKNOWN_TEMPLATE`.
+pub fn error_code(slug: &str) -> String {
+    slug.to_ascii_uppercase().replace('-', "_")
 }
 
 impl Problem {
     pub fn new(status: StatusCode, slug: &str, title: &str, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        let problem_type = format!("urn:orb:problem:{slug}");
         Self {
-            problem_type: format!("urn:orb:problem:{slug}"),
+            error: Box::new(ErrorEnvelope {
+                code: error_code(slug),
+                message: detail.clone(),
+                details: serde_json::json!({"status": status.as_u16(), "type": problem_type}),
+            }),
+            problem_type,
             title: title.to_string(),
             status: status.as_u16(),
-            detail: detail.into(),
+            detail,
         }
     }
 
@@ -128,6 +159,18 @@ impl From<BrokerError> for Problem {
             }
             BrokerError::UnknownRequest(_) => {
                 Self::not_found("unknown-request", "Unknown request", detail)
+            }
+            BrokerError::UnknownMachine(_) => {
+                Self::not_found("unknown-machine", "Unknown machine", detail)
+            }
+            BrokerError::PurgeRefused(_) => Self::new(
+                StatusCode::CONFLICT,
+                "purge-refused",
+                "Record still needed",
+                detail,
+            ),
+            BrokerError::InvalidCleanup(_) => {
+                Self::unprocessable("invalid-cleanup", "Cleanup not possible as asked", detail)
             }
             BrokerError::UnknownMachines(_) => {
                 Self::unprocessable("unknown-machines", "Unknown machines", detail)
@@ -228,6 +271,9 @@ mod tests {
     #[case(BrokerError::CountRejected("machine count must be at least 1".into()), 422, "count-rejected")]
     #[case(BrokerError::UnknownRequest("req-x".into()), 404, "unknown-request")]
     #[case(BrokerError::NotAllowed("already complete".into()), 409, "not-allowed")]
+    #[case(BrokerError::PurgeRefused("machine m is running".into()), 409, "purge-refused")]
+    #[case(BrokerError::UnknownMachine("m".into()), 404, "unknown-machine")]
+    #[case(BrokerError::InvalidCleanup("in_progress is not finished".into()), 422, "invalid-cleanup")]
     #[case(BrokerError::UnknownTemplate { template_id: "t".into(), available: "a".into() }, 422, "unknown-template")]
     #[case(BrokerError::Provider(ProviderError::Misconfigured("no such type".into())), 503, "provider-misconfigured")]
     #[case(BrokerError::Provider(ProviderError::Rejected("audit".into())), 422, "provider-rejected")]

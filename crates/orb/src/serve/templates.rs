@@ -11,6 +11,7 @@ use super::AppState;
 use super::extract::ApiJson;
 use super::model::{InvalidTemplate, TemplateInfo, ValidationReport};
 use super::problem::Problem;
+use super::reference::{TemplateDetail, TemplateItem};
 use crate::template_checks::check_template;
 
 async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<TemplateInfo>, Problem> {
@@ -35,19 +36,8 @@ async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<Templ
         .collect())
 }
 
-/// Every template of the configured provider, with how many machines each still allows.
-#[utoipa::path(
-    get,
-    path = "/api/v1/templates",
-    tag = "templates",
-    responses(
-        (status = 200, description = "The templates, in file order", body = Vec<TemplateInfo>),
-        (status = 503, description = "Storage unavailable", body = Problem, content_type = "application/problem+json"),
-    )
-)]
-pub async fn list_templates(
-    State(state): State<AppState>,
-) -> Result<Json<Vec<TemplateInfo>>, Problem> {
+/// Every template of the file, described; refused when the file cannot be read.
+pub(super) async fn list(state: &AppState) -> Result<Vec<TemplateInfo>, Problem> {
     if let Some(failure) = state.templates_now().failure {
         return Err(Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -58,7 +48,7 @@ pub async fn list_templates(
     }
     let catalog = state.broker().catalog.current();
     let all: Vec<&Template> = catalog.templates.iter().collect();
-    Ok(Json(describe(&state, &all).await?))
+    describe(state, &all).await
 }
 
 /// One template.
@@ -68,22 +58,30 @@ pub async fn list_templates(
     tag = "templates",
     params(("template_id" = String, Path, description = "The template id")),
     responses(
-        (status = 200, description = "The template", body = TemplateInfo),
+        (status = 200, description = "The template: orb's fields and the reference's envelope", body = TemplateDetail),
         (status = 404, description = "No such template", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn show_template(
     State(state): State<AppState>,
     Path(template_id): Path<String>,
-) -> Result<Json<TemplateInfo>, Problem> {
+) -> Result<Json<TemplateDetail>, Problem> {
     state.templates_now();
     let catalog = state.broker().catalog.current();
     // Not served either way; the detail says whether it is undefined or was refused (and why).
     let template = catalog
         .lookup(&template_id)
         .map_err(|e| Problem::not_found("unknown-template", "Unknown template", e.to_string()))?;
-    let mut described = describe(&state, &[template]).await?;
-    Ok(Json(described.remove(0)))
+    let info = describe(&state, &[template]).await?.remove(0);
+    let item = TemplateItem::of(info.clone(), template, &state.broker().settings);
+    Ok(Json(TemplateDetail {
+        info,
+        templates: vec![item],
+        total_count: 1,
+        next_cursor: None,
+        success: true,
+        message: format!("template {template_id}"),
+    }))
 }
 
 /// Checks a template document (the same JSON as a templates file) without storing it.

@@ -56,6 +56,7 @@ impl TokenReviewVerifier {
         Ok(Identity {
             username,
             groups: user.groups.unwrap_or_default(),
+            claimed_role: None,
         })
     }
 }

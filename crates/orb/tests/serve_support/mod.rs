@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,9 +18,9 @@ use orb_cli::context::load_catalog_from;
 use orb_cli::provider_factory::{ProviderContext, build_provider};
 use orb_cli::serve::{AppState, ServeOptions, router};
 use orb_core::config::ProviderEntry;
-use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_core::test_support;
 use orb_store::{RequestFilter, Store};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -43,6 +42,8 @@ pub struct Env {
     pub root: tempfile::TempDir,
     pub store: Store,
     pub app: Router,
+    /// The state behind `app` (`orb mcp serve` builds its router from one too).
+    pub state: AppState,
     template_file: PathBuf,
 }
 
@@ -119,13 +120,30 @@ impl Env {
             config_dir: root.path().join("config"),
             entry,
         });
-        let app = router(state);
+        let app = router(state.clone());
         Self {
             root,
             store,
             app,
+            state,
             template_file,
         }
+    }
+
+    /// Writes `config` as the server's config.json and captures it for the config routes,
+    /// as `orb serve` does at start (through `--config`, so the test's own HOME and
+    /// directories are not consulted for the file). Returns the file's path.
+    pub fn show_config(&self, config: &Value) -> PathBuf {
+        use clap::Parser;
+        let file = self.root.path().join("config/config.json");
+        std::fs::write(&file, serde_json::to_string_pretty(config).unwrap()).unwrap();
+        let path = file.to_str().unwrap();
+        let cli = orb_cli::cli::Cli::try_parse_from(["orb", "--config", path, "serve"]).unwrap();
+        let session = orb_cli::session::Session::new(cli.global);
+        self.state.show_config(
+            orb_cli::effective_config::EffectiveConfig::capture(&session, None).unwrap(),
+        );
+        file
     }
 
     /// The template file the server follows.
@@ -156,6 +174,13 @@ impl Env {
                     .body(Body::from(body.to_string()))
                     .unwrap(),
             )
+            .await;
+        split(response).await
+    }
+
+    pub async fn delete(&self, uri: &str) -> (StatusCode, Value) {
+        let response = self
+            .call(HttpRequest::delete(uri).body(Body::empty()).unwrap())
             .await;
         split(response).await
     }
@@ -223,50 +248,32 @@ pub async fn split(response: Response<Body>) -> (StatusCode, Value) {
 }
 
 pub fn at(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_767_225_600 + secs).unwrap()
+    test_support::at(secs)
 }
 
 pub fn acquire(id: &str, status: RequestStatus, wanted: u32) -> Request {
-    let mut r = Request::new(
-        RequestId::parse(id).unwrap(),
-        RequestType::Acquire,
-        Some("worker".into()),
-        "kube",
-        "offline",
-        wanted,
-        at(0),
-    );
-    r.status = status;
-    r.provider_api = Some(orb_core::ProviderApi::Pod);
-    r.started_at = Some(at(0));
-    r.deadline_at = Some(at(300));
-    r
+    test_support::request(RequestType::Acquire)
+        .id(id)
+        .provider("kube", "offline")
+        .count(wanted)
+        .status(status)
+        .kind(orb_core::ProviderApi::Pod)
+        .started(at(0))
+        .deadline(at(300))
+        .build()
 }
 
 pub fn machine(request: &Request, name: &str, status: MachineStatus) -> Machine {
-    Machine {
-        machine_id: name.into(),
-        name: name.into(),
-        request_id: request.request_id.clone(),
-        return_request_id: None,
-        template_id: "worker".into(),
-        provider_name: "kube".into(),
-        provider_api: Some(orb_core::ProviderApi::Pod),
-        resource_id: Some(name.into()),
-        uid: None,
-        status,
-        status_reason: None,
-        private_ip: Some("10.0.0.1".into()),
-        public_ip: None,
-        launch_time: Some(at(20)),
-        instance_type: None,
-        price_type: None,
-        tags: BTreeMap::new(),
-        provider_data: json!({}),
-        created_at: at(1),
-        updated_at: at(20),
-        version: 0,
-    }
+    test_support::machine(name)
+        .request_id(request.request_id.clone())
+        .resource(name)
+        .status(status)
+        .ip("10.0.0.1")
+        .launched(at(20))
+        .provider_data(json!({}))
+        .created(at(1))
+        .updated(at(20))
+        .build()
 }
 
 /// A problem document: the status, its `type`, and a detail containing `needle`.
@@ -284,4 +291,30 @@ pub fn assert_problem(got: &(StatusCode, Value), status: u16, slug: &str, needle
         detail.contains(needle),
         "detail {detail:?} should contain {needle:?}"
     );
+    // The reference broker's envelope rides along: its code is the slug in upper snake case.
+    assert_eq!(
+        body["error"]["code"],
+        slug.to_ascii_uppercase().replace('-', "_"),
+        "{body}"
+    );
+    assert_eq!(body["error"]["message"], detail, "{body}");
+    assert_eq!(body["error"]["details"]["status"], status, "{body}");
+}
+
+/// `(event name, id, JSON data)` of every complete Server-Sent Event in `text`.
+pub fn sse_events(text: &str) -> Vec<(String, String, Value)> {
+    text.split("\n\n")
+        .filter(|block| block.contains("data:"))
+        .map(|block| {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                    .map(|v| v.trim_start().to_string())
+                    .unwrap_or_default()
+            };
+            let data = serde_json::from_str(&field("data")).unwrap_or(Value::Null);
+            (field("event"), field("id"), data)
+        })
+        .collect()
 }

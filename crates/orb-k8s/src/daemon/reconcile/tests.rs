@@ -1,0 +1,249 @@
+use super::*;
+use orb_core::ids::RequestId;
+use orb_core::machine::MachineStatus;
+use orb_core::test_support;
+use rstest::rstest;
+
+const REQ: &str = "req-11111111-1111-4111-8111-111111111111";
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(1_767_225_600 + s).unwrap()
+}
+
+fn mk_object(kind: ProviderApi, name: &str, request: Option<&str>) -> ManagedObject {
+    ManagedObject {
+        kind,
+        namespace: "batch".into(),
+        name: name.into(),
+        uid: Some(format!("uid-{name}")),
+        request_id: request.map(str::to_string),
+        created: Some(t(0)),
+        deleting: false,
+        controlled: false,
+    }
+}
+
+fn mk_request(status: RequestStatus) -> Request {
+    test_support::request(RequestType::Acquire)
+        .id(REQ)
+        .count(2)
+        .created(t(0))
+        .status(status)
+        .build()
+}
+
+fn mk_machine(request: &Request, name: &str, status: MachineStatus, returned: bool) -> Machine {
+    let mut m = test_support::machine(name)
+        .request_id(request.request_id.clone())
+        .status(status)
+        .created(t(0))
+        .updated(t(0));
+    if returned {
+        m = m.returned_by(RequestId::new_return());
+    }
+    m.build()
+}
+
+fn stored(status: RequestStatus, machines: &[(&str, MachineStatus, bool)]) -> StoredRequest {
+    let request = mk_request(status);
+    let machines = machines
+        .iter()
+        .map(|(n, s, r)| mk_machine(&request, n, *s, *r))
+        .collect();
+    StoredRequest { request, machines }
+}
+
+#[test]
+fn an_object_without_a_request_id_is_an_orphan() {
+    let o = mk_object(ProviderApi::Pod, "p", None);
+    assert_eq!(
+        classify(&o, None),
+        Classification::Orphan(OrphanReason::MissingRequestId)
+    );
+}
+
+#[rstest]
+#[case::pod(ProviderApi::Pod)]
+#[case::deployment(ProviderApi::Deployment)]
+#[case::statefulset(ProviderApi::StatefulSet)]
+#[case::job(ProviderApi::Job)]
+fn an_object_of_an_unknown_request_is_an_orphan(#[case] kind: ProviderApi) {
+    let o = mk_object(kind, "x", Some(REQ));
+    assert_eq!(
+        classify(&o, None),
+        Classification::Orphan(OrphanReason::UnknownRequest {
+            request_id: REQ.into()
+        })
+    );
+}
+
+#[rstest]
+#[case::in_progress(RequestStatus::InProgress)]
+#[case::pending(RequestStatus::Pending)]
+#[case::partial_pending(RequestStatus::PartialPending)]
+fn objects_of_an_unfinished_request_are_adopted(#[case] status: RequestStatus) {
+    let s = stored(status, &[]);
+    for kind in ProviderApi::ALL {
+        let o = mk_object(kind, "x", Some(REQ));
+        assert_eq!(
+            classify(&o, Some(&s)),
+            Classification::Adopted {
+                request_id: REQ.into()
+            }
+        );
+    }
+}
+
+#[rstest]
+// A complete request's pods are the scheduler's hosts until it returns them.
+#[case::complete_running(RequestStatus::Complete, MachineStatus::Running, false, false)]
+#[case::complete_exited_not_returned(
+    RequestStatus::Complete,
+    MachineStatus::Terminated,
+    false,
+    false
+)]
+#[case::complete_returned(RequestStatus::Complete, MachineStatus::Running, true, true)]
+#[case::partial_returned(RequestStatus::Partial, MachineStatus::Returned, false, true)]
+// A failed, cancelled or timed-out request owns only machines that are still live.
+#[case::failed_with_live_machine(RequestStatus::Failed, MachineStatus::Pending, false, false)]
+#[case::failed_machine_gone(RequestStatus::Failed, MachineStatus::Terminated, false, true)]
+#[case::cancelled(RequestStatus::Cancelled, MachineStatus::Terminated, false, true)]
+// A failed machine still owns its pod: orb reports it, and a return or cancel removes it.
+#[case::timeout_failed_machine(RequestStatus::Timeout, MachineStatus::Failed, false, false)]
+#[case::timeout_machine_gone(RequestStatus::Timeout, MachineStatus::Terminated, false, true)]
+fn a_bare_pod_of_a_finished_request_is_an_orphan_once_its_machine_is_done(
+    #[case] status: RequestStatus,
+    #[case] machine: MachineStatus,
+    #[case] returned: bool,
+    #[case] orphan: bool,
+) {
+    let s = stored(status, &[("p-0", machine, returned)]);
+    let got = classify(&mk_object(ProviderApi::Pod, "p-0", Some(REQ)), Some(&s));
+    assert_eq!(
+        matches!(
+            got,
+            Classification::Orphan(OrphanReason::FinishedRequest { .. })
+        ),
+        orphan,
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_pod_no_machine_stands_for_is_an_orphan_of_a_finished_request() {
+    let s = stored(RequestStatus::Failed, &[]);
+    let got = classify(&mk_object(ProviderApi::Pod, "p-7", Some(REQ)), Some(&s));
+    assert_eq!(
+        got,
+        Classification::Orphan(OrphanReason::FinishedRequest {
+            request_id: REQ.into(),
+            status: RequestStatus::Failed
+        })
+    );
+}
+
+#[test]
+fn a_controller_lives_while_any_machine_of_its_request_does() {
+    let s = stored(
+        RequestStatus::Complete,
+        &[
+            ("d-a", MachineStatus::Running, true),
+            ("d-b", MachineStatus::Running, false),
+        ],
+    );
+    let d = mk_object(ProviderApi::Deployment, "d", Some(REQ));
+    assert!(matches!(
+        classify(&d, Some(&s)),
+        Classification::Adopted { .. }
+    ));
+    let all_returned = stored(
+        RequestStatus::Complete,
+        &[
+            ("d-a", MachineStatus::Terminated, true),
+            ("d-b", MachineStatus::Returned, true),
+        ],
+    );
+    assert!(matches!(
+        classify(&d, Some(&all_returned)),
+        Classification::Orphan(OrphanReason::FinishedRequest { .. })
+    ));
+}
+
+#[test]
+fn a_return_request_id_on_an_object_is_no_acquire() {
+    let mut s = stored(RequestStatus::InProgress, &[]);
+    s.request.request_type = RequestType::Return;
+    assert!(matches!(
+        classify(&mk_object(ProviderApi::Pod, "p", Some(REQ)), Some(&s)),
+        Classification::Orphan(OrphanReason::UnknownRequest { .. })
+    ));
+}
+
+#[rstest]
+#[case::controlled_pod(true, false)]
+#[case::being_deleted(false, true)]
+fn controlled_and_deleting_objects_are_never_judged(
+    #[case] controlled: bool,
+    #[case] deleting: bool,
+) {
+    let mut o = mk_object(ProviderApi::Pod, "p", None);
+    o.controlled = controlled;
+    o.deleting = deleting;
+    assert_eq!(classify(&o, None), Classification::Skipped);
+}
+
+#[test]
+fn the_gc_plan_leaves_young_orphans_and_counts_by_kind() {
+    let mut young = mk_object(ProviderApi::Job, "young", None);
+    young.created = Some(t(250));
+    let mut unknown_age = mk_object(ProviderApi::Pod, "no-age", None);
+    unknown_age.created = None;
+    let objects = vec![
+        mk_object(ProviderApi::Pod, "old", None),
+        young,
+        unknown_age,
+        mk_object(ProviderApi::Deployment, "mine", Some(REQ)),
+    ];
+    let requests = BTreeMap::from([(REQ.to_string(), stored(RequestStatus::InProgress, &[]))]);
+    let plan = plan_gc(&objects, &requests, t(300), Duration::from_secs(100));
+    assert_eq!(
+        plan.orphans
+            .iter()
+            .map(|o| o.name.as_str())
+            .collect::<Vec<_>>(),
+        ["old"]
+    );
+    assert_eq!(
+        plan.young
+            .iter()
+            .map(|o| o.name.as_str())
+            .collect::<Vec<_>>(),
+        ["young", "no-age"]
+    );
+    assert_eq!(plan.seen[&ProviderApi::Pod], 2);
+    assert_eq!(plan.adopted[&ProviderApi::Deployment], 1);
+    assert_eq!(plan.orphans[0].age_seconds, Some(300));
+}
+
+#[test]
+fn the_report_summary_names_counts_and_orphans() {
+    let mut report =
+        ReconcileReport::for_scope(&NamespaceScope::Multi(vec!["a".into(), "b".into()]));
+    let objects = vec![
+        mk_object(ProviderApi::Pod, "lost", None),
+        mk_object(ProviderApi::Pod, "kept", Some(REQ)),
+    ];
+    let requests = BTreeMap::from([(REQ.to_string(), stored(RequestStatus::InProgress, &[]))]);
+    report.record_plan(&plan_gc(&objects, &requests, t(10), Duration::ZERO));
+    let line = report.summary();
+    assert!(
+        line.contains("reconciled a,b")
+            && line.contains("2 managed objects seen, 1 adopted, 1 orphans"),
+        "{line}"
+    );
+    assert!(
+        line.contains("Pod batch/lost: it has no request-id label"),
+        "{line}"
+    );
+}

@@ -1,0 +1,292 @@
+//! `orb serve` settings that come from config.json, on the real local control plane:
+//! inbound auth switched on by the provider's `inbound_auth_enabled` (or its environment
+//! variable) with roles from `serve.auth`, checked with real ServiceAccount tokens; the Unix
+//! socket needing no token; and `min_kubernetes_version` at start and in `/readyz`.
+//! Needs the control plane (`tools/control-plane/cp up`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+
+use crate::support::accounts::token_for;
+use crate::support::serve_process::spawn_listening;
+use crate::support::{init_local_control_plane, orb};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use kube_fixture::{TestCluster, TestNamespace};
+use serde_json::{Value, json};
+
+/// An orb root written by `orb init --local-control-plane` for a fresh namespace, with
+/// `edit` applied to its config.json.
+async fn orb_root(
+    prefix: &str,
+    edit: impl FnOnce(&mut Value, &str),
+) -> (tempfile::TempDir, TestNamespace, TestCluster) {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace(prefix).await;
+    let root = init_local_control_plane(&cluster, &ns);
+    let file = root.path().join("config/config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    edit(&mut config, ns.name());
+    std::fs::write(&file, config.to_string()).unwrap();
+    (root, ns, cluster)
+}
+
+struct Serve {
+    child: Child,
+    addr: String,
+    socket: PathBuf,
+    startup: String,
+}
+
+impl Serve {
+    fn start(command: Command) -> Serve {
+        let (child, addr, socket, startup) = spawn_listening(command);
+        Serve {
+            child,
+            addr,
+            socket,
+            startup,
+        }
+    }
+
+    /// One HTTP/1.1 exchange over TCP; returns the status code and the body.
+    fn tcp(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+        let stream = TcpStream::connect(&self.addr).unwrap();
+        exchange(stream, method, path, token, body)
+    }
+
+    fn unix(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let stream = UnixStream::connect(&self.socket).unwrap();
+        exchange(stream, method, path, None, body)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn exchange(
+    mut stream: impl Read + Write,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let code = reply
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {reply}"));
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn inbound_auth_enabled_in_config_checks_service_account_tokens_with_config_roles() {
+    let (root, ns, cluster) = orb_root("serve-cfg-auth", |config, ns| {
+        config["providers"][0]["config"]["inbound_auth_enabled"] = json!(true);
+        config["serve"] = json!({"auth": {"roles": {
+            format!("{ns}:hf-driver"): "operator",
+            format!("{ns}:dashboard"): "viewer"
+        }}});
+    })
+    .await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns.name());
+    let operator = token_for(&accounts, "hf-driver").await;
+    let viewer = token_for(&accounts, "dashboard").await;
+    let stranger = token_for(&accounts, "stranger").await;
+
+    let serve = Serve::start(orb(root.path()));
+    assert!(
+        serve
+            .startup
+            .contains("Bearer tokens checked by TokenReview (inbound_auth_enabled)"),
+        "{}",
+        serve.startup
+    );
+    let templates = "/api/v1/hostfactory/getAvailableTemplates";
+    let request = "/api/v1/hostfactory/requestMachines";
+    let (code, body) = serve.tcp("GET", "/api/v1/requests", None, "");
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = serve.tcp("GET", "/api/v1/requests", Some(&viewer), "");
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = serve.tcp("POST", templates, Some(&viewer), "{}");
+    assert_eq!(code, 200, "a HostFactory read needs viewer: {body}");
+    let (code, body) = serve.tcp("POST", request, Some(&viewer), "{}");
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = serve.tcp("POST", request, Some(&operator), r#"{"template": {}}"#);
+    assert_eq!(code, 200, "the operator reaches the operation: {body}");
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(reply["exit_code"], 2, "{reply}");
+    let (code, body) = serve.tcp("GET", "/api/v1/requests", Some(&stranger), "");
+    assert_eq!(code, 403, "no role for an unmapped account: {body}");
+    let (code, body) = serve.tcp("GET", "/api/v1/requests", Some("not-a-token"), "");
+    assert_eq!(code, 401, "{body}");
+    // The owner-only socket needs no token.
+    let (code, body) = serve.unix("GET", "/api/v1/requests", "");
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = serve.unix("POST", templates, "{}");
+    assert_eq!(code, 200, "{body}");
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn the_environment_variable_turns_auth_on_and_alone_makes_callers_viewers() {
+    let (root, ns, cluster) = orb_root("serve-env-auth", |config, _| {
+        config["serve"] = json!({"auth": {"default_role": "viewer"}});
+    })
+    .await;
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_INBOUND_AUTH_ENABLED", "true");
+    let serve = Serve::start(command);
+    assert!(
+        serve.startup.contains("(inbound_auth_enabled)"),
+        "{}",
+        serve.startup
+    );
+    let (code, _) = serve.tcp("GET", "/api/v1/requests", None, "");
+    assert_eq!(code, 401);
+    drop(serve);
+
+    // Seed 001's cheat sheet sets ORB_K8S_INBOUND_AUTH_ENABLED and nothing else: no role
+    // mapping at all. orb serve starts, says so, and every authenticated caller is a viewer.
+    let file = root.path().join("config/config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    config.as_object_mut().unwrap().remove("serve");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns.name());
+    let anyone = token_for(&accounts, "anyone").await;
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_INBOUND_AUTH_ENABLED", "true");
+    let serve = Serve::start(command);
+    assert!(
+        serve.startup.contains("no role mapping configured")
+            && serve.startup.contains("is a viewer (read only)"),
+        "{}",
+        serve.startup
+    );
+    let (code, _) = serve.tcp("GET", "/api/v1/requests", None, "");
+    assert_eq!(code, 401, "a token is still needed");
+    let (code, body) = serve.tcp("GET", "/api/v1/requests", Some(&anyone), "");
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = serve.tcp(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&anyone),
+        r#"{"template_id": "x", "count": 1}"#,
+    );
+    assert_eq!(
+        code, 403,
+        "requesting needs an explicit operator role: {body}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn serve_refuses_an_older_apiserver_and_readyz_reports_the_version() {
+    let (root, _ns, _cluster) = orb_root("serve-minver", |config, _| {
+        config["providers"][0]["config"]["min_kubernetes_version"] = json!("1.99");
+    })
+    .await;
+    let out = orb(root.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1.37 is older than min_kubernetes_version 1.99")
+            && err.contains("ORB_K8S_MIN_KUBERNETES_VERSION"),
+        "{err}"
+    );
+    assert!(
+        !root.path().join("work/orb.sock").exists(),
+        "nothing is served"
+    );
+
+    // The same cluster is new enough for the setting lowered through the environment.
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_MIN_KUBERNETES_VERSION", "1.37");
+    let serve = Serve::start(command);
+    let (code, body) = serve.tcp("GET", "/readyz", None, "");
+    let report: Value = serde_json::from_str(&body).unwrap();
+    let check = &report["checks"]["kubernetes_version"];
+    assert_eq!(check["status"], "ok", "{report}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("1.37 (minimum 1.37)")),
+        "{report}"
+    );
+    assert!(code == 200 || code == 503, "{body}");
+}
+
+/// The operator's opt-out of reject mode is said at every start, with where it was set.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn serve_reports_the_security_opt_outs_at_start() {
+    let (root, _ns, _cluster) = orb_root("serve-optout", |_, _| {}).await;
+    let plain = Serve::start(orb(root.path()));
+    assert!(!plain.startup.contains("SECURITY"), "{}", plain.startup);
+    drop(plain);
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS", "false");
+    let serve = Serve::start(command);
+    assert!(
+        serve.startup.contains(
+            "reject_high_risk_pod_fields (from env \
+             ORB_K8S_REJECT_HIGH_RISK_POD_FIELDS): SECURITY opt-out: reject mode is off"
+        ),
+        "{}",
+        serve.startup
+    );
+}
+
+/// Seed 001: `metrics_enabled=false` disables metric emission entirely.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn metrics_enabled_false_turns_the_metrics_off() {
+    let (root, _ns, _cluster) = orb_root("serve-metrics", |_, _| {}).await;
+    let on = Serve::start(orb(root.path()));
+    let (code, body) = on.tcp("GET", "/metrics", None, "");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("orb_k8s_circuit_breaker_state") && body.contains("orb_requests"),
+        "{body}"
+    );
+    drop(on);
+
+    let mut command = orb(root.path());
+    command.env("ORB_K8S_METRICS_ENABLED", "false");
+    let off = Serve::start(command);
+    let (code, body) = off.tcp("GET", "/metrics", None, "");
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("orb_"), "no series at all: {body}");
+    assert!(
+        body.contains("metrics are disabled") && body.contains("ORB_K8S_METRICS_ENABLED"),
+        "{body}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+}
