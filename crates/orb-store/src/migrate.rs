@@ -1,10 +1,11 @@
 //! Embedded schema migrations (no build-time macros needed).
 
 use std::borrow::Cow;
+use std::time::{Duration, Instant};
 
 use sqlx::AnyPool;
 use sqlx::SqlSafeStr;
-use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
 
 use crate::{Backend, StoreError};
 
@@ -35,15 +36,49 @@ fn migrator(backend: Backend) -> Migrator {
     ])
 }
 
+/// How long processes racing to migrate one fresh SQLite file keep trying before the last
+/// error is reported. Each lost race means another process made progress, so twenty processes
+/// finish in well under a second; the bound only stops a stuck file from hanging a call.
+const SQLITE_RACE_BUDGET: Duration = Duration::from_secs(30);
+
 pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
     let migrator = migrator(backend);
-    match migrator.run(pool).await {
-        Ok(()) => Ok(()),
-        // Two processes opening a fresh SQLite file race to apply the same migration; the
-        // loser finds it applied on a second look.
-        Err(_) => migrator
-            .run(pool)
-            .await
-            .map_err(|e| StoreError::Migrate(e.to_string())),
+    // PostgreSQL serialises migrators with an advisory lock; SQLite has none, so processes
+    // opening a fresh file race: each reads the applied list, then applies what it lacks in a
+    // transaction of its own. The loser's transaction fails (the version the winner just
+    // recorded, a table it just made, or the file busy) and rolls back whole; a second look
+    // sees the winner's work. Only those errors are retried: a schema from another build or
+    // an unreadable file is reported at once.
+    let started = Instant::now();
+    let mut attempt: u64 = 0;
+    loop {
+        match migrator.run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if backend == Backend::Sqlite
+                    && lost_a_race(&e)
+                    && started.elapsed() < SQLITE_RACE_BUDGET =>
+            {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(10 * attempt.min(10))).await;
+            }
+            Err(e) => return Err(StoreError::Migrate(e.to_string())),
+        }
     }
+}
+
+/// Whether a failed migration run lost a race with another process migrating the same file.
+fn lost_a_race(error: &MigrateError) -> bool {
+    let (MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _)) = error else {
+        return false;
+    };
+    let Some(db) = e.as_database_error() else {
+        return false;
+    };
+    // SQLITE_BUSY (5), SQLITE_LOCKED (6), busy-snapshot (517), UNIQUE / PRIMARY KEY (2067,
+    // 1555): the codes SQLite answers a writer that came second with.
+    matches!(
+        db.code().as_deref(),
+        Some("5" | "6" | "517" | "1555" | "2067")
+    ) || db.message().contains("already exists")
 }

@@ -683,3 +683,33 @@ async fn unsupported_urls_are_explained() {
         "{err}"
     );
 }
+
+/// HostFactory runs each script as its own process, so the first calls on a new machine open
+/// a database file nobody has made yet all at once. Every one of them must come up with the
+/// whole schema, not fail on a migration another one was applying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_stores_opening_one_fresh_sqlite_file_at_once_all_come_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orb.db");
+    let opens = (0..20).map(|_| {
+        let path = path.clone();
+        tokio::spawn(async move { Store::open_sqlite_file(&path).await })
+    });
+    for (i, opened) in futures::future::join_all(opens)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let store = opened
+            .unwrap()
+            .unwrap_or_else(|e| panic!("store {i} did not open: {e}"));
+        assert!(
+            store
+                .request_events(&RequestId::new_acquire())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        store.close().await;
+    }
+}
