@@ -420,6 +420,7 @@ mod tests {
     #[case(Method::DELETE, "/api/v1/machines/orb-1", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/requests/req-1/purge", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/admin/database/cleanup", Some(Role::Admin))]
+    #[case(Method::POST, "/api/v1/admin/reload-config", Some(Role::Admin))]
     #[case(
         Method::POST,
         "/api/v1/hostfactory/getRequestStatus",

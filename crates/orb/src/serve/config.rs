@@ -61,7 +61,7 @@ pub struct FullConfigQuery {
     pub source: Option<String>,
 }
 
-fn configured(state: &AppState) -> Result<&Arc<EffectiveConfig>, Problem> {
+pub(super) fn configured(state: &AppState) -> Result<&Arc<EffectiveConfig>, Problem> {
     state.effective_config().ok_or_else(|| {
         Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -339,7 +339,18 @@ pub async fn validate_config(
             }));
         }
     };
-    let env: BTreeMap<String, String> = std::env::vars_os()
+    let check = check_document(&document, Path::new(&label), &server_env());
+    Ok(Json(ConfigValidation {
+        valid: check.problems.is_empty(),
+        checked: label.display().to_string(),
+        problems: check.problems,
+        warnings: check.warnings,
+    }))
+}
+
+/// This server's `ORB_K8S_*` variables, which lie over each Kubernetes provider's settings.
+pub(super) fn server_env() -> BTreeMap<String, String> {
+    std::env::vars_os()
         .map(|(k, v)| {
             (
                 k.to_string_lossy().into_owned(),
@@ -347,12 +358,5 @@ pub async fn validate_config(
             )
         })
         .filter(|(k, _)| k.to_ascii_uppercase().starts_with("ORB_K8S_"))
-        .collect();
-    let check = check_document(&document, Path::new(&label), &env);
-    Ok(Json(ConfigValidation {
-        valid: check.problems.is_empty(),
-        checked: label.display().to_string(),
-        problems: check.problems,
-        warnings: check.warnings,
-    }))
+        .collect()
 }

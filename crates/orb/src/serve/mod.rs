@@ -25,6 +25,7 @@ pub mod problem;
 mod provider_schema;
 mod purge;
 pub mod reference;
+mod reload;
 pub mod request_head;
 mod requests;
 pub mod server;
@@ -306,6 +307,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(purge::purge_machine))
         .routes(routes!(purge::purge_request))
         .routes(routes!(purge::cleanup_database))
+        .routes(routes!(reload::reload_config))
         .routes(routes!(reference::create_template))
         .routes(routes!(reference::update_template))
         .routes(routes!(reference::delete_template))

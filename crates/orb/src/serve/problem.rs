@@ -71,6 +71,15 @@ impl Problem {
         }
     }
 
+    /// Adds `key` to `error.details`, for what a client should read as data (e.g. every
+    /// problem of a refused config file).
+    pub fn with_detail(mut self, key: &str, value: serde_json::Value) -> Self {
+        if let serde_json::Value::Object(details) = &mut self.error.details {
+            details.insert(key.to_string(), value);
+        }
+        self
+    }
+
     pub fn status_code(&self) -> StatusCode {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
