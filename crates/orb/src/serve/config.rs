@@ -269,17 +269,8 @@ fn document_to_check(
         })?;
         return match serde_json::from_str(&text) {
             Ok(value) => Ok(Checked::Document(value, file)),
-            // Still a verdict, not a refusal of the call. The parser's position only: its
-            // message about a string could quote the file, secrets and all.
-            Err(e) => Ok(Checked::NotJson(
-                file.clone(),
-                format!(
-                    "{} is not JSON (line {}, column {}); fix the file so it parses as one JSON object",
-                    file.display(),
-                    e.line(),
-                    e.column()
-                ),
-            )),
+            // Still a verdict, not a refusal of the call.
+            Err(e) => Ok(Checked::NotJson(file.clone(), not_json(&file, &e))),
         };
     }
     let json = headers
@@ -359,4 +350,15 @@ pub(super) fn server_env() -> BTreeMap<String, String> {
         })
         .filter(|(k, _)| k.to_ascii_uppercase().starts_with("ORB_K8S_"))
         .collect()
+}
+
+/// Why `file` does not parse, by position only: the parser's words about a string could
+/// quote the file, secrets and all.
+pub(super) fn not_json(file: &Path, e: &serde_json::Error) -> String {
+    format!(
+        "{} is not JSON (line {}, column {}); fix the file so it parses as one JSON object",
+        file.display(),
+        e.line(),
+        e.column()
+    )
 }

@@ -20,7 +20,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::config::{configured, server_env};
+use super::config::{configured, not_json, server_env};
 use super::extract::{ApiQuery, NoQuery};
 use super::problem::Problem;
 use crate::effective_config::{ConfigProblem, EffectiveConfig, check_document, redact_secrets};
@@ -169,19 +169,9 @@ fn read_document(file: &Path) -> Result<Value, Problem> {
         )
     })?;
     serde_json::from_str(&text).map_err(|e| {
-        // The position only: the parser's words about a string could quote a secret.
         refused(
             file,
-            vec![ConfigProblem::section(
-                "(document)",
-                format!(
-                    "{} is not JSON (line {}, column {}); fix the file so it parses as one JSON \
-                     object",
-                    file.display(),
-                    e.line(),
-                    e.column()
-                ),
-            )],
+            vec![ConfigProblem::section("(document)", not_json(file, &e))],
         )
     })
 }
