@@ -10,7 +10,7 @@
 //! and its on-disk value: the operator sees exactly what a restart would change, and a file
 //! the server could not start with is caught before that restart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use axum::Json;
@@ -116,16 +116,18 @@ pub async fn reload_config(
         if changes.len() > KEYS_NAMED {
             named.push("…");
         }
+        let (settings, differ, take) = if changes.len() == 1 {
+            ("setting", "differs", "takes")
+        } else {
+            ("settings", "differ", "take")
+        };
         format!(
-            "{} is valid and the template file was re-read ({} templates); {} setting{} differ{} \
-             from what the server runs with and take{} effect when it is restarted \
+            "{} is valid and the template file was re-read ({} templates); {} {settings} \
+             {differ} from what the server runs with and {take} effect when it is restarted \
              (orb server stop, then orb server start; in a cluster, a rollout restart): {}",
             file.display(),
             templates.count,
             changes.len(),
-            if changes.len() == 1 { "" } else { "s" },
-            if changes.len() == 1 { "s" } else { "" },
-            if changes.len() == 1 { "s" } else { "" },
             named.join(", ")
         )
     } else {
@@ -255,9 +257,7 @@ pub fn changes(running: &Value, on_disk: &Value) -> Vec<ConfigChange> {
     };
     let (before, after) = (leaves(running), leaves(on_disk));
     let (before_shown, after_shown) = (masked(running), masked(on_disk));
-    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
-    keys.sort();
-    keys.dedup();
+    let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     keys.into_iter()
         .filter(|key| before.get(*key) != after.get(*key))
         .map(|key| ConfigChange {
