@@ -56,6 +56,8 @@ pub struct Store {
     backend: Backend,
     claims: claims::ClaimBackend,
     held: claims::HeldClaims,
+    /// This process's copies of recently read machine lists of one request.
+    lists: machines::ListCache,
 }
 
 /// How long a PostgreSQL call waits for a pooled connection. sqlx's default is 30 s, spent
@@ -108,6 +110,7 @@ impl Store {
             backend,
             claims: claims::ClaimBackend::for_url(url, backend),
             held: Default::default(),
+            lists: Default::default(),
         })
     }
 

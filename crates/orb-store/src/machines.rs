@@ -1,5 +1,7 @@
 //! Machine rows.
 
+use std::collections::HashMap;
+
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::Machine;
@@ -179,6 +181,119 @@ fn aggregate_sql(backend: Backend, condition: &str) -> String {
     }
 }
 
+/// A query for the `machine_id version` pairs of the machines matching `condition`, as one
+/// text value (NULL when none match): enough to tell whether a list read before is still
+/// what is stored, since every write of a machine raises its version.
+fn versions_sql(backend: Backend, condition: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!(
+            "SELECT group_concat(machine_id || ' ' || version, ',') FROM machines WHERE {condition}"
+        ),
+        Backend::Postgres => format!(
+            "SELECT string_agg(machine_id || ' ' || version::text, ',') FROM machines \
+             WHERE {condition}"
+        ),
+    }
+}
+
+/// How many machines the lists kept by [`ListCache`] may hold in all; beyond it the least
+/// recently used lists are dropped.
+const LIST_CACHE_MACHINES: usize = 20_000;
+
+/// The machines of a request as this process last read them, so that a status read of a
+/// request whose machines nobody changed costs a scan of their versions instead of decoding
+/// every row (at 500 machines, the decoding was the larger half of a status read). A kept
+/// list is used only when the database holds exactly the same machines at exactly the same
+/// versions; any write by any process raises a version and so makes it stale.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ListCache(std::sync::Arc<std::sync::Mutex<ListCacheInner>>);
+
+#[derive(Debug, Default)]
+struct ListCacheInner {
+    lists: HashMap<String, KeptList>,
+    machines: usize,
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct KeptList {
+    machines: Vec<Machine>,
+    last_used: u64,
+}
+
+impl ListCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ListCacheInner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the list kept under `key` if `versions` (the database's `id version` pairs)
+    /// match it exactly.
+    fn get(&self, key: &str, versions: &str) -> Option<Vec<Machine>> {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        let kept = inner.lists.get_mut(key)?;
+        if !same_versions(&kept.machines, versions) {
+            return None;
+        }
+        kept.last_used = now;
+        Some(kept.machines.clone())
+    }
+
+    fn put(&self, key: String, machines: &[Machine]) {
+        let mut inner = self.lock();
+        if let Some(old) = inner.lists.remove(&key) {
+            inner.machines -= old.machines.len();
+        }
+        if machines.len() > LIST_CACHE_MACHINES {
+            return;
+        }
+        inner.clock += 1;
+        let now = inner.clock;
+        inner.machines += machines.len();
+        inner.lists.insert(
+            key,
+            KeptList {
+                machines: machines.to_vec(),
+                last_used: now,
+            },
+        );
+        while inner.machines > LIST_CACHE_MACHINES {
+            let Some(oldest) = inner
+                .lists
+                .iter()
+                .min_by_key(|(_, kept)| kept.last_used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            if let Some(dropped) = inner.lists.remove(&oldest) {
+                inner.machines -= dropped.machines.len();
+            }
+        }
+    }
+}
+
+/// Whether `versions` (`id version` pairs joined by commas, in any order) names exactly the
+/// machines of `machines` at their versions.
+fn same_versions(machines: &[Machine], versions: &str) -> bool {
+    let expected: HashMap<&str, i64> = machines
+        .iter()
+        .map(|m| (m.machine_id.as_str(), m.version))
+        .collect();
+    let mut seen = 0;
+    for pair in versions.split(',').filter(|p| !p.is_empty()) {
+        let Some((id, version)) = pair.rsplit_once(' ') else {
+            return false;
+        };
+        match (expected.get(id), version.parse::<i64>()) {
+            (Some(want), Ok(got)) if *want == got => seen += 1,
+            _ => return false,
+        }
+    }
+    seen == expected.len()
+}
+
 /// Machine lists come back in creation order, ties broken by id (the `ORDER` of SQL reads).
 fn in_list_order(mut machines: Vec<Machine>) -> Vec<Machine> {
     machines.sort_by(|a, b| (a.created_at, &a.machine_id).cmp(&(b.created_at, &b.machine_id)));
@@ -285,6 +400,37 @@ impl Store {
         }
         self.select_machines(&condition, &binds, "list machines")
             .await
+    }
+
+    /// The machines of one request (`request_id` or `return_request_id` of `filter`, and
+    /// nothing else set), as [`Store::list_machines`] reads them, reusing this process's
+    /// last read of the same list when no machine of it changed since.
+    pub async fn request_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>> {
+        let (column, id) = match (&filter.request_id, &filter.return_request_id) {
+            (Some(id), None) => ("request_id", id),
+            (None, Some(id)) => ("return_request_id", id),
+            _ => return self.list_machines(filter).await,
+        };
+        if filter.live_only || filter.not_returning || filter.template_id.is_some() {
+            return self.list_machines(filter).await;
+        }
+        let condition = format!("{column} = $1");
+        let key = format!("{column} {id}");
+        let versions: Option<String> =
+            sqlx::query_scalar(AssertSqlSafe(versions_sql(self.backend, &condition)))
+                .bind(id.to_string())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(StoreError::db("list machine versions"))?;
+        let versions = versions.unwrap_or_default();
+        if let Some(kept) = self.lists.get(&key, &versions) {
+            return Ok(kept);
+        }
+        let machines = self
+            .select_machines(&condition, &[id.to_string()], "list machines")
+            .await?;
+        self.lists.put(key, &machines);
+        Ok(machines)
     }
 
     /// The requests (by id) that own at least one machine whose object may still exist:

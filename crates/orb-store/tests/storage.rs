@@ -509,6 +509,80 @@ async fn each_status_change_is_one_event_of_the_history(store: &Store) {
     );
 }
 
+/// `request_machines` may answer from this process's last read, but only while no process
+/// changed a machine of the list: `store` reads, `other` (another process's handle on the
+/// same database) writes, and every write shows in `store`'s next read.
+async fn a_kept_machine_list_follows_every_write_of_another_process(store: &Store, other: &Store) {
+    let mut request = acquire(&unique("tpl"), 0);
+    let mut machines = vec![
+        machine(&request, &unique("m"), MachineStatus::Pending),
+        machine(&request, &unique("m"), MachineStatus::Pending),
+    ];
+    other
+        .insert_request(&mut request, &mut machines)
+        .await
+        .unwrap();
+    let mine = MachineFilter {
+        request_id: Some(request.request_id.clone()),
+        ..Default::default()
+    };
+    let read = |store: &Store| {
+        let store = store.clone();
+        let filter = mine.clone();
+        async move { store.request_machines(&filter).await.unwrap() }
+    };
+    let first = read(store).await;
+    assert_eq!(first, store.list_machines(&mine).await.unwrap());
+    assert_eq!(first.len(), 2);
+    assert_eq!(read(store).await, first, "an unchanged list reads the same");
+
+    // Another process changes one machine: its new status and version are read.
+    let mut changed = vec![first[1].clone()];
+    changed[0].status = MachineStatus::Running;
+    changed[0].status_reason = Some("ready".into());
+    other
+        .update_request(&mut request, &mut changed)
+        .await
+        .unwrap();
+    let second = read(store).await;
+    assert_eq!(second, other.list_machines(&mine).await.unwrap());
+    assert_eq!(second[1].status, MachineStatus::Running);
+    assert_eq!(second[1].version, first[1].version + 1);
+    assert_eq!(second[0], first[0]);
+
+    // ... and a machine it adds (a replacement pod) is read too.
+    let mut added = vec![machine(&request, &unique("m"), MachineStatus::Pending)];
+    other
+        .update_request(&mut request, &mut added)
+        .await
+        .unwrap();
+    let third = read(store).await;
+    assert_eq!(third.len(), 3);
+    assert_eq!(third, other.list_machines(&mine).await.unwrap());
+
+    // A return's list is kept and followed the same way.
+    let mut ret = test_support::request(RequestType::Return)
+        .provider("kubernetes", "k8s")
+        .count(1)
+        .created(at(9))
+        .build();
+    let mut taken = vec![third[0].clone()];
+    taken[0].return_request_id = Some(ret.request_id.clone());
+    other.insert_request(&mut ret, &mut taken).await.unwrap();
+    let returning = MachineFilter {
+        return_request_id: Some(ret.request_id.clone()),
+        ..Default::default()
+    };
+    let held = store.request_machines(&returning).await.unwrap();
+    assert_eq!(held.len(), 1);
+    let mut gone = held.clone();
+    gone[0].status = MachineStatus::Returned;
+    other.update_request(&mut ret, &mut gone).await.unwrap();
+    let after = store.request_machines(&returning).await.unwrap();
+    assert_eq!(after[0].status, MachineStatus::Returned);
+    assert_eq!(after, other.list_machines(&returning).await.unwrap());
+}
+
 async fn whole_suite(store: &Store) {
     round_trip(store).await;
     each_status_change_is_one_event_of_the_history(store).await;
@@ -525,6 +599,9 @@ async fn storage_suite_on_sqlite() {
     let path = dir.path().join("nested/orb.db");
     let store = Store::open_sqlite_file(&path).await.unwrap();
     whole_suite(&store).await;
+    let other = Store::open_sqlite_file(&path).await.unwrap();
+    a_kept_machine_list_follows_every_write_of_another_process(&store, &other).await;
+    other.close().await;
     store.close().await;
     // Reopening runs migrations again (a no-op) and finds the data.
     let store = Store::open_sqlite_file(&path).await.unwrap();
@@ -534,7 +611,7 @@ async fn storage_suite_on_sqlite() {
         .unwrap();
     assert_eq!(
         all.len(),
-        9,
+        11,
         "every request written by the suite survived a reopen"
     );
 }
@@ -673,6 +750,8 @@ async fn storage_suite_on_postgres() {
     let store = Store::open(&url).await.unwrap();
     assert_eq!(store.backend(), orb_store::Backend::Postgres);
     whole_suite(&store).await;
+    let other = Store::open(&url).await.unwrap();
+    a_kept_machine_list_follows_every_write_of_another_process(&store, &other).await;
 }
 
 #[tokio::test]
