@@ -12,68 +12,147 @@ pub(super) fn machine_from_observation(
     existing: Option<&Machine>,
     now: Timestamp,
 ) -> Machine {
-    let mut machine = match existing {
-        Some(known) => known.clone(),
-        None => Machine {
-            machine_id: observation.machine_id.clone(),
-            name: observation.name.clone(),
-            request_id: request.request_id.clone(),
-            return_request_id: None,
-            template_id: request.template_id.clone().unwrap_or_default(),
-            provider_name: request.provider_name.clone(),
-            provider_api: request.provider_api,
-            resource_id: None,
-            uid: None,
-            status: observation.status,
-            status_reason: None,
-            private_ip: None,
-            public_ip: None,
-            launch_time: None,
-            instance_type: None,
-            price_type: None,
-            tags: Default::default(),
-            provider_data: serde_json::Value::Null,
-            created_at: now,
-            updated_at: now,
-            version: 0,
-        },
-    };
+    match existing {
+        Some(known) => {
+            let mut machine = known.clone();
+            observe_into(&mut machine, observation, now);
+            machine
+        }
+        None => {
+            let mut machine = Machine {
+                machine_id: observation.machine_id.clone(),
+                name: observation.name.clone(),
+                request_id: request.request_id.clone(),
+                return_request_id: None,
+                template_id: request.template_id.clone().unwrap_or_default(),
+                provider_name: request.provider_name.clone(),
+                provider_api: request.provider_api,
+                resource_id: None,
+                uid: None,
+                status: observation.status,
+                status_reason: None,
+                private_ip: None,
+                public_ip: None,
+                launch_time: None,
+                instance_type: None,
+                price_type: None,
+                tags: Default::default(),
+                provider_data: serde_json::Value::Null,
+                created_at: now,
+                updated_at: now,
+                version: 0,
+            };
+            // A new machine was made at `now` already.
+            observe_into(&mut machine, observation, now);
+            machine.updated_at = now;
+            machine
+        }
+    }
+}
+
+/// Updates a stored machine from an observation in place; true when anything changed, and
+/// then the machine is stamped `now`. Fields are compared before they are copied, so a
+/// read that sees nothing new costs no allocation (a status read of a 500-machine request
+/// folds 500 observations, most of them unchanged).
+pub(super) fn observe_into(
+    machine: &mut Machine,
+    observation: &MachineObservation,
+    now: Timestamp,
+) -> bool {
     // A StatefulSet reuses pod names: a different UID is a new incarnation of the host, and
     // nothing learned about the old one (address, start time) may leak into it.
     let reincarnated =
         matches!((&machine.uid, &observation.uid), (Some(old), Some(new)) if old != new);
-    if reincarnated {
-        machine.private_ip = None;
-        machine.public_ip = None;
-        machine.launch_time = None;
+    let mut changed = false;
+    if machine.name != observation.name {
+        machine.name.clone_from(&observation.name);
+        changed = true;
     }
-    machine.name = observation.name.clone();
-    let failure = carried_failure(&machine, observation.status);
-    machine.status = observation.status;
-    machine.status_reason = match (failure, &observation.status_reason) {
+    let failure = carried_failure(machine, observation.status);
+    if machine.status != observation.status {
+        machine.status = observation.status;
+        changed = true;
+    }
+    let reason = match (failure, &observation.status_reason) {
         (Some(failed), Some(now)) => Some(format!("{failed}{THEN}{now}")),
         (Some(failed), None) => Some(failed),
-        (None, now) => now.clone(),
+        (None, now) => {
+            changed |= replace(&mut machine.status_reason, now.as_ref(), true);
+            None
+        }
     };
-    // Keep what we learned earlier when a later read is less complete.
-    machine.private_ip = observation.private_ip.clone().or(machine.private_ip);
-    machine.public_ip = observation.public_ip.clone().or(machine.public_ip);
-    machine.launch_time = observation.launch_time.or(machine.launch_time);
-    machine.instance_type = observation.instance_type.clone().or(machine.instance_type);
-    machine.price_type = observation.price_type.clone().or(machine.price_type);
-    if !observation.tags.is_empty() {
-        machine.tags = observation.tags.clone();
+    if let Some(reason) = reason
+        && machine.status_reason.as_ref() != Some(&reason)
+    {
+        machine.status_reason = Some(reason);
+        changed = true;
     }
-    machine.resource_id = observation.resource_id.clone().or(machine.resource_id);
-    machine.uid = observation.uid.clone().or(machine.uid);
-    if !observation.provider_data.is_null() {
-        machine.provider_data = observation.provider_data.clone();
+    // Keep what we learned earlier when a later read is less complete (unless the pod is a
+    // new incarnation).
+    changed |= replace(
+        &mut machine.private_ip,
+        observation.private_ip.as_ref(),
+        reincarnated,
+    );
+    changed |= replace(
+        &mut machine.public_ip,
+        observation.public_ip.as_ref(),
+        reincarnated,
+    );
+    let launch_time = observation.launch_time.or(if reincarnated {
+        None
+    } else {
+        machine.launch_time
+    });
+    if machine.launch_time != launch_time {
+        machine.launch_time = launch_time;
+        changed = true;
     }
-    // A new machine was made at `now` already; a known one is stamped only when it changed.
-    if existing.is_some_and(|known| machine != *known) {
+    changed |= replace(
+        &mut machine.instance_type,
+        observation.instance_type.as_ref(),
+        false,
+    );
+    changed |= replace(
+        &mut machine.price_type,
+        observation.price_type.as_ref(),
+        false,
+    );
+    if !observation.tags.is_empty() && machine.tags != observation.tags {
+        machine.tags.clone_from(&observation.tags);
+        changed = true;
+    }
+    changed |= replace(
+        &mut machine.resource_id,
+        observation.resource_id.as_ref(),
+        false,
+    );
+    changed |= replace(&mut machine.uid, observation.uid.as_ref(), false);
+    if !observation.provider_data.is_null() && machine.provider_data != observation.provider_data {
+        machine.provider_data.clone_from(&observation.provider_data);
+        changed = true;
+    }
+    if changed {
         machine.updated_at = now;
     }
-    machine
+    changed
+}
+
+/// Puts `seen` into `slot` when it is there and differs; with nothing seen, the slot keeps
+/// its value unless `forget`. True when the slot changed.
+fn replace(slot: &mut Option<String>, seen: Option<&String>, forget: bool) -> bool {
+    match seen {
+        Some(value) if slot.as_ref() != Some(value) => {
+            *slot = Some(value.clone());
+            true
+        }
+        Some(_) => false,
+        None if forget && slot.is_some() => {
+            *slot = None;
+            true
+        }
+        None => false,
+    }
 }
 
 /// Joins why a machine failed to what happened to it next.
@@ -224,5 +303,68 @@ mod tests {
             "the old pod's address is not the new pod's"
         );
         assert_eq!(m.launch_time, None);
+    }
+
+    #[test]
+    fn an_observation_reports_a_change_exactly_when_the_machine_differs_afterwards() {
+        let r = request();
+        let mut seen = MachineObservation::new("sts-0", MachineStatus::Running);
+        seen.uid = Some("uid-1".into());
+        seen.private_ip = Some("10.0.0.1".into());
+        seen.launch_time = Some(t(5));
+        seen.provider_data = serde_json::json!({"node": {"name": "kwok-0"}});
+        seen.tags.insert("team".into(), "grid".into());
+        let mut pending = seen.clone();
+        pending.status = MachineStatus::Pending;
+        let mut moved = seen.clone();
+        moved.provider_data = serde_json::json!({"node": {"name": "kwok-1"}});
+        let mut reborn = seen.clone();
+        reborn.uid = Some("uid-2".into());
+        reborn.private_ip = None;
+        reborn.launch_time = None;
+        let mut failed = seen.clone();
+        failed.status = MachineStatus::Failed;
+        failed.status_reason = Some("timed out".into());
+        let mut gone = MachineObservation::new("sts-0", MachineStatus::Terminated);
+        gone.status_reason = Some("the pod no longer exists".into());
+        // Each read is folded onto the machine the previous ones left; a read that only
+        // repeats what is known (fewer facts included) changes nothing.
+        let mut less = seen.clone();
+        less.private_ip = None;
+        less.tags.clear();
+        less.provider_data = serde_json::Value::Null;
+        let reads = [
+            (&seen, true),
+            (&seen, false),
+            (&less, false),
+            (&pending, true),
+            (&seen, true),
+            (&moved, true),
+            (&moved, false),
+            (&reborn, true),
+            (&reborn, false),
+            (&failed, true),
+            (&failed, false),
+            (&gone, true),
+            (&gone, false),
+        ];
+        let mut m = machine_from_observation(
+            &MachineObservation::new("sts-0", MachineStatus::Pending),
+            &r,
+            None,
+            t(1),
+        );
+        for (at, (read, expect)) in reads.into_iter().enumerate() {
+            let before = m.clone();
+            let now = t(10 + at as i64);
+            let changed = observe_into(&mut m, read, now);
+            let differs = Machine {
+                updated_at: before.updated_at,
+                ..m.clone()
+            } != before;
+            assert_eq!(changed, differs, "read {at}: the flag must match the fold");
+            assert_eq!(changed, expect, "read {at}");
+            assert_eq!(m.updated_at, if changed { now } else { before.updated_at });
+        }
     }
 }

@@ -10,7 +10,7 @@ use orb_core::provider::{AbandonInput, MachineObservation, StatusInput, StatusRe
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::{MachineFilter, StoreError};
 
-use super::observe::machine_from_observation;
+use super::observe::{machine_from_observation, observe_into};
 use super::resume::is_unrecorded_acquire;
 use super::resume_return::is_unrecorded_return;
 use super::{Broker, BrokerError, RequestView};
@@ -30,7 +30,7 @@ impl Broker {
                 ..Default::default()
             },
         };
-        Ok(self.store.list_machines(&filter).await?)
+        Ok(self.store.request_machines(&filter).await?)
     }
 
     /// The current state of a request; `None` if orb has no such request. Finished requests
@@ -152,14 +152,10 @@ impl Broker {
             }));
         }
         let mut request = stored.clone();
-        // The stored machines by id: observations are matched against it, and what differs
-        // from it is written (a linear search per machine was quadratic at 500 machines).
-        let stored_by_id: HashMap<&str, &Machine> = stored_machines
-            .iter()
-            .map(|m| (m.machine_id.as_str(), m))
-            .collect();
-        // Filled from the provider's report; a copy of the stored machines otherwise.
-        let mut refreshed: Option<Vec<Machine>> = None;
+        let mut machines = stored_machines;
+        // Per machine, whether it differs from the stored row (all false until a report
+        // is folded in).
+        let mut changed_flags = vec![false; machines.len()];
         let mut note = None;
         // A fresh report from a view the provider says may be out of date.
         let mut stale = None;
@@ -182,9 +178,7 @@ impl Broker {
                             provider_api: request.provider_api,
                             provider_data: request.provider_data.clone(),
                             template,
-                            machines: self
-                                .machine_refs_knowing(&stored_machines, Some(&stored))
-                                .await?,
+                            machines: self.machine_refs_knowing(&machines, Some(&stored)).await?,
                         };
                         provider.status(input).await
                     }
@@ -195,7 +189,7 @@ impl Broker {
                     }
                     Ok(report) => {
                         let now = self.now();
-                        refreshed = Some(fold_report(&request, &stored_machines, &report, now));
+                        changed_flags = fold_report(&request, &mut machines, &report, now);
                         stale = report.note.clone();
                         if !follow_up {
                             lifecycle::apply(
@@ -217,16 +211,15 @@ impl Broker {
         if note.is_some() && !follow_up {
             lifecycle::apply(&mut request, LifecycleEvent::DeadlineSweep, self.now())?;
         }
-        let mut machines = refreshed.unwrap_or_else(|| stored_machines.clone());
         if request.request_type == RequestType::Return
             && request.status.is_terminal()
             && request.status != RequestStatus::Complete
         {
-            self.give_up_return(&request, &mut machines).await;
+            for i in self.give_up_return(&request, &mut machines).await {
+                changed_flags[i] = true;
+            }
         }
-        let changed_at: Vec<usize> = (0..machines.len())
-            .filter(|&i| stored_by_id.get(machines[i].machine_id.as_str()) != Some(&&machines[i]))
-            .collect();
+        let changed_at: Vec<usize> = (0..machines.len()).filter(|&i| changed_flags[i]).collect();
         let mut changed: Vec<Machine> = changed_at.iter().map(|&i| machines[i].clone()).collect();
         if request != stored || !changed.is_empty() {
             if let Err(e) = self.store.update_request(&mut request, &mut changed).await {
@@ -262,7 +255,12 @@ impl Broker {
     /// A return that ended without releasing everything (its deadline passed, or it failed):
     /// the machines still there are freed, so a later return can try again, and whatever the
     /// provider left on them (a Deployment's victim mark) is cleared.
-    pub(super) async fn give_up_return(&self, request: &Request, machines: &mut [Machine]) {
+    /// Returns the positions of the machines it freed.
+    pub(super) async fn give_up_return(
+        &self,
+        request: &Request,
+        machines: &mut [Machine],
+    ) -> Vec<usize> {
         let now = self.now();
         let stuck: Vec<Machine> = machines
             .iter()
@@ -272,7 +270,7 @@ impl Broker {
             .cloned()
             .collect();
         if stuck.is_empty() {
-            return;
+            return Vec::new();
         }
         let cleared = match (self.provider.get(), self.machine_refs(&stuck).await) {
             (Ok(provider), Ok(refs)) => provider
@@ -286,9 +284,11 @@ impl Broker {
             .status_message
             .clone()
             .unwrap_or_else(|| request.status.to_string());
-        for m in machines.iter_mut().filter(|m| {
+        let mut freed = Vec::new();
+        for (i, m) in machines.iter_mut().enumerate().filter(|(_, m)| {
             m.status.is_live() && m.return_request_id.as_ref() == Some(&request.request_id)
         }) {
+            freed.push(i);
             m.return_request_id = None;
             m.status_reason = Some(match &cleared {
                 Ok(()) => format!(
@@ -303,6 +303,7 @@ impl Broker {
             });
             m.updated_at = now;
         }
+        freed
     }
 }
 
@@ -312,39 +313,41 @@ fn is_unrecorded(request: &Request, machines: usize) -> bool {
     is_unrecorded_acquire(request, machines) || is_unrecorded_return(request)
 }
 
-/// The stored machines of `request` updated from a provider report: observed ones take what
-/// was seen, and new observations of an acquire become machines of it (replacement pods a
-/// controller made). Machines another return is taking back are left to that return.
+/// Folds a provider report into the stored machines of `request` in place: observed ones
+/// take what was seen, and new observations of an acquire become machines of it
+/// (replacement pods a controller made). Machines another return is taking back are left to
+/// that return. Returns, per machine, whether it differs from what was stored.
 fn fold_report(
     request: &Request,
-    stored: &[Machine],
+    machines: &mut Vec<Machine>,
     report: &StatusReport,
     now: jiff::Timestamp,
-) -> Vec<Machine> {
+) -> Vec<bool> {
     let observed: HashMap<&str, &MachineObservation> = report
         .machines
         .iter()
         .map(|o| (o.machine_id.as_str(), o))
         .collect();
     let is_acquire = request.request_type == RequestType::Acquire;
-    let mut machines: Vec<Machine> = stored
-        .iter()
+    let mut changed: Vec<bool> = machines
+        .iter_mut()
         .map(|m| match observed.get(m.machine_id.as_str()) {
-            Some(_) if is_acquire && m.return_request_id.is_some() => m.clone(),
-            Some(o) => machine_from_observation(o, request, Some(m), now),
-            None => m.clone(),
+            Some(_) if is_acquire && m.return_request_id.is_some() => false,
+            Some(o) => observe_into(m, o, now),
+            None => false,
         })
         .collect();
     // A return only tracks the machines it was given.
     if is_acquire {
-        let known: HashSet<&str> = stored.iter().map(|m| m.machine_id.as_str()).collect();
+        let known: HashSet<String> = machines.iter().map(|m| m.machine_id.clone()).collect();
         let mut added = HashSet::new();
         for o in &report.machines {
             let id = o.machine_id.as_str();
             if !known.contains(id) && added.insert(id) {
                 machines.push(machine_from_observation(o, request, None, now));
+                changed.push(true);
             }
         }
     }
-    machines
+    changed
 }

@@ -238,7 +238,7 @@ impl From<&Machine> for MachineInfo {
             node: m
                 .provider_data
                 .get("node")
-                .and_then(|n| serde_json::from_value(n.clone()).ok()),
+                .and_then(|n| MachineNode::deserialize(n).ok()),
             created_at: time(m.created_at),
             updated_at: time(m.updated_at),
         }
