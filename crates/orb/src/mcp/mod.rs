@@ -8,7 +8,6 @@ pub mod tools;
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -25,9 +24,7 @@ use tower::ServiceExt as _;
 use crate::cli::McpCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
-use crate::provider_factory::{ProviderContext, build_kubernetes_provider, is_kubernetes};
-use crate::serve::template_file::TemplateSource;
-use crate::serve::{AppState, ServeOptions, local_router};
+use crate::serve::{AppState, command, local_router};
 use crate::session::{Output, Session};
 
 /// The name the server gives in `initialize`: the reference broker's, so clients configured
@@ -107,17 +104,8 @@ async fn serve(session: &Session) -> CliResult<Output> {
 async fn build_state(session: &Session) -> CliResult<AppState> {
     let loaded = session.config()?;
     let entry = context::select_provider(&session.global, &loaded)?.clone();
-    let provider = if is_kubernetes(&entry) {
-        let context = ProviderContext {
-            config_dir: session.dirs.config_dir.path.clone(),
-            work_dir: session.dirs.work_dir.path.clone(),
-        };
-        let provider = build_kubernetes_provider(&entry, &context, &loaded.config.other)
-            .map_err(|e| Failure::provider(format!("orb mcp serve cannot start: {e}")))?;
-        Some(Arc::new(provider))
-    } else {
-        None
-    };
+    let provider =
+        command::kubernetes_provider(session, &loaded, &entry, "orb mcp serve")?.map(Arc::new);
     let (broker, warnings) = session
         .broker_using(
             &loaded,
@@ -129,23 +117,12 @@ async fn build_state(session: &Session) -> CliResult<AppState> {
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
-    let options = ServeOptions {
-        default_wait_secs: loaded.config.request.default_timeout,
-        poll_interval: Duration::from_secs(2),
-        template_defaults: entry.template_defaults.clone(),
-        auth: None,
-    };
+    let options = command::serve_options(&loaded, &entry, None);
     let state = match provider {
         Some(provider) => AppState::with_checks_of(broker, options, provider),
         None => AppState::new(broker, options),
     };
-    state.reload_templates_from(TemplateSource {
-        config_dir: session.dirs.config_dir.path.clone(),
-        entry,
-    });
-    state.show_config(crate::effective_config::EffectiveConfig::capture(
-        session, None,
-    )?);
+    command::show_templates_and_config(&state, session, entry)?;
     Ok(state)
 }
 

@@ -26,6 +26,57 @@ use crate::session::{Output, Session};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// The Kubernetes provider of `entry`, built as its concrete type so a door can run the
+/// daemon's views on it or check the cluster; `None` for any other provider. `door` names
+/// the command in the error of a config that does not build (seed 001: the config raises at
+/// start-up, with every problem).
+pub(crate) fn kubernetes_provider(
+    session: &Session,
+    loaded: &crate::context::LoadedConfig,
+    entry: &orb_core::config::ProviderEntry,
+    door: &str,
+) -> CliResult<Option<orb_k8s::K8sProvider>> {
+    if !is_kubernetes(entry) {
+        return Ok(None);
+    }
+    let context = ProviderContext {
+        config_dir: session.dirs.config_dir.path.clone(),
+        work_dir: session.dirs.work_dir.path.clone(),
+    };
+    build_kubernetes_provider(entry, &context, &loaded.config.other)
+        .map(Some)
+        .map_err(|e| Failure::provider(format!("{door} cannot start: {e}")))
+}
+
+/// What the REST handlers need besides the broker, from the config every door reads.
+pub(crate) fn serve_options(
+    loaded: &crate::context::LoadedConfig,
+    entry: &orb_core::config::ProviderEntry,
+    auth: Option<Arc<Auth>>,
+) -> ServeOptions {
+    ServeOptions {
+        default_wait_secs: loaded.config.request.default_timeout,
+        poll_interval: Duration::from_secs(2),
+        template_defaults: entry.template_defaults.clone(),
+        auth,
+    }
+}
+
+/// Loads the templates (re-read when their file changes) and the effective config into a
+/// door's state.
+pub(crate) fn show_templates_and_config(
+    state: &AppState,
+    session: &Session,
+    entry: orb_core::config::ProviderEntry,
+) -> CliResult<()> {
+    state.reload_templates_from(TemplateSource {
+        config_dir: session.dirs.config_dir.path.clone(),
+        entry,
+    });
+    state.show_config(EffectiveConfig::capture(session, None)?);
+    Ok(())
+}
+
 /// Runs the server on its own multi-threaded runtime; returns when it has shut down.
 pub fn run(session: &Session, args: ServeArgs) -> CliResult<Output> {
     // The background tasks log through `tracing` (watch failures, retries, orphans): to
@@ -128,20 +179,12 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     // cache and background tasks on it; any other provider is served without them. A
     // Kubernetes config that does not build stops the server here, with every problem
     // (seed 001: the config raises at start-up), instead of serving without its safeguards.
-    let context = ProviderContext {
-        config_dir: session.dirs.config_dir.path.clone(),
-        work_dir: session.dirs.work_dir.path.clone(),
-    };
-    let kubernetes = if is_kubernetes(&entry) {
-        let provider = build_kubernetes_provider(&entry, &context, &loaded.config.other)
-            .map_err(|e| Failure::provider(format!("orb serve cannot start: {e}")))?;
+    let kubernetes = kubernetes_provider(session, &loaded, &entry, "orb serve")?;
+    if let Some(provider) = &kubernetes {
         for opt_out in provider.security_opt_outs() {
             tracing::warn!("{opt_out}");
         }
-        Some(provider)
-    } else {
-        None
-    };
+    }
     // Every auth problem is reported before anything starts.
     let inbound_auth_enabled = match &kubernetes {
         Some(provider) => provider.config().inbound_auth_enabled,
@@ -183,12 +226,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
-    let options = ServeOptions {
-        default_wait_secs: loaded.config.request.default_timeout,
-        poll_interval: Duration::from_secs(2),
-        template_defaults: entry.template_defaults.clone(),
-        auth,
-    };
+    let options = serve_options(&loaded, &entry, auth);
     let state = match &runtime {
         Some(runtime) => AppState::with_kubernetes(broker, options, runtime.clone()),
         None => AppState::new(broker, options),
@@ -211,11 +249,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         }
         None => None,
     };
-    state.reload_templates_from(TemplateSource {
-        config_dir: session.dirs.config_dir.path.clone(),
-        entry: entry.clone(),
-    });
-    state.show_config(EffectiveConfig::capture(session, None)?);
+    show_templates_and_config(&state, session, entry.clone())?;
     let app = router(state.clone());
     let listener = if args.socket_only {
         None
