@@ -5,49 +5,37 @@ use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::MachineObservation;
 use orb_core::request::Request;
 
-/// A stored machine updated from an observation, or a new machine of acquire `request`.
-pub(super) fn machine_from_observation(
+/// A new machine of acquire `request`, as `observation` shows it.
+pub(super) fn new_machine(
     observation: &MachineObservation,
     request: &Request,
-    existing: Option<&Machine>,
     now: Timestamp,
 ) -> Machine {
-    match existing {
-        Some(known) => {
-            let mut machine = known.clone();
-            observe_into(&mut machine, observation, now);
-            machine
-        }
-        None => {
-            let mut machine = Machine {
-                machine_id: observation.machine_id.clone(),
-                name: observation.name.clone(),
-                request_id: request.request_id.clone(),
-                return_request_id: None,
-                template_id: request.template_id.clone().unwrap_or_default(),
-                provider_name: request.provider_name.clone(),
-                provider_api: request.provider_api,
-                resource_id: None,
-                uid: None,
-                status: observation.status,
-                status_reason: None,
-                private_ip: None,
-                public_ip: None,
-                launch_time: None,
-                instance_type: None,
-                price_type: None,
-                tags: Default::default(),
-                provider_data: serde_json::Value::Null,
-                created_at: now,
-                updated_at: now,
-                version: 0,
-            };
-            // A new machine was made at `now` already.
-            observe_into(&mut machine, observation, now);
-            machine.updated_at = now;
-            machine
-        }
-    }
+    let mut machine = Machine {
+        machine_id: observation.machine_id.clone(),
+        name: observation.name.clone(),
+        request_id: request.request_id.clone(),
+        return_request_id: None,
+        template_id: request.template_id.clone().unwrap_or_default(),
+        provider_name: request.provider_name.clone(),
+        provider_api: request.provider_api,
+        resource_id: None,
+        uid: None,
+        status: observation.status,
+        status_reason: None,
+        private_ip: None,
+        public_ip: None,
+        launch_time: None,
+        instance_type: None,
+        price_type: None,
+        tags: Default::default(),
+        provider_data: serde_json::Value::Null,
+        created_at: now,
+        updated_at: now,
+        version: 0,
+    };
+    observe_into(&mut machine, observation, now);
+    machine
 }
 
 /// Updates a stored machine from an observation in place; true when anything changed, and
@@ -191,6 +179,13 @@ mod tests {
         Timestamp::from_second(1_767_225_600 + s).unwrap()
     }
 
+    /// `stored` after `observation` was folded into it at `now`.
+    fn folded(stored: &Machine, observation: &MachineObservation, now: Timestamp) -> Machine {
+        let mut machine = stored.clone();
+        observe_into(&mut machine, observation, now);
+        machine
+    }
+
     fn request() -> Request {
         test_support::request(RequestType::Acquire)
             .created(t(0))
@@ -203,7 +198,7 @@ mod tests {
         let r = request();
         let mut obs = MachineObservation::new("orb-x-0000", MachineStatus::Pending);
         obs.private_ip = Some("10.0.0.1".into());
-        let m = machine_from_observation(&obs, &r, None, t(5));
+        let m = new_machine(&obs, &r, t(5));
         assert_eq!(m.request_id, r.request_id);
         assert_eq!(m.template_id, "worker");
         assert_eq!(m.provider_api, Some(ProviderApi::Pod));
@@ -216,10 +211,10 @@ mod tests {
         let r = request();
         let mut first = MachineObservation::new("orb-x-0000", MachineStatus::Running);
         first.private_ip = Some("10.0.0.1".into());
-        let mut stored = machine_from_observation(&first, &r, None, t(5));
+        let mut stored = new_machine(&first, &r, t(5));
         stored.version = 3;
         let gone = MachineObservation::new("orb-x-0000", MachineStatus::Terminated);
-        let m = machine_from_observation(&gone, &r, Some(&stored), t(9));
+        let m = folded(&stored, &gone, t(9));
         assert_eq!(m.status, MachineStatus::Terminated);
         assert_eq!(m.private_ip.as_deref(), Some("10.0.0.1"));
         assert_eq!(
@@ -235,10 +230,10 @@ mod tests {
         let r = request();
         let mut failed = MachineObservation::new("orb-x-0000", MachineStatus::Failed);
         failed.status_reason = Some("timed out: pending for more than 300s".into());
-        let stored = machine_from_observation(&failed, &r, None, t(5));
+        let stored = new_machine(&failed, &r, t(5));
         let mut gone = MachineObservation::new("orb-x-0000", MachineStatus::Terminated);
         gone.status_reason = Some("the pod no longer exists".into());
-        let m = machine_from_observation(&gone, &r, Some(&stored), t(9));
+        let m = folded(&stored, &gone, t(9));
         assert_eq!(m.status, MachineStatus::Terminated);
         assert_eq!(
             m.status_reason.as_deref(),
@@ -251,12 +246,12 @@ mod tests {
         let r = request();
         let mut failed = MachineObservation::new("orb-x-1", MachineStatus::Failed);
         failed.status_reason = Some("timed out: pending for more than 300s".into());
-        let mut m = machine_from_observation(&failed, &r, None, t(5));
+        let mut m = new_machine(&failed, &r, t(5));
         let mut deleting = MachineObservation::new("orb-x-1", MachineStatus::ShuttingDown);
         deleting.status_reason = Some("pod is being deleted".into());
         // Two reads catch the pod terminating, then one finds it gone.
         for at in [7, 8] {
-            m = machine_from_observation(&deleting, &r, Some(&m), t(at));
+            m = folded(&m, &deleting, t(at));
             assert_eq!(m.status, MachineStatus::ShuttingDown);
             assert_eq!(
                 m.status_reason.as_deref(),
@@ -265,8 +260,8 @@ mod tests {
         }
         let mut gone = MachineObservation::new("orb-x-1", MachineStatus::Terminated);
         gone.status_reason = Some("the pod no longer exists".into());
-        m = machine_from_observation(&gone, &r, Some(&m), t(9));
-        let m = machine_from_observation(&gone, &r, Some(&m), t(10));
+        m = folded(&m, &gone, t(9));
+        let m = folded(&m, &gone, t(10));
         assert_eq!(m.status, MachineStatus::Terminated);
         assert_eq!(
             m.status_reason.as_deref(),
@@ -279,10 +274,10 @@ mod tests {
         let r = request();
         let mut deleting = MachineObservation::new("orb-x-2", MachineStatus::ShuttingDown);
         deleting.status_reason = Some("pod is being deleted".into());
-        let m = machine_from_observation(&deleting, &r, None, t(5));
+        let m = new_machine(&deleting, &r, t(5));
         let mut gone = MachineObservation::new("orb-x-2", MachineStatus::Terminated);
         gone.status_reason = Some("the pod no longer exists".into());
-        let m = machine_from_observation(&gone, &r, Some(&m), t(9));
+        let m = folded(&m, &gone, t(9));
         assert_eq!(m.status_reason.as_deref(), Some("the pod no longer exists"));
     }
 
@@ -293,10 +288,10 @@ mod tests {
         first.uid = Some("uid-1".into());
         first.private_ip = Some("10.0.0.1".into());
         first.launch_time = Some(t(5));
-        let stored = machine_from_observation(&first, &r, None, t(5));
+        let stored = new_machine(&first, &r, t(5));
         let mut again = MachineObservation::new("sts-0", MachineStatus::Pending);
         again.uid = Some("uid-2".into());
-        let m = machine_from_observation(&again, &r, Some(&stored), t(9));
+        let m = folded(&stored, &again, t(9));
         assert_eq!(m.uid.as_deref(), Some("uid-2"));
         assert_eq!(
             m.private_ip, None,
@@ -348,10 +343,9 @@ mod tests {
             (&gone, true),
             (&gone, false),
         ];
-        let mut m = machine_from_observation(
+        let mut m = new_machine(
             &MachineObservation::new("sts-0", MachineStatus::Pending),
             &r,
-            None,
             t(1),
         );
         for (at, (read, expect)) in reads.into_iter().enumerate() {

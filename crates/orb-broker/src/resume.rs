@@ -13,7 +13,7 @@ use orb_core::machine::Machine;
 use orb_core::provider::{AcquireInput, AcquireOutcome, ProviderError};
 use orb_core::request::{Request, RequestType};
 
-use super::observe::machine_from_observation;
+use super::observe::new_machine;
 use super::{Broker, BrokerError, RequestView};
 
 /// Folds the provider's answer to an acquire into the request; returns the new machines.
@@ -33,7 +33,7 @@ pub(super) fn record_acquire_outcome(
             machines = outcome
                 .machines
                 .iter()
-                .map(|obs| machine_from_observation(obs, request, None, now))
+                .map(|obs| new_machine(obs, request, now))
                 .collect();
         }
         // The cluster did not answer: whatever was created stays, and the acquire is resumed

@@ -10,7 +10,7 @@ use orb_core::provider::{AbandonInput, MachineObservation, StatusInput, StatusRe
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::{MachineFilter, StoreError};
 
-use super::observe::{machine_from_observation, observe_into};
+use super::observe::{new_machine, observe_into};
 use super::resume::is_unrecorded_acquire;
 use super::resume_return::is_unrecorded_return;
 use super::{Broker, BrokerError, RequestView};
@@ -339,14 +339,16 @@ fn fold_report(
         .collect();
     // A return only tracks the machines it was given.
     if is_acquire {
-        let known: HashSet<String> = machines.iter().map(|m| m.machine_id.clone()).collect();
+        let known: HashSet<&str> = machines.iter().map(|m| m.machine_id.as_str()).collect();
         let mut added = HashSet::new();
-        for o in &report.machines {
-            let id = o.machine_id.as_str();
-            if !known.contains(id) && added.insert(id) {
-                machines.push(machine_from_observation(o, request, None, now));
-                changed.push(true);
-            }
+        let new: Vec<&MachineObservation> = report
+            .machines
+            .iter()
+            .filter(|o| !known.contains(o.machine_id.as_str()) && added.insert(&o.machine_id))
+            .collect();
+        for o in new {
+            machines.push(new_machine(o, request, now));
+            changed.push(true);
         }
     }
     changed
