@@ -14,6 +14,7 @@ pub mod machine_state;
 pub mod metrics;
 pub mod naming;
 pub mod native_spec;
+pub mod pod_description;
 pub mod provider;
 pub mod provider_data;
 pub mod release_plan;

@@ -175,6 +175,10 @@ pub struct ServeArgs {
     /// Serve no Unix socket; the HostFactory scripts then work directly.
     #[arg(long)]
     pub no_socket: bool,
+    /// Serve no web console at /ui/ (also config.json's serve.ui.enabled: false). The
+    /// console is a client of the API, so turning it off changes no route under /api/v1.
+    #[arg(long)]
+    pub no_ui: bool,
     /// Hold a Kubernetes Lease (orb-serve-<provider> in the provider's namespace) so that of
     /// several replicas sharing one store only the leader runs orphan GC, timeout GC and the
     /// resume of interrupted acquires; every replica serves the API. Default: true with a
@@ -222,8 +226,7 @@ pub struct ServerStartArgs {
     /// Run in this process until SIGTERM or Ctrl-C (what the SDKs' managed mode uses).
     #[arg(long)]
     pub foreground: bool,
-    /// Serve only the API. orb serves nothing else, so this changes nothing; it is accepted
-    /// because the SDKs pass it.
+    /// Serve only the API: no web console at /ui/ (the SDKs' managed mode passes it).
     #[arg(long)]
     pub api_only: bool,
     /// Serve the whole API as HTTP over this Unix socket (owner only, no token) and listen

@@ -145,7 +145,8 @@ pub fn parse_role_flag(flag: &str) -> Result<(String, Role), ConfigMistake> {
     Ok((who.to_string(), role))
 }
 
-/// The role a route needs; `None` for public routes (probes, metrics, the OpenAPI document).
+/// The role a route needs; `None` for public routes (probes, metrics, the OpenAPI document,
+/// the console's files).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     const PUBLIC: [&str; 6] = [
         "/livez",
@@ -155,7 +156,8 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
         "/api/v1/openapi.json",
         "/openapi.json",
     ];
-    if PUBLIC.contains(&path) {
+    // The console's files carry no data; the page asks for a token when the API wants one.
+    if PUBLIC.contains(&path) || super::console::is_console_path(path) {
         return None;
     }
     // HostFactory's read operations are POSTs (they carry the script's input) but read only.
@@ -407,6 +409,9 @@ mod tests {
     #[case(Method::GET, "/api/v1/openapi.json", None)]
     #[case(Method::GET, "/openapi.json", None)]
     #[case(Method::POST, "/api/v1/requests/status", Some(Role::Viewer))]
+    #[case(Method::GET, "/ui/", None)]
+    #[case(Method::GET, "/ui/app.js", None)]
+    #[case(Method::GET, "/uinfo", Some(Role::Viewer))]
     #[case(Method::DELETE, "/api/v1/requests/req-1", Some(Role::Operator))]
     #[case(Method::GET, "/api/v1/requests", Some(Role::Viewer))]
     #[case(Method::GET, "/api/v1/requests/req-1/events", Some(Role::Viewer))]

@@ -25,6 +25,25 @@ use crate::failure::ConfigMistake;
 struct ServeSection {
     #[serde(default)]
     auth: AuthSection,
+    #[serde(default)]
+    ui: UiSection,
+}
+
+/// `serve.ui`: the web console at `/ui/`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UiSection {
+    /// Default: on.
+    enabled: Option<bool>,
+}
+
+/// Whether `orb serve` serves the web console: on unless `--no-ui` or config.json's
+/// `serve.ui.enabled: false` turns it off.
+pub fn console_enabled(
+    args: &ServeArgs,
+    sections: &BTreeMap<String, Value>,
+) -> Result<bool, ConfigMistake> {
+    Ok(!args.no_ui && serve_section(sections)?.ui.enabled.unwrap_or(true))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -72,7 +91,8 @@ fn serve_section(sections: &BTreeMap<String, Value>) -> Result<ServeSection, Con
         Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
             format!(
                 "config.json \"serve\": {e}; it holds \"auth\" with roles \
-                 ({{\"NAMESPACE:SERVICEACCOUNT\": \"operator\"}}), default_role and kubeconfig"
+                 ({{\"NAMESPACE:SERVICEACCOUNT\": \"operator\"}}), default_role and kubeconfig, \
+                 and \"ui\": {{\"enabled\": false}} to turn the web console off"
             )
         })?,
         None => ServeSection::default(),
@@ -248,6 +268,22 @@ mod tests {
             groups: vec![],
             claimed_role: None,
         }
+    }
+
+    #[test]
+    fn the_console_is_on_unless_the_flag_or_the_config_turns_it_off() {
+        let none = BTreeMap::new();
+        assert!(console_enabled(&args(&[]), &none).unwrap());
+        assert!(!console_enabled(&args(&["--no-ui"]), &none).unwrap());
+        let off = sections(json!({"ui": {"enabled": false}}));
+        assert!(!console_enabled(&args(&[]), &off).unwrap());
+        let on = sections(json!({"ui": {"enabled": true}}));
+        assert!(console_enabled(&args(&[]), &on).unwrap());
+        assert!(!console_enabled(&args(&["--no-ui"]), &on).unwrap());
+        // A misspelt switch is an error that says what the section holds, not a silent default.
+        let typo = sections(json!({"ui": {"enable": false}}));
+        let err = console_enabled(&args(&[]), &typo).unwrap_err().0;
+        assert!(err.contains("enable") && err.contains("\"ui\""), "{err}");
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub(crate) fn serve_options(
         poll_interval: Duration::from_secs(2),
         template_defaults: entry.template_defaults.clone(),
         auth,
+        // MCP serves no HTTP; `orb serve` sets it from its flags and config.
+        console: false,
     }
 }
 
@@ -191,6 +193,7 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         None => inbound_auth_requested(&entry.config),
     };
     let auth_plan = auth_config::plan(&args, &loaded.config.other, inbound_auth_enabled)?;
+    let console = auth_config::console_enabled(&args, &loaded.config.other)?;
     if let Some(provider) = &kubernetes
         && let Some(warning) = refuse_old_apiserver(provider).await?
     {
@@ -226,7 +229,10 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
-    let options = serve_options(&loaded, &entry, auth);
+    let options = ServeOptions {
+        console,
+        ..serve_options(&loaded, &entry, auth)
+    };
     let state = match &runtime {
         Some(runtime) => AppState::with_kubernetes(broker, options, runtime.clone()),
         None => AppState::new(broker, options),
@@ -262,11 +268,16 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         })?;
         let bound = listener.local_addr().unwrap_or(listen);
         tracing::info!(
-            "listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json",
+            "listening on http://{bound} (provider {:?}, {}); API under /api/v1, OpenAPI at /api/v1/openapi.json{}",
             entry.name,
             match auth_source {
                 Some(source) => format!("Bearer tokens checked by TokenReview ({source})"),
                 None => "no authentication".to_string(),
+            },
+            if console {
+                format!(", web console at http://{bound}/ui/")
+            } else {
+                String::new()
             }
         );
         Some(listener)

@@ -8,12 +8,14 @@ pub mod background;
 mod cluster_checks;
 pub mod command;
 mod config;
+pub mod console;
 pub mod daemon;
 mod events;
 mod extract;
 pub mod health;
 mod history;
 pub mod hostfactory;
+mod inspect;
 pub mod jwt;
 pub mod listener;
 mod machines;
@@ -66,6 +68,9 @@ pub struct ServeOptions {
     pub template_defaults: Map<String, Value>,
     /// Bearer-token checks on every non-public route; `None` leaves the API open.
     pub auth: Option<Arc<auth::Auth>>,
+    /// Serve the web console at `/ui/` (off with `--no-ui`, `--api-only` or
+    /// config.json's `serve.ui.enabled: false`).
+    pub console: bool,
 }
 
 impl Default for ServeOptions {
@@ -75,6 +80,7 @@ impl Default for ServeOptions {
             poll_interval: Duration::from_secs(2),
             template_defaults: Map::new(),
             auth: None,
+            console: true,
         }
     }
 }
@@ -93,6 +99,8 @@ struct Inner {
     daemon: Option<Arc<dyn health::DaemonHealth>>,
     /// The provider's own template checks (planning and audit), when it has any.
     template_checker: Option<TemplateChecker>,
+    /// The Kubernetes provider, for the console's views of pods and rendered bodies.
+    kubernetes: Option<Arc<orb_k8s::K8sProvider>>,
     template_source: OnceLock<template_file::TemplateSource>,
     template_file: template_file::TemplateFile,
     /// The configuration the server started with, for `GET /api/v1/config/…`.
@@ -108,6 +116,7 @@ impl AppState {
                 options,
                 daemon: None,
                 template_checker: None,
+                kubernetes: None,
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
                 config: OnceLock::new(),
@@ -125,6 +134,7 @@ impl AppState {
         runtime: Arc<daemon::ClusterRuntime>,
     ) -> Self {
         let provider = runtime.provider().clone();
+        let kubernetes = Some(provider.clone());
         Self {
             inner: Arc::new(Inner {
                 broker: Arc::new(broker),
@@ -138,6 +148,7 @@ impl AppState {
                     check_template(Some(&provider), template)
                 })),
                 daemon: Some(runtime),
+                kubernetes,
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
                 config: OnceLock::new(),
@@ -152,6 +163,7 @@ impl AppState {
         options: ServeOptions,
         provider: Arc<orb_k8s::K8sProvider>,
     ) -> Self {
+        let kubernetes = Some(provider.clone());
         Self {
             inner: Arc::new(Inner {
                 broker: Arc::new(broker),
@@ -161,6 +173,7 @@ impl AppState {
                     check_template(Some(&provider), template)
                 })),
                 daemon: None,
+                kubernetes,
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
                 config: OnceLock::new(),
@@ -171,6 +184,11 @@ impl AppState {
     /// The background side, when the server runs one: what the probes ask it.
     pub fn daemon(&self) -> Option<&Arc<dyn health::DaemonHealth>> {
         self.inner.daemon.as_ref()
+    }
+
+    /// The Kubernetes provider the server runs on, when it runs on one.
+    pub fn kubernetes(&self) -> Option<&Arc<orb_k8s::K8sProvider>> {
+        self.inner.kubernetes.as_ref()
     }
 
     /// The provider's template checks, when it has any (else only the template's own).
@@ -304,6 +322,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(reference::list_return_requests))
         .routes(routes!(reference::get_machine))
         .routes(routes!(reference::machine_status))
+        .routes(routes!(inspect::machine_pod))
+        .routes(routes!(inspect::render_template))
         .routes(routes!(purge::purge_machine))
         .routes(routes!(purge::purge_request))
         .routes(routes!(purge::cleanup_database))
@@ -360,6 +380,11 @@ pub fn local_router(state: AppState) -> Router {
 
 fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
     let (routes, api) = api_router().split_for_parts();
+    let routes = if state.options().console {
+        routes.merge(console::console_routes())
+    } else {
+        routes
+    };
     let document = api.to_pretty_json().unwrap_or_default();
     let routes = routes
         .route(

@@ -260,6 +260,11 @@ pub struct MachineItem {
     /// (`node_watch_enabled`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<super::model::MachineNode>,
+    /// orb's addition: the node the pod was scheduled to, as the provider last saw the pod
+    /// (null before it is scheduled, or for a provider that has no nodes).
+    pub node_name: Option<String>,
+    /// orb's addition: the Kubernetes namespace of the machine's pod.
+    pub namespace: Option<String>,
 }
 
 impl MachineItem {
@@ -298,8 +303,19 @@ impl MachineItem {
                 .filter(|_| m.status.is_live())
                 .map(|t| now.duration_since(t).as_secs_f64().max(0.0)),
             node: node.and_then(|n| serde_json::from_value(n.clone()).ok()),
+            node_name: provider_text(m, "node_name"),
+            namespace: provider_text(m, "namespace"),
         }
     }
+}
+
+/// A non-empty text field of the provider's own data about a machine.
+fn provider_text(m: &Machine, key: &str) -> Option<String> {
+    m.provider_data
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
 }
 
 /// `GET /info`.
@@ -1012,7 +1028,7 @@ pub struct OneMachine {
     pub machines: Vec<MachineItem>,
 }
 
-async fn find_machine(state: &AppState, key: &str) -> Result<Machine, Problem> {
+pub(super) async fn find_machine(state: &AppState, key: &str) -> Result<Machine, Problem> {
     let found = state
         .broker()
         .store

@@ -197,6 +197,7 @@ fn foreground(
         auth_kubeconfig: None,
         socket: args.socket_path.clone(),
         no_socket: false,
+        no_ui: args.api_only,
         leader_elect: None,
         socket_only: args.socket_path.is_some(),
         pid_file: Some(pid_file),

@@ -113,6 +113,7 @@ impl Env {
             poll_interval: poll,
             template_defaults: Default::default(),
             auth,
+            console: true,
         };
         let state = AppState::new(broker, options);
         // As `orb serve` does: every call that reads templates follows the file.
