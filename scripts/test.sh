@@ -36,6 +36,7 @@ trap cleanup EXIT INT TERM
 
 echo "--- prerequisites" >&2
 ensure_prereqs
+ensure_browser
 
 # The expensive builds run side by side: the control plane and helm (Go), the container images
 # (a static release build) and the fuzz targets each in the background, the workspace's lint

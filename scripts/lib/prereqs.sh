@@ -22,6 +22,20 @@ ensure_prereqs() {
   fi
 }
 
+# Headless Chromium and its WebDriver for the console's browser tests (only the test suite
+# needs them, so the demo does not download a browser).
+ensure_browser() {
+  local missing=()
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v chromedriver >/dev/null || missing+=(chromium-driver)
+  if ((${#missing[@]})); then
+    echo "installing missing packages for the browser tests: ${missing[*]}" >&2
+    local sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+  fi
+}
+
 # The directory holding initdb/pg_ctl/postgres (Debian keeps them out of PATH).
 pg_bin_dir() {
   local d

@@ -15,6 +15,7 @@ mod serve_support;
 mod support;
 
 mod clients_rest;
+mod console;
 mod doctor;
 mod e2e;
 mod hostfactory_daemon;
