@@ -27,7 +27,7 @@ async fn raw(env: &Env, uri: &str) -> (StatusCode, axum::http::HeaderMap, String
 }
 
 #[tokio::test]
-async fn the_console_is_three_files_that_may_load_nothing_from_elsewhere() {
+async fn the_console_files_may_load_nothing_from_elsewhere() {
     let env = Env::new().await;
     let (code, headers, page) = raw(&env, "/ui/").await;
     assert_eq!(code, StatusCode::OK);
