@@ -19,6 +19,7 @@ TARGETS = {
     "operator_resync_s": ("operator resync <= 10 s", 10.0),
     "operator_rss_mib": ("operator <= 64 MB resident", 64.0),
     "operator_bare_ratio": ("operator burst p99 <= 1.2x the bare PDB loop", 1.2),
+    "console_render_ms": ("console overview renders < 1 s at 10,000 machines", 1000.0),
 }
 
 
@@ -117,6 +118,7 @@ def main():
     ap.add_argument("--operator", default="")
     ap.add_argument("--operator-steady", default="")
     ap.add_argument("--daemon", default="")
+    ap.add_argument("--console", default="")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
@@ -128,7 +130,14 @@ def main():
     operator = operator_results(a.operator)
     steady = operator_results(a.operator_steady)
     daemon = operator_results(a.daemon)
+    console = operator_results(a.console)
     verdicts = []
+    if console:
+        what, limit = TARGETS["console_render_ms"]
+        value = console["rendered_max_ms"]
+        verdicts.append({"target": what,
+                         "figure": f"slowest of {console['loads']} loads, {console['machines']} machines",
+                         "value": value, "limit": limit, "met": value < limit})
     if daemon:
         n = daemon["pods"]
         for key, figure, value in (
@@ -217,6 +226,14 @@ def main():
               f"{daemon.get('rss_without_cache_mib', float('nan')):.1f} MiB |")
     else:
         print("\n(orb serve at 10,000 pods not run)")
+    if console:
+        print(f"\n| web console overview, {console['machines']} machines, {console['loads']} loads | value |")
+        print("|---|---:|")
+        print(f"| navigation start -> rendered, median | {console['rendered_median_ms']:.0f} ms |")
+        print(f"| navigation start -> rendered, slowest | {console['rendered_max_ms']:.0f} ms |")
+        print(f"| machine list fetch, median | {console['machine_list_fetch_median_ms']:.0f} ms |")
+    else:
+        print("\n(web console overview not run)")
     runs = [(f"one burst, {r['create_concurrency']} creates in flight", r) for r in [operator] if r]
     runs += [(f"created at {r.get('create_rate', 0):.0f} a second", r) for r in [steady] if r]
     for arrival, r in runs:
@@ -251,7 +268,8 @@ def main():
         "hostfactory_daemon_over_direct": {str(k): v for k, v in sorted(hf_ratios.items())},
         "acquire": [r for r in acquire if r["bench"] == "acquire"],
         "release": [r for r in acquire if r["bench"] == "release"],
-        "operator": operator, "operator_steady": steady, "daemon": daemon, "targets": verdicts,
+        "operator": operator, "operator_steady": steady, "daemon": daemon, "console": console,
+        "targets": verdicts,
     }
     with open(a.json, "w") as f:
         json.dump(result, f, indent=2)

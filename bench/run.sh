@@ -9,12 +9,15 @@
 #     BENCH_ACQUIRE_COUNTS, BENCH_ACQUIRE_ROUNDS, BENCH_RELEASE_COUNT, BENCH_POLL_MS);
 #   - the real pdb-operator at 1,000 Deployments: create->PDB p50/p99 next to a bare PDB loop on
 #     the same burst (BENCH_OPERATOR_ROUNDS rounds, default 3), full resync, resident memory
-#     (pdb-operator operator_scale; skipped when no control plane answers).
+#     (pdb-operator operator_scale; skipped when no control plane answers);
+#   - the web console's overview with 10,000 machines in headless Chromium (orb
+#     console_overview; BENCH_CONSOLE_MACHINES; left out without /usr/bin/chromium).
 # Prints one table and writes bench/results/<UTC date>.json.
 #
 #   bench/run.sh                  everything
 #   BENCH_SKIP_ACQUIRE=1 bench/run.sh   no control plane needed (acquire left out)
 #   BENCH_SKIP_OPERATOR=1 bench/run.sh  pdb-operator at 1,000 Deployments left out
+#   BENCH_SKIP_CONSOLE=1 bench/run.sh   the web console in Chromium left out
 #
 # The control plane: $KUBECONFIG if set, else <repo>/.state/control-plane/admin.kubeconfig. If
 # its apiserver is not running, the script starts it with tools/control-plane/cp up and stops
@@ -47,11 +50,11 @@ declare -A exe
 while read -r name path; do exe[$name]=$path; done < <(
   cargo bench -p orb-k8s -p pdb-operator -p orb -p orb-store \
     --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench operator_scale \
-    --bench daemon_status \
+    --bench daemon_status --bench console_overview \
     --no-run --message-format=json |
     jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
 )
-for name in hot_paths budget_math store_reads startup acquire_pods operator_scale daemon_status; do
+for name in hot_paths budget_math store_reads startup acquire_pods operator_scale daemon_status console_overview; do
   [[ -x "${exe[$name]:-}" ]] || { echo "bench: error: bench '$name' did not build" >&2; exit 1; }
 done
 export CRITERION_HOME="$raw/criterion"
@@ -127,11 +130,20 @@ else
     tee "$raw/operator-steady.txt" >&2
 fi
 
+# The console needs no cluster: a seeded store, orb serve's router and Chromium.
+if [[ "${BENCH_SKIP_CONSOLE:-0}" == 1 ]] || ! command -v chromium >/dev/null; then
+  echo "bench: the web console overview left out (BENCH_SKIP_CONSOLE=1 or no chromium)" >&2
+  : >"$raw/console.txt"
+else
+  echo "bench: the web console overview in headless Chromium" >&2
+  "${exe[console_overview]}" --bench 2>&1 | tee "$raw/console.txt" >&2
+fi
+
 mkdir -p "$out_dir"
 python3 "$repo/bench/collect.py" \
   --criterion-dir "$CRITERION_HOME" --since "$run_start" \
   --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" --operator "$raw/operator.txt" \
   --operator-steady "$raw/operator-steady.txt" \
-  --daemon "$raw/daemon.txt" \
+  --daemon "$raw/daemon.txt" --console "$raw/console.txt" \
   --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json"
 echo "bench: wrote bench/results/$stamp.json" >&2

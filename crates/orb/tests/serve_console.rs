@@ -138,3 +138,17 @@ async fn machine_items_carry_node_and_namespace_fields() {
     assert!(fields.contains_key("node_name"), "{first}");
     assert!(fields.contains_key("namespace"), "{first}");
 }
+
+#[tokio::test]
+async fn event_streams_tell_the_browser_not_to_keep_their_connection() {
+    // A browser opens at most six connections to one server; a stream it abandoned on a
+    // reload must not hold one of them (the console's next page would wait for it).
+    let env = Env::new().await;
+    env.seed().await;
+    let (code, headers, _) = raw(&env, &format!("/api/v1/requests/{DONE}/events")).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(headers[header::CONNECTION], "close");
+    // Plain replies keep their connection for reuse.
+    let (_, headers, _) = raw(&env, "/api/v1/templates").await;
+    assert!(headers.get(header::CONNECTION).is_none(), "{headers:?}");
+}

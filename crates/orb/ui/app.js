@@ -200,6 +200,9 @@ function wireShell() {
     if (e.key === 'Escape' && !$('#machine-drawer').hidden) { e.preventDefault(); closeDrawer(); }
   });
   window.addEventListener('hashchange', () => route(true));
+  // Leaving the page ends its event streams at once: a browser keeps at most six connections
+  // to one server, and streams a reload left to linger would starve the next page's calls.
+  window.addEventListener('pagehide', stopPage);
   // Another tab signing out does not affect this one: sessionStorage is per tab.
 }
 

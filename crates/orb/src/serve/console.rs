@@ -170,7 +170,10 @@ mod tests {
                 );
             }
         }
-        assert!(imports >= 5, "the entry imports the page modules ({imports} imports seen)");
+        assert!(
+            imports >= 5,
+            "the entry imports the page modules ({imports} imports seen)"
+        );
     }
 
     #[test]

@@ -410,6 +410,7 @@ fn router_with_auth(state: AppState, auth: Option<Arc<auth::Auth>>) -> Router {
         .layer(middleware::from_fn(request_head::refuse_oversized_head))
         .layer(middleware::from_fn_with_state(state.clone(), count_http))
         .layer(middleware::map_response(problem_for_plain_errors))
+        .layer(middleware::map_response(close_after_event_streams))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             BODY_READ_TIMEOUT,
         ))
@@ -448,6 +449,23 @@ async fn tag_request_id(mut request: Request, next: Next) -> Response {
     request.extensions_mut().insert(RequestIdTag(id.clone()));
     let mut response = next.run(request).await;
     response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    response
+}
+
+/// An event stream holds its connection until it ends; `Connection: close` tells the client
+/// not to keep the socket for reuse, so one it abandons (a reloaded console page) is closed at
+/// once instead of counting against the six connections a browser opens to one server.
+async fn close_after_event_streams(mut response: Response) -> Response {
+    let streams = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if streams {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
     response
 }
 
