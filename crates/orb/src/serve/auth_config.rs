@@ -3,7 +3,8 @@
 //! `ORB_K8S_INBOUND_AUTH_ENABLED=true`); roles come from config.json's `serve.auth`
 //! section, and the flags add to them (the same WHO: the flag wins) and replace its
 //! `default_role` and `kubeconfig`. Auth on with no role configured at all makes every
-//! authenticated caller a `viewer` ([`DEFAULT_ROLE`]).
+//! authenticated caller a `viewer` ([`DEFAULT_ROLE`]). The same `serve` section holds the
+//! web console's switch, `serve.ui.enabled` ([`console_enabled`]).
 //!
 //! ```json
 //! "serve": {"auth": {"roles": {"batch:hf-driver": "operator", "*:dashboard": "viewer"},

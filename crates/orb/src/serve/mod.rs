@@ -126,8 +126,9 @@ impl AppState {
 
     /// A state whose broker runs on `runtime`'s provider (the same object): the provider's
     /// own metrics are exported (none at all with `metrics_enabled=false`), templates get its
-    /// checks, and its background tasks show in `/readyz`. Only those three things are kept,
-    /// none of them as a Kubernetes type.
+    /// checks, and its background tasks show in `/readyz`. The provider itself is kept too,
+    /// for the two reads only a Kubernetes provider answers (a machine's pod, a template's
+    /// rendered bodies).
     pub fn with_kubernetes(
         broker: Broker,
         options: ServeOptions,

@@ -12,14 +12,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
 
 use crate::support::accounts::token_for;
 use crate::support::clear_env;
 use crate::support::serve_process::{Server, install};
+
+/// The label the `gated` template's pods select; its node gets it when the test lets them run.
+const GATE_LABEL: &str = "orb-rs.io/console-gate";
 
 /// How long a page may take to show what the test waits for (pods on KWOK are Ready in
 /// about a second; the console follows the request's event stream).
@@ -283,13 +287,27 @@ async fn a_request_made_on_the_page_fills_its_progress_bar_without_a_reload() {
     let browser = Browser::start("request").await;
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("console-request").await;
-    let (_root, server) = console_server(&cluster, &ns, &[]);
+    let (root, server) = console_server(&cluster, &ns, &[]);
+    // A node of its own that the `gated` template's pods may use only once the test labels
+    // it: until then they wait, unschedulable, and the bar must show 0 of 3.
+    let node = cluster.node_with_room("console", 3).await;
+    let mut templates: Value = serde_json::from_str(TEMPLATES).unwrap();
+    templates["templates"].as_array_mut().unwrap().push(json!({
+        "templateId": "gated", "maxNumber": 3, "imageId": "busybox:1.36",
+        "nodeSelector": {GATE_LABEL: ns.name()}, "tolerations": node.tolerations(),
+    }));
+    // The server follows its template file.
+    std::fs::write(
+        root.path().join("config/templates.json"),
+        templates.to_string(),
+    )
+    .unwrap();
 
     browser.open(&server, "requests").await;
     browser
         .until(
             "the request form with the templates",
-            "return document.querySelector('#request-template option[value=\"worker\"]') !== null",
+            "return document.querySelector('#request-template option[value=\"gated\"]') !== null",
         )
         .await;
     // A marker that a reload would wipe.
@@ -301,7 +319,7 @@ async fn a_request_made_on_the_page_fills_its_progress_bar_without_a_reload() {
         .find(Locator::Css("#request-template"))
         .await
         .unwrap();
-    select.select_by_value("worker").await.unwrap();
+    select.select_by_value("gated").await.unwrap();
     let count = browser
         .client
         .find(Locator::Css("#request-count"))
@@ -319,8 +337,30 @@ async fn a_request_made_on_the_page_fills_its_progress_bar_without_a_reload() {
         )
         .await;
     let id = created.as_str().unwrap().to_string();
-    // The bar reaches 3 of 3 as the pods become Ready, by the page's own updates.
     let row = format!("#requests-table tr[data-request-id=\"{id}\"]");
+    browser
+        .until(
+            "an empty bar while the pods wait for a node",
+            &format!(
+                "const p = document.querySelector('{row} progress.request-progress'); \
+                 const s = document.querySelector('{row} td.status'); \
+                 return p && Number(p.max) === 3 && Number(p.value) === 0 \
+                   && /progress/i.test(s.textContent)"
+            ),
+        )
+        .await;
+    machines_in(&server, &id, "pending", 3).await;
+    browser.screenshot("requests-waiting").await;
+    // Now the pods may land: they become Ready, and the page's own updates fill the bar.
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    nodes
+        .patch(
+            &node.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {GATE_LABEL: ns.name()}}})),
+        )
+        .await
+        .unwrap();
     browser
         .until(
             "a full progress bar",
