@@ -8,15 +8,14 @@
 //! /usr/bin/chromedriver, or ORB_TEST_CHROMIUM / ORB_TEST_CHROMEDRIVER). Target (issue #21):
 //! under 1 s at 10,000 machines.
 
+#[path = "../tests/support/browser.rs"]
+mod browser;
 #[path = "../tests/serve_support/mod.rs"]
 mod serve_support;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{ClientBuilder, Locator};
+use fantoccini::Locator;
 use orb_core::machine::MachineStatus;
 use orb_core::request::RequestStatus;
 use serde_json::json;
@@ -27,26 +26,6 @@ fn knob(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn binary(var: &str, default: &str) -> PathBuf {
-    let path = std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default));
-    assert!(
-        path.exists(),
-        "{} not found: apt-get install chromium chromium-driver, or set {var}",
-        path.display()
-    );
-    path
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A mix like a busy grid's: mostly running, some waiting, failing and returned machines,
@@ -99,8 +78,6 @@ fn main() {
 async fn run() {
     let machines = knob("BENCH_CONSOLE_MACHINES", 10_000);
     let loads = knob("BENCH_CONSOLE_LOADS", 5);
-    let chromium = binary("ORB_TEST_CHROMIUM", "/usr/bin/chromium");
-    let chromedriver = binary("ORB_TEST_CHROMEDRIVER", "/usr/bin/chromedriver");
 
     // orb serve's default poll interval for event streams (the test Env polls every 50 ms).
     let env = Env::build(
@@ -120,32 +97,8 @@ async fn run() {
     let app = env.app.clone();
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let port = free_port();
-    let mut driver = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let profile = tempfile::tempdir().unwrap();
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"binary": chromium, "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-            "--disable-dev-shm-usage", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-            "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())]}),
-    );
-    let client = loop {
-        match ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(caps.clone())
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-        {
-            Ok(c) => break c,
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
+    let session = browser::Session::start().await;
+    let client = &session.client;
 
     let mut figures = Vec::new();
     let mut fetches = Vec::new();
@@ -207,7 +160,5 @@ async fn run() {
         json!({"machines": machines, "loads": loads, "rendered_median_ms": median,
                "rendered_max_ms": max, "machine_list_fetch_median_ms": fetch_median})
     );
-    let _ = client.close().await;
-    let _ = driver.kill();
-    let _ = driver.wait();
+    let _ = client.clone().close().await;
 }

@@ -6,12 +6,11 @@
 //! Needs Debian's `chromium` and `chromium-driver` (`./scripts/test.sh` installs them); a
 //! missing browser fails the test with the fix.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -19,6 +18,7 @@ use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
 
 use crate::support::accounts::token_for;
+use crate::support::browser::Session;
 use crate::support::clear_env;
 use crate::support::serve_process::{Server, install};
 
@@ -42,37 +42,6 @@ const TEMPLATES: &str = r#"{"templates": [
    "nodeSelector": {"orb-rs.io/no-such-node": "none"}}
 ]}"#;
 
-fn binary(var: &str, default: &str) -> Option<PathBuf> {
-    let path = std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default));
-    path.exists().then_some(path)
-}
-
-/// Chromium and chromedriver; a missing one fails the test with the fix (never a skip).
-fn browser_binaries() -> (PathBuf, PathBuf) {
-    let found = |var: &str, default: &str| {
-        binary(var, default).unwrap_or_else(|| {
-            panic!(
-                "{default} not found: apt-get install chromium chromium-driver (./scripts/test.sh \
-                 does), or point {var} at it"
-            )
-        })
-    };
-    (
-        found("ORB_TEST_CHROMIUM", "/usr/bin/chromium"),
-        found("ORB_TEST_CHROMEDRIVER", "/usr/bin/chromedriver"),
-    )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Where screenshots go.
 fn artifacts_dir() -> PathBuf {
     let dir = std::env::var_os("ORB_TEST_ARTIFACTS")
@@ -85,59 +54,19 @@ fn artifacts_dir() -> PathBuf {
     dir
 }
 
-/// chromedriver and one headless Chromium session; both end when dropped.
+/// One headless Chromium session of a test, which names its screenshots.
 struct Browser {
-    driver: Child,
     client: Client,
-    _profile: tempfile::TempDir,
+    _session: Session,
     test: &'static str,
 }
 
 impl Browser {
     async fn start(test: &'static str) -> Browser {
-        let (chromium, chromedriver) = browser_binaries();
-        let port = free_port();
-        let driver = Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver starts");
-        let profile = tempfile::tempdir().unwrap();
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": chromium,
-                // Headless as root on a machine without a network: no sandbox (root), and
-                // none of Chromium's own calls home, which a closed network refuses.
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--disable-background-networking",
-                         "--disable-component-update", "--disable-sync", "--no-first-run",
-                         "--disable-quic", "--window-size=1280,900",
-                         format!("--user-data-dir={}", profile.path().display())],
-            }),
-        );
-        let url = format!("http://127.0.0.1:{port}");
-        let started = Instant::now();
-        let client = loop {
-            match ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-                .capabilities(caps.clone())
-                .connect(&url)
-                .await
-            {
-                Ok(client) => break client,
-                Err(e) if started.elapsed() < Duration::from_secs(30) => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("chromedriver at {url} gave no session: {e}"),
-            }
-        };
+        let session = Session::start().await;
         Browser {
-            driver,
-            client,
-            _profile: profile,
+            client: session.client.clone(),
+            _session: session,
             test,
         }
     }
@@ -219,13 +148,6 @@ impl Browser {
             .unwrap();
         input.send_keys(token).await.unwrap();
         self.click("#login-submit").await;
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
 }
 

@@ -1,9 +1,11 @@
 //! Helpers shared by the integration tests that run the real `orb` binary: a clean command
-//! builder, the `orb serve` process fixtures, ServiceAccount tokens and the PostgreSQL switch.
+//! builder, the `orb serve` process fixtures, ServiceAccount tokens, the PostgreSQL switch and
+//! a headless browser.
 //! Each test binary uses only part of it.
 #![allow(dead_code)]
 
 pub mod accounts;
+pub mod browser;
 pub mod serve_process;
 
 use std::path::Path;
