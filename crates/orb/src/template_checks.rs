@@ -12,6 +12,8 @@ use orb_core::template::Template;
 use orb_k8s::K8sProvider;
 use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
 use orb_k8s::provider::PlannedAcquire;
+use orb_k8s::spec::BodyPath;
+use serde_json::Value;
 
 use crate::context::override_refusal;
 
@@ -71,4 +73,37 @@ pub fn check_template(provider: Option<&K8sProvider>, template: &Template) -> Te
         }
     }
     verdict
+}
+
+/// The bodies one acquire would send, in order.
+pub struct RenderedBodies {
+    pub path: BodyPath,
+    pub bodies: Vec<Value>,
+    /// Ignored fields, "native_spec is ignored because …", audit findings in warn mode.
+    pub warnings: Vec<String>,
+}
+
+pub enum Rendering {
+    Ok(Box<RenderedBodies>),
+    Fails {
+        problems: Vec<String>,
+        warnings: Vec<String>,
+    },
+}
+
+/// Renders what an acquire of `count` machines of `template` would send, with the placeholder
+/// request id [`PREVIEW_REQUEST_ID`]. The provider's own acquire planning builds them, so the
+/// output is exactly what an acquire creates.
+pub fn render_bodies(provider: &K8sProvider, template: &Template, count: u32) -> Rendering {
+    match provider.final_workload_for(template, PREVIEW_REQUEST_ID, count) {
+        Ok(planned) => Rendering::Ok(Box::new(RenderedBodies {
+            path: planned.workload.path,
+            bodies: planned.workload.bodies(),
+            warnings: planned.workload.warnings,
+        })),
+        Err(failure) => Rendering::Fails {
+            problems: vec![failure.source.to_string()],
+            warnings: failure.warnings,
+        },
+    }
 }

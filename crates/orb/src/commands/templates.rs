@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use orb_k8s::dry_run::{Client, DryRunVerdict, server_dry_run};
 use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
 
-use self::bodies::{K8sTarget, Rendering};
+use self::bodies::K8sTarget;
 use crate::cli::TemplatesCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
@@ -18,6 +18,7 @@ use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
 use crate::template_checks::check_template;
+use crate::template_checks::{Rendering, render_bodies};
 use orb_broker::catalog::Catalog;
 
 pub async fn run(session: &Session, command: TemplatesCommand) -> CliResult<Output> {
@@ -341,7 +342,7 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
                 entry.name, entry.provider_type
             ))
         })?;
-    let rendered = match bodies::render_bodies(&target, template, count) {
+    let rendered = match render_bodies(target.provider(), template, count) {
         Rendering::Ok(rendered) => rendered,
         Rendering::Fails { problems, warnings } => {
             let mut stderr: Vec<String> =

@@ -13,6 +13,7 @@ use super::AppState;
 use super::extract::ApiQuery;
 use super::problem::Problem;
 use super::reference::find_machine;
+use crate::template_checks::{Rendering, render_bodies};
 
 fn no_kubernetes(what: &str) -> Problem {
     Problem::new(
@@ -176,16 +177,16 @@ pub async fn render_template(
     if !rendered.problems.is_empty() {
         return Ok(Json(rendered));
     }
-    match provider.final_workload_for(template, &rendered.request_id, count) {
-        Ok(planned) => {
+    match render_bodies(provider, template, count) {
+        Rendering::Ok(planned) => {
             rendered.ok = true;
-            rendered.path = Some(planned.workload.path.as_str().to_string());
-            rendered.bodies = planned.workload.bodies();
-            rendered.warnings = planned.workload.warnings;
+            rendered.path = Some(planned.path.as_str().to_string());
+            rendered.bodies = planned.bodies;
+            rendered.warnings = planned.warnings;
         }
-        Err(failure) => {
-            rendered.problems = vec![failure.source.to_string()];
-            rendered.warnings = failure.warnings;
+        Rendering::Fails { problems, warnings } => {
+            rendered.problems = problems;
+            rendered.warnings = warnings;
         }
     }
     Ok(Json(rendered))

@@ -2,16 +2,16 @@
 //! `orb templates render` (prints them) and `orb templates validate` (checks them, and with
 //! `--server` has the apiserver dry-run them). The native spec hatch renders them when both
 //! switches are on; otherwise the typed builders do. Either way the security audit runs on the
-//! final bodies, as it does before a real create.
+//! final bodies, as it does before a real create. Rendering itself is
+//! [`crate::template_checks::render_bodies`], shared with `GET /api/v1/templates/{id}/render`;
+//! this module resolves the provider for the CLI and names bodies in messages.
 
 use std::path::Path;
 
 use orb_core::config::ProviderEntry;
-use orb_core::template::Template;
 use orb_k8s::K8sProvider;
 use orb_k8s::config::{ConfigLayers, layer_from_config_value};
-use orb_k8s::native_spec::{PREVIEW_REQUEST_ID, app_native_spec_enabled};
-pub(crate) use orb_k8s::spec::BodyPath;
+use orb_k8s::native_spec::app_native_spec_enabled;
 use serde_json::{Value, json};
 
 use crate::context::LoadedConfig;
@@ -66,42 +66,6 @@ impl K8sTarget {
     /// The provider, built exactly as for an acquire (its client is built on first use).
     pub(crate) fn provider(&self) -> &K8sProvider {
         &self.provider
-    }
-}
-
-/// The bodies one acquire would send, in order.
-pub(crate) struct RenderedBodies {
-    pub path: BodyPath,
-    pub bodies: Vec<Value>,
-    /// Ignored fields, "native_spec is ignored because …", audit findings in warn mode.
-    pub warnings: Vec<String>,
-}
-
-pub(crate) enum Rendering {
-    Ok(Box<RenderedBodies>),
-    Fails {
-        problems: Vec<String>,
-        warnings: Vec<String>,
-    },
-}
-
-/// Renders what an acquire of `count` machines of `template` would send, with the placeholder
-/// request id [`PREVIEW_REQUEST_ID`]. The provider's own acquire planning builds them, so the
-/// output is exactly what an acquire creates.
-pub(crate) fn render_bodies(target: &K8sTarget, template: &Template, count: u32) -> Rendering {
-    match target
-        .provider
-        .final_workload_for(template, PREVIEW_REQUEST_ID, count)
-    {
-        Ok(planned) => Rendering::Ok(Box::new(RenderedBodies {
-            path: planned.workload.path,
-            bodies: planned.workload.bodies(),
-            warnings: planned.workload.warnings,
-        })),
-        Err(failure) => Rendering::Fails {
-            problems: vec![failure.source.to_string()],
-            warnings: failure.warnings,
-        },
     }
 }
 
