@@ -27,12 +27,14 @@ pub const LEASE_NAME: &str = "d6525091.pdboperator.io";
 /// Default of `--max-concurrent-reconciles`, per controller. A reconcile spends nearly all its
 /// time waiting for one apiserver write, so the number in flight is what limits a burst: the
 /// reference's 5 wrote 36–50 PDBs a second while 1,000 new Deployments arrived (p99 from
-/// Deployment to PDB 24.7 s, bench `operator_scale`). At 128 the operator keeps up with a bare
-/// loop that applies one PDB per Deployment with no limit at all (bench/README.md). The
-/// apiserver's API Priority and Fairness, not an in-process cap, is what should queue the
-/// writes; a throttled write is retried (`controller::retry`). 128 still bounds what a policy
-/// change that touches every workload sends at once.
-pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 128;
+/// Deployment to PDB 24.7 s, bench `operator_scale`). At 128 the operator's p99 matched a bare
+/// loop held to 128 applies at once, but trailed one with no limit (median 1.08–1.31× over
+/// 8 rounds); at 512 it was 0.91–0.98× of the unlimited loop, no round above 1.19×
+/// (bench/README.md, 2026-12-04). The apiserver's API Priority and Fairness, not an
+/// in-process cap, is what should queue the writes; a throttled write is retried
+/// (`controller::retry`). 512 still bounds what a policy change that touches every workload
+/// sends at once (over HTTP/1.1, at most that many connections).
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 512;
 
 /// Options of `pdb-operator run`.
 #[derive(Clone, Debug)]
