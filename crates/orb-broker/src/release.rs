@@ -1,7 +1,7 @@
 //! Return: resolve the named hosts, store the return with its machines in one write, then ask
 //! the provider to release the live ones.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent, Verdict};
@@ -64,20 +64,42 @@ impl MachineKey {
     }
 }
 
-fn resolve<'m>(key: &MachineKey, found: &'m [Machine]) -> Option<&'m Machine> {
-    let by_id = key
-        .machine_id
-        .as_deref()
-        .and_then(|id| found.iter().find(|m| m.machine_id == id));
-    let by_name = || {
-        key.name.as_deref().and_then(|name| {
-            found
-                .iter()
-                .find(|m| m.name == name)
-                .or_else(|| found.iter().find(|m| m.machine_id == name))
-        })
-    };
-    by_id.or_else(by_name)
+/// The stored machines a return names, found by id or by name without a scan per key (a
+/// return of thousands of one request's machines would otherwise be quadratic).
+struct Found<'m> {
+    by_id: HashMap<&'m str, &'m Machine>,
+    by_name: HashMap<&'m str, &'m Machine>,
+}
+
+impl<'m> Found<'m> {
+    fn new(found: &'m [Machine]) -> Self {
+        let mut by_name = HashMap::with_capacity(found.len());
+        for m in found {
+            // The first machine of a name, as a scan in list order would find.
+            by_name.entry(m.name.as_str()).or_insert(m);
+        }
+        Self {
+            by_id: found.iter().map(|m| (m.machine_id.as_str(), m)).collect(),
+            by_name,
+        }
+    }
+
+    /// By id when the key has one; else by name, and a name that is some machine's id.
+    fn resolve(&self, key: &MachineKey) -> Option<&'m Machine> {
+        let by_id = key
+            .machine_id
+            .as_deref()
+            .and_then(|id| self.by_id.get(id).copied());
+        let by_name = || {
+            key.name.as_deref().and_then(|name| {
+                self.by_name
+                    .get(name)
+                    .or_else(|| self.by_id.get(name))
+                    .copied()
+            })
+        };
+        by_id.or_else(by_name)
+    }
 }
 
 impl Broker {
@@ -134,8 +156,9 @@ impl Broker {
         let found = self.store.find_machines(&lookups).await?;
         let mut chosen: BTreeMap<String, Machine> = BTreeMap::new();
         let mut unknown = Vec::new();
+        let index = Found::new(&found);
         for key in keys {
-            match resolve(key, &found) {
+            match index.resolve(key) {
                 Some(m) => {
                     chosen.insert(m.machine_id.clone(), m.clone());
                 }

@@ -111,11 +111,17 @@ impl K8sProvider {
             let expected: std::collections::HashSet<&str> =
                 refs.iter().map(|m| m.machine_id.as_str()).collect();
             let pods = self.live_pods(client, &record, &expected).await?;
+            // By name, once: a scan per machine is quadratic in one request of thousands.
+            let by_name: std::collections::HashMap<&str, _> = pods
+                .iter()
+                .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
+                .collect();
             let kind = record.kind;
             for m in refs {
-                let pod = pods.iter().find(|p| {
-                    p.name_any() == m.machine_id && (m.uid.is_none() || p.metadata.uid == m.uid)
-                });
+                let pod = by_name
+                    .get(m.machine_id.as_str())
+                    .copied()
+                    .filter(|p| m.uid.is_none() || p.metadata.uid == m.uid);
                 let notice = |grace: u64, reason: String| ReclaimNotice {
                     machine_id: m.machine_id.clone(),
                     name: m.name.clone(),

@@ -336,10 +336,15 @@ impl WorkloadHandler for DeploymentHandler {
             // A victim whose pod already ended (phase Failed or Succeeded) is no longer one of
             // the ReplicaSet's pods: it has been replaced, and scaling down would remove a
             // healthy one. Its leftover object is deleted; the count stays.
+            let victim_names: std::collections::HashSet<&str> =
+                victims.names.iter().map(String::as_str).collect();
             let ended: Vec<&Pod> = pods
                 .iter()
                 .filter(|p| {
-                    victims.names.contains(&p.name_any())
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| victim_names.contains(n))
                         && victims.is_same_incarnation(p)
                         && p.metadata.deletion_timestamp.is_none()
                         && PodRank::of(p).is_none()
