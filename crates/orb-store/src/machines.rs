@@ -170,12 +170,18 @@ pub(crate) fn decode(row: &AnyRow) -> Result<Machine> {
 /// sorts). Reading 500 machines row by row costs a copy and a conversion of each of 10,500
 /// values (26 us a machine on SQLite); one text value is parsed in a fraction of that.
 fn aggregate_sql(backend: Backend, condition: &str) -> String {
+    aggregate_of(backend, MACHINE_COLUMNS, condition)
+}
+
+/// `columns` of the machines matching `condition` as one JSON text value, an array per machine
+/// (see [`aggregate_sql`]).
+fn aggregate_of(backend: Backend, columns: &str, condition: &str) -> String {
     match backend {
         Backend::Sqlite => format!(
-            "SELECT json_group_array(json_array({MACHINE_COLUMNS})) FROM machines WHERE {condition}"
+            "SELECT json_group_array(json_array({columns})) FROM machines WHERE {condition}"
         ),
         Backend::Postgres => format!(
-            "SELECT COALESCE(json_agg(json_build_array({MACHINE_COLUMNS})), '[]'::json)::text \
+            "SELECT COALESCE(json_agg(json_build_array({columns})), '[]'::json)::text \
              FROM machines WHERE {condition}"
         ),
     }
@@ -224,6 +230,11 @@ struct KeptList {
 impl ListCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, ListCacheInner> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a list is kept under `key` (a later [`ListCache::get`] may still find it stale).
+    fn holds(&self, key: &str) -> bool {
+        self.lock().lists.contains_key(key)
     }
 
     /// A copy of the list kept under `key` if `versions` (the database's `id version` pairs)
@@ -402,6 +413,34 @@ impl Store {
             .await
     }
 
+    /// The template and name of every machine whose object may still exist, in list order:
+    /// what a template listing reports as its `requestedMachines` and counts against
+    /// `maxNumber`. Two columns instead of whole machines, so listing templates stays cheap
+    /// with tens of thousands of machines.
+    pub async fn live_machine_names(&self) -> Result<Vec<(String, String)>> {
+        // One JSON text value rather than a row per machine: sqlx hands rows over one by one,
+        // which cost more than the scan itself at thousands of machines.
+        let sql = aggregate_of(
+            self.backend,
+            "template_id, name, created_at, machine_id",
+            &format!("status NOT IN {GONE}"),
+        );
+        let text = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::db("list the names of live machines"))?;
+        let mut rows: Vec<(String, String, i64, String)> =
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                entity: "machine",
+                id: "(the live machines' names)".into(),
+                message: format!(
+                    "the template, name, creation time or id of a row is unreadable: {e}"
+                ),
+            })?;
+        rows.sort_by(|a, b| (a.2, &a.3).cmp(&(b.2, &b.3)));
+        Ok(rows.into_iter().map(|(t, name, ..)| (t, name)).collect())
+    }
+
     /// The machines of one request (`request_id` or `return_request_id` of `filter`, and
     /// nothing else set), as [`Store::list_machines`] reads them, reusing this process's
     /// last read of the same list when no machine of it changed since.
@@ -416,15 +455,18 @@ impl Store {
         }
         let condition = format!("{column} = $1");
         let key = format!("{column} {id}");
-        let versions: Option<String> =
-            sqlx::query_scalar(AssertSqlSafe(versions_sql(self.backend, &condition)))
-                .bind(id.to_string())
-                .fetch_one(&self.pool)
-                .await
-                .map_err(StoreError::db("list machine versions"))?;
-        let versions = versions.unwrap_or_default();
-        if let Some(kept) = self.lists.get(&key, &versions) {
-            return Ok(kept);
+        // With nothing kept to compare with (always so in a one-call process, such as a
+        // HostFactory script's), the scan of versions would only cost a round trip.
+        if self.lists.holds(&key) {
+            let versions: Option<String> =
+                sqlx::query_scalar(AssertSqlSafe(versions_sql(self.backend, &condition)))
+                    .bind(id.to_string())
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(StoreError::db("list machine versions"))?;
+            if let Some(kept) = self.lists.get(&key, &versions.unwrap_or_default()) {
+                return Ok(kept);
+            }
         }
         let machines = self
             .select_machines(&condition, &[id.to_string()], "list machines")

@@ -4,8 +4,8 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use sqlx::AnyPool;
-use sqlx::SqlSafeStr;
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+use sqlx::{AssertSqlSafe, SqlSafeStr};
 
 use crate::{Backend, StoreError};
 
@@ -41,7 +41,42 @@ fn migrator(backend: Backend) -> Migrator {
 /// finish in well under a second; the bound only stops a stuck file from hanging a call.
 const SQLITE_RACE_BUDGET: Duration = Duration::from_secs(30);
 
+/// The schema version a SQLite file that this build brought fully up to date records in its
+/// `user_version` header field: the number of the last migration above.
+const SQLITE_SCHEMA_VERSION: i64 = 2;
+
 pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
+    // A file that says it is at this build's schema needs no migrator: one header read
+    // instead of three statements (the migrations table, its dirty check, the applied list),
+    // which every HostFactory script call would otherwise pay. Any other number (0 for a
+    // file from before this field was kept, a higher one from a newer build) goes through
+    // the migrator, which applies what is missing or refuses a schema it does not know.
+    if backend == Backend::Sqlite
+        && sqlite_schema_version(pool).await == Some(SQLITE_SCHEMA_VERSION)
+    {
+        return Ok(());
+    }
+    migrate(pool, backend).await?;
+    if backend == Backend::Sqlite {
+        // Only a shortcut for the next opener: if another process holds the file, the next
+        // open simply runs the migrator again.
+        let _ = sqlx::query(AssertSqlSafe(format!(
+            "PRAGMA user_version = {SQLITE_SCHEMA_VERSION}"
+        )))
+        .execute(pool)
+        .await;
+    }
+    Ok(())
+}
+
+async fn sqlite_schema_version(pool: &AnyPool) -> Option<i64> {
+    sqlx::query_scalar::<_, i64>("PRAGMA user_version")
+        .fetch_one(pool)
+        .await
+        .ok()
+}
+
+async fn migrate(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
     let migrator = migrator(backend);
     // PostgreSQL serialises migrators with an advisory lock; SQLite has none, so processes
     // opening a fresh file race: each reads the applied list, then applies what it lacks in a
@@ -81,4 +116,23 @@ fn lost_a_race(error: &MigrateError) -> bool {
         db.code().as_deref(),
         Some("5" | "6" | "517" | "1555" | "2067")
     ) || db.message().contains("already exists")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorded_sqlite_schema_version_is_the_last_migration() {
+        let last = migrator(Backend::Sqlite)
+            .iter()
+            .map(|m| m.version)
+            .max()
+            .unwrap();
+        assert_eq!(
+            SQLITE_SCHEMA_VERSION, last,
+            "a new migration must raise SQLITE_SCHEMA_VERSION, or files at the old schema \
+             would skip it"
+        );
+    }
 }

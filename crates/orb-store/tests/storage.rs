@@ -583,7 +583,52 @@ async fn a_kept_machine_list_follows_every_write_of_another_process(store: &Stor
     assert_eq!(after, other.list_machines(&returning).await.unwrap());
 }
 
+/// The names a template listing reports are exactly those of the live machines a full list
+/// read gives, in the same order, without decoding whole machines.
+async fn live_machine_names_match_the_live_list(store: &Store) {
+    let template = unique("tpl");
+    let mut first = acquire(&template, 40);
+    let mut second = acquire(&template, 50);
+    let (a, b, c) = (unique("a"), unique("b"), unique("c"));
+    let mut first_machines = vec![
+        machine(&first, &b, MachineStatus::Running),
+        machine(&first, &c, MachineStatus::Returned),
+    ];
+    let mut second_machines = vec![machine(&second, &a, MachineStatus::Failed)];
+    second_machines[0].created_at = at(9);
+    store
+        .insert_request(&mut first, &mut first_machines)
+        .await
+        .unwrap();
+    store
+        .insert_request(&mut second, &mut second_machines)
+        .await
+        .unwrap();
+    let names: Vec<String> = store
+        .live_machine_names()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(t, _)| *t == template)
+        .map(|(_, name)| name)
+        .collect();
+    let listed: Vec<String> = store
+        .list_machines(&MachineFilter {
+            live_only: true,
+            template_id: Some(template.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names, listed);
+    assert_eq!(names, [b, a], "live ones only, oldest first");
+}
+
 async fn whole_suite(store: &Store) {
+    live_machine_names_match_the_live_list(store).await;
     round_trip(store).await;
     each_status_change_is_one_event_of_the_history(store).await;
     awkward_values_survive_a_list_read(store).await;
@@ -603,7 +648,7 @@ async fn storage_suite_on_sqlite() {
     a_kept_machine_list_follows_every_write_of_another_process(&store, &other).await;
     other.close().await;
     store.close().await;
-    // Reopening runs migrations again (a no-op) and finds the data.
+    // Reopening finds the schema current (the version in the file's header) and the data.
     let store = Store::open_sqlite_file(&path).await.unwrap();
     let all = store
         .list_requests(&RequestFilter::default())
@@ -611,7 +656,7 @@ async fn storage_suite_on_sqlite() {
         .unwrap();
     assert_eq!(
         all.len(),
-        11,
+        13,
         "every request written by the suite survived a reopen"
     );
 }
