@@ -12,10 +12,12 @@
 //!
 //! Release: a 500-pod Pod-handler request, all machines returned through
 //! `K8sProvider::release`, vs bare deletes of the same pods (50 in flight, UID preconditions
-//! like orb's), each timed until the namespace has no pods left.
+//! like orb's), each timed until the namespace has no pods left. With `BENCH_RELEASE_OF`
+//! larger than `BENCH_RELEASE_COUNT`, the request has that many machines and only
+//! `BENCH_RELEASE_COUNT` of them are returned (timed until only the rest are left).
 //!
 //! The bench makes its own KWOK nodes (tainted, so nothing else lands on them; the template
-//! tolerates the taint and selects them) so 1,000 pods fit on a 3-node control plane, and
+//! tolerates the taint and selects them), 1,100 pods each and enough for its largest request, and
 //! deletes them and its namespaces at the end. Between rounds everything is deleted and the
 //! namespace drained (not timed). Prints a table and one `BENCH_JSON {...}` line per figure.
 //!
@@ -23,7 +25,7 @@
 //!
 //! Environment: BENCH_ACQUIRE_HANDLERS (pod,deployment,statefulset,job),
 //! BENCH_ACQUIRE_COUNTS (100,500,1000), BENCH_ACQUIRE_ROUNDS (3), BENCH_RELEASE_COUNT (500;
-//! 0 skips the release figure), BENCH_POLL_MS (100).
+//! 0 skips the release figure), BENCH_RELEASE_OF (= BENCH_RELEASE_COUNT), BENCH_POLL_MS (100).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -51,8 +53,13 @@ use serde_json::json;
 /// The Pod handler's create/delete concurrency (`handlers::MAX_IN_FLIGHT`).
 const IN_FLIGHT: usize = 50;
 const WAIT_LIMIT: Duration = Duration::from_secs(600);
-const BENCH_NODES: usize = 2;
+/// The bench's KWOK nodes hold this many pods each; it makes enough of them for its largest
+/// request with a tenth to spare, and at least two.
 const PODS_PER_NODE: usize = 1100;
+
+fn nodes_for(largest: usize) -> usize {
+    (largest + largest / 10).div_ceil(PODS_PER_NODE).max(2)
+}
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
     std::env::var(name)
@@ -86,6 +93,7 @@ struct Bench {
     cluster: TestCluster,
     tag: String,
     poll: Duration,
+    nodes: usize,
 }
 
 impl Bench {
@@ -125,11 +133,11 @@ impl Bench {
         self.cluster.client.clone()
     }
 
-    /// Two KWOK nodes only this bench's pods go to (tainted; the template tolerates it).
+    /// KWOK nodes only this bench's pods go to (tainted; the template tolerates it).
     async fn create_nodes(&self) -> Vec<String> {
         let api: Api<Node> = Api::all(self.client());
         let mut names = Vec::new();
-        for i in 0..BENCH_NODES {
+        for i in 0..self.nodes {
             let name = format!("orb-bench-{}-{i}", self.tag);
             let node: Node = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Node",
@@ -169,7 +177,7 @@ impl Bench {
                         .count()
                 })
                 .unwrap_or(0);
-            if ready == BENCH_NODES {
+            if ready == self.nodes {
                 break;
             }
             assert!(
@@ -235,17 +243,18 @@ impl Bench {
         }
     }
 
-    async fn wait_no_pods(&self, namespace: &str) {
+    /// Waits until at most `left` pods exist in `namespace` (terminating ones count).
+    async fn wait_pods_left(&self, namespace: &str, left: usize) {
         let api: Api<Pod> = Api::namespaced(self.client(), namespace);
         let start = Instant::now();
         loop {
             match api.list(&ListParams::default()).await {
-                Ok(list) if list.items.is_empty() => return,
+                Ok(list) if list.items.len() <= left => return,
                 _ => {}
             }
             assert!(
                 start.elapsed() < WAIT_LIMIT,
-                "pods in {namespace} not gone within {WAIT_LIMIT:?}"
+                "pods in {namespace} not down to {left} within {WAIT_LIMIT:?}"
             );
             tokio::time::sleep(self.poll).await;
         }
@@ -517,6 +526,10 @@ async fn main() {
         .collect();
     let rounds = env_num("BENCH_ACQUIRE_ROUNDS", 3).max(1) as usize;
     let release_count = env_num("BENCH_RELEASE_COUNT", 500) as u32;
+    // The request the release figure returns `release_count` machines of.
+    let release_of =
+        (env_num("BENCH_RELEASE_OF", u64::from(release_count)) as u32).max(release_count);
+    let largest = counts.iter().copied().max().unwrap_or(0).max(release_of);
     let cluster = TestCluster::connect().await;
     let tag = format!(
         "{:08x}",
@@ -526,6 +539,7 @@ async fn main() {
         cluster,
         tag,
         poll: Duration::from_millis(env_num("BENCH_POLL_MS", 100)),
+        nodes: nodes_for(largest as usize),
     };
     let nodes = bench.create_nodes().await;
     let ours = bench.cluster.namespace("bench-orb").await;
@@ -578,6 +592,7 @@ async fn main() {
     }
 
     if release_count > 0 {
+        let kept = (release_of - release_count) as usize;
         let (mut orb_t, mut bare_t) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let order = if round % 2 == 0 {
@@ -588,10 +603,11 @@ async fn main() {
             for orb_side in order {
                 if orb_side {
                     let (.., request_id, outcome) = bench
-                        .orb_acquire(&provider, ProviderApi::Pod, release_count)
+                        .orb_acquire(&provider, ProviderApi::Pod, release_of)
                         .await;
-                    let machines = machine_refs(&request_id, &outcome);
-                    assert_eq!(machines.len(), release_count as usize);
+                    let mut machines = machine_refs(&request_id, &outcome);
+                    assert_eq!(machines.len(), release_of as usize);
+                    machines.truncate(release_count as usize);
                     let start = Instant::now();
                     let released = provider
                         .release(ReleaseInput {
@@ -603,13 +619,14 @@ async fn main() {
                         .await
                         .expect("orb release");
                     assert!(released.failed.is_empty(), "{:?}", released.failed);
-                    bench.wait_no_pods(ours.name()).await;
+                    bench.wait_pods_left(ours.name(), kept).await;
                     orb_t.push(start.elapsed());
                     bench.drain(ours.name()).await;
                 } else {
-                    let (.., pods) = bench
-                        .bare_acquire(&bare_provider, bare.name(), ProviderApi::Pod, release_count)
+                    let (.., mut pods) = bench
+                        .bare_acquire(&bare_provider, bare.name(), ProviderApi::Pod, release_of)
                         .await;
+                    pods.truncate(release_count as usize);
                     let api: Api<Pod> = Api::namespaced(bench.client(), bare.name());
                     let start = Instant::now();
                     let deleted: Vec<bool> = stream::iter(pods)
@@ -628,13 +645,18 @@ async fn main() {
                         .collect()
                         .await;
                     assert!(deleted.iter().all(|ok| *ok), "every bare delete");
-                    bench.wait_no_pods(bare.name()).await;
+                    bench.wait_pods_left(bare.name(), kept).await;
                     bare_t.push(start.elapsed());
                     bench.drain(bare.name()).await;
                 }
             }
         }
-        report("release", "pod", release_count, &orb_t, &bare_t, &[], &[]);
+        let what = if kept > 0 {
+            format!("pod of {release_of}")
+        } else {
+            "pod".to_string()
+        };
+        report("release", &what, release_count, &orb_t, &bare_t, &[], &[]);
     }
     bench.delete_nodes(&nodes).await;
 }

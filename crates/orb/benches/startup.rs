@@ -7,8 +7,11 @@
 //! both alike. A benchmark that reports figures, not a pass/fail test.
 //!
 //! Run: `cargo bench -p orb --bench startup` (release build). `BENCH_STARTUP_RUNS` (default 60)
-//! sets the runs per figure. No control plane needed: the stored requests are complete, so
-//! neither path asks Kubernetes.
+//! sets the runs per figure, `BENCH_STARTUP_SIZES` (default `50,500`) the machines of the stored
+//! requests. No control plane needed: the stored requests are complete, so neither path asks
+//! Kubernetes. Also prints the 50-machine status over `--version` (the start-up every call
+//! pays) when 50 is among the sizes. `BENCH_STARTUP_ROOT=DIR` seeds config and store there and
+//! leaves them, to profile one call by hand (`ORB_ROOT_DIR=DIR orb ...`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -29,6 +32,15 @@ fn runs() -> usize {
         .and_then(|v| v.parse().ok())
         .filter(|n: &usize| *n >= 2)
         .unwrap_or(60)
+}
+
+/// The root the bench seeds (a temporary dir, or `BENCH_STARTUP_ROOT`).
+struct Root(PathBuf);
+
+impl Root {
+    fn path(&self) -> &Path {
+        &self.0
+    }
 }
 
 /// One fresh `orb` process with `args` and extra environment `env`.
@@ -54,6 +66,18 @@ fn run_orb(label: &str, root: &Path, args: &[&str], env: &[(&str, &str)]) -> (Du
     (elapsed, out)
 }
 
+/// The machines of each stored request whose status is timed, `BENCH_STARTUP_SIZES`.
+fn sizes() -> Vec<u32> {
+    let raw = std::env::var("BENCH_STARTUP_SIZES").unwrap_or_else(|_| "50,500".into());
+    raw.split(',')
+        .map(|s| {
+            s.trim().parse().ok().filter(|n| *n > 0).unwrap_or_else(|| {
+                panic!("BENCH_STARTUP_SIZES={raw}: give machine counts like 50,500")
+            })
+        })
+        .collect()
+}
+
 fn report(label: &str, mut times: Vec<Duration>) -> Duration {
     times.sort();
     let n = times.len();
@@ -67,11 +91,11 @@ fn report(label: &str, mut times: Vec<Duration>) -> Duration {
     times[n / 2]
 }
 
-fn measure(label: &str, root: &Path, args: &[&str]) {
+fn measure(label: &str, root: &Path, args: &[&str]) -> Duration {
     let times = (0..runs())
         .map(|_| run_orb(label, root, args, &[("ORB_DAEMON", "off")]).0)
         .collect();
-    report(label, times);
+    report(label, times)
 }
 
 /// A running `orb serve` on `root`'s config and work dir; killed on drop.
@@ -124,7 +148,8 @@ fn start_daemon(root: &Path) -> Daemon {
 /// HostFactory `requests status -f` of one stored request, direct and through `daemon`,
 /// alternating call by call. Checks the daemon answered (no fallback note) with the same
 /// stdout as the direct run.
-fn measure_status(count: u32, root: &Path, input: &Path, daemon: &Daemon) {
+/// Returns the direct median.
+fn measure_status(count: u32, root: &Path, input: &Path, daemon: &Daemon) -> Duration {
     let args = [
         "--scheduler",
         "hostfactory",
@@ -168,6 +193,7 @@ fn measure_status(count: u32, root: &Path, input: &Path, daemon: &Daemon) {
         "ratio via orb serve / direct ({count} machines): {:.2}",
         daemon_median.as_secs_f64() / direct_median.as_secs_f64()
     );
+    direct_median
 }
 
 fn write_config(root: &Path) {
@@ -295,16 +321,25 @@ fn measure_server_start(root: &Path) {
 }
 
 fn main() {
-    let root = tempfile::tempdir().unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    // BENCH_STARTUP_ROOT=DIR: seed there instead, and leave it, to profile one call by hand.
+    let kept = std::env::var_os("BENCH_STARTUP_ROOT").map(PathBuf::from);
+    let root = Root(match &kept {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).unwrap();
+            dir.clone()
+        }
+        None => temp.path().to_path_buf(),
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     write_config(root.path());
     println!("fresh `orb` processes on this machine:");
-    measure("orb --version", root.path(), &["--version"]);
+    let version = measure("orb --version", root.path(), &["--version"]);
     let mut inputs = Vec::new();
-    for count in [50, 500] {
+    for count in sizes() {
         let request_id = runtime.block_on(seed(root.path(), count));
         let input = root.path().join(format!("status-{count}.json"));
         std::fs::write(
@@ -316,7 +351,13 @@ fn main() {
     }
     let daemon = start_daemon(root.path());
     for (count, input) in &inputs {
-        measure_status(*count, root.path(), input, &daemon);
+        let direct = measure_status(*count, root.path(), input, &daemon);
+        if *count == 50 {
+            println!(
+                "ratio status direct (50 machines) / --version: {:.2}",
+                direct.as_secs_f64() / version.as_secs_f64()
+            );
+        }
     }
     drop(daemon);
     measure_server_start(root.path());

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Issue #22's figures: the benches of bench/run.sh again at 1x, 2x and 5x today's sizes, one
+# after another on the local control plane, so a reader sees how each cost grows with the work.
+#
+# At factor F:
+#   startup   HostFactory status of a stored, complete request of 1,000 x F machines, direct
+#             and through `orb serve` (and, once, the 50-machine status next to `--version`)
+#   daemon    `orb serve` with 10,000 x F pending pods in requests of 50: status p50/p99 from
+#             the watch cache, VmRSS, restart -> serving cache next to a bare paginated LIST,
+#             the start-up reconciliation, store rows written by status reads
+#   acquire   one request of 1,000 x F machines per handler next to the bare loop (1 round),
+#             and a return of 500 x F machines of a 1,000 x F Pod request next to bare deletes
+#   operator  pdb-operator with 1,000 x F Deployments in one burst (next to the unlimited bare
+#             PDB loop) and arriving at 20 a second: p99, resync, VmRSS
+# While each part runs, the VmRSS of kube-apiserver and etcd is sampled every 2 s; the largest
+# is reported with the part.
+#
+#   bench/scale.sh
+#   BENCH_SCALE_FACTORS=5 BENCH_SCALE_PARTS=daemon bench/scale.sh
+#
+# Knobs: BENCH_SCALE_FACTORS (1,2,5), BENCH_SCALE_PARTS (startup,daemon,acquire,operator),
+# BENCH_SCALE_HANDLERS (pod,deployment,statefulset,job), BENCH_STARTUP_RUNS (20 here).
+# Writes bench/results/<UTC date>-scale.json and prints one table per part. The control plane
+# is handled as in bench/run.sh: started (and stopped at exit) only when none is running.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+cp_tool="$repo/tools/control-plane/cp"
+export KUBECONFIG="${KUBECONFIG:-$repo/.state/control-plane/admin.kubeconfig}"
+factors="${BENCH_SCALE_FACTORS:-1,2,5}"
+parts="${BENCH_SCALE_PARTS:-startup,daemon,acquire,operator}"
+handlers="${BENCH_SCALE_HANDLERS:-pod,deployment,statefulset,job}"
+raw="$(mktemp -d)"
+started_cp=0
+sampler=""
+
+cleanup() {
+  [[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null || true
+  if (( started_cp )); then
+    echo "scale: stopping the control plane this script started" >&2
+    "$cp_tool" down || echo "scale: warning: 'cp down' failed; run tools/control-plane/cp down" >&2
+  fi
+  rm -rf "$raw"
+}
+trap cleanup EXIT
+
+want() { [[ ",$parts," == *",$1,"* ]]; }
+
+echo "scale: building the benches (release)" >&2
+declare -A exe
+while read -r name path; do exe[$name]=$path; done < <(
+  # The same command as bench/run.sh, so both share one release build.
+  cargo bench -p orb-k8s -p pdb-operator -p orb -p orb-store \
+    --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench operator_scale \
+    --bench daemon_status --bench console_overview \
+    --no-run --message-format=json |
+    jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
+)
+for name in startup acquire_pods operator_scale daemon_status; do
+  [[ -x "${exe[$name]:-}" ]] || { echo "scale: error: bench '$name' did not build" >&2; exit 1; }
+done
+
+if want daemon || want acquire || want operator; then
+  cp_state="$("$cp_tool" status 2>/dev/null || true)"
+  if ! grep -Eq '^kube-apiserver +running' <<<"$cp_state"; then
+    echo "scale: local control plane not running; starting it (stopped again at exit)" >&2
+    started_cp=1
+    "$cp_tool" up >&2
+  fi
+fi
+
+# The control plane's memory while one part runs: the largest VmRSS (MiB) of kube-apiserver
+# and etcd seen every 2 s, written to $1 when the sampler is stopped.
+start_sampler() {
+  local out=$1
+  (
+    api=0 etcd=0
+    trap 'echo "{\"apiserver_rss_mib\": $api, \"etcd_rss_mib\": $etcd}" > "$out"; exit 0' TERM
+    while :; do
+      a=$(ps -C kube-apiserver -o rss= | sort -n | tail -n 1); a=$(( ${a:-0} / 1024 ))
+      e=$(ps -C etcd -o rss= | sort -n | tail -n 1); e=$(( ${e:-0} / 1024 ))
+      (( a > api )) && api=$a
+      (( e > etcd )) && etcd=$e
+      sleep 2 & wait $!
+    done
+  ) &
+  sampler=$!
+}
+stop_sampler() { kill -TERM "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; sampler=""; }
+
+# Waits until the namespaces the cluster benches made (bench-*) are gone (as bench/run.sh).
+settle() {
+  command -v kubectl >/dev/null || return 0
+  local deadline=$((SECONDS + 900)) left
+  while :; do
+    left="$(kubectl get namespaces -o name 2>/dev/null | grep -c '^namespace/bench-' || true)"
+    (( left == 0 )) && return 0
+    (( SECONDS > deadline )) && { echo "scale: warning: $left bench namespaces still deleting" >&2; return 0; }
+    sleep 2
+  done
+}
+
+run_part() { # part factor -- command...
+  local part=$1 f=$2; shift 3
+  settle
+  echo "scale: $part at ${f}x" >&2
+  start_sampler "$raw/$part-$f.mem.json"
+  "$@" 2>&1 | tee "$raw/$part-$f.txt" >&2
+  stop_sampler
+}
+
+IFS=, read -ra fs <<<"$factors"
+for f in "${fs[@]}"; do
+  if want startup; then
+    sizes="$((1000 * f))"; [[ "$f" == "${fs[0]}" ]] && sizes="50,$sizes"
+    run_part startup "$f" -- env BENCH_STARTUP_SIZES="$sizes" BENCH_STARTUP_RUNS="${BENCH_STARTUP_RUNS:-20}" \
+      "${exe[startup]}" --bench
+  fi
+  if want daemon; then
+    run_part daemon "$f" -- env BENCH_PODS="$((10000 * f))" BENCH_PODS_PER_REQUEST=50 \
+      BENCH_READS=2000 BENCH_LIST_READS=50 "${exe[daemon_status]}" --bench
+  fi
+  if want acquire; then
+    run_part acquire "$f" -- env BENCH_ACQUIRE_HANDLERS="$handlers" BENCH_ACQUIRE_COUNTS="$((1000 * f))" \
+      BENCH_ACQUIRE_ROUNDS=1 BENCH_RELEASE_COUNT="$((500 * f))" BENCH_RELEASE_OF="$((1000 * f))" \
+      "${exe[acquire_pods]}" --bench
+  fi
+  if want operator; then
+    run_part operator "$f" -- env BENCH_DEPLOYMENTS="$((1000 * f))" BENCH_BARE_CONCURRENCY=0 \
+      "${exe[operator_scale]}" --bench
+    run_part operator-steady "$f" -- env BENCH_DEPLOYMENTS="$((1000 * f))" BENCH_CREATE_RATE=20 \
+      "${exe[operator_scale]}" --bench
+  fi
+done
+
+mkdir -p bench/results
+out="bench/results/$(date -u +%Y-%m-%d)-scale.json"
+python3 bench/collect_scale.py --raw "$raw" --factors "$factors" \
+  --commit "$(git rev-parse --short HEAD)" --json "$out"
+echo "scale: wrote $out" >&2
