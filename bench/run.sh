@@ -26,6 +26,7 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+source bench/lib.sh
 cp_tool="$repo/tools/control-plane/cp"
 export KUBECONFIG="${KUBECONFIG:-$repo/.state/control-plane/admin.kubeconfig}"
 stamp="$(date -u +%Y-%m-%d)"
@@ -42,21 +43,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# One build of every bench with one feature set: building them by separate `cargo bench -p`
-# calls unifies features differently (pdb-operator's dev-dependencies add kube features) and
-# rebuilds kube in release each time. Then run the executables directly.
 echo "bench: building the benches (release)" >&2
-declare -A exe
-while read -r name path; do exe[$name]=$path; done < <(
-  cargo bench -p orb-k8s -p pdb-operator -p orb -p orb-store \
-    --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench operator_scale \
-    --bench daemon_status --bench console_overview \
-    --no-run --message-format=json |
-    jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
-)
-for name in hot_paths budget_math store_reads startup acquire_pods operator_scale daemon_status console_overview; do
-  [[ -x "${exe[$name]:-}" ]] || { echo "bench: error: bench '$name' did not build" >&2; exit 1; }
-done
+build_benches
 export CRITERION_HOME="$raw/criterion"
 run_start="$(date +%s)"
 
@@ -84,21 +72,7 @@ else
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
 fi
 
-# Waits until the namespaces the cluster benches made (bench-*) are deleted: a bench that starts
-# while the apiserver is still deleting 10,000 pods of the previous one measures that deletion.
-settle() {
-  command -v kubectl >/dev/null || { echo "bench: no kubectl; not waiting for cleanup" >&2; return 0; }
-  local deadline=$((SECONDS + 600)) left
-  while :; do
-    left="$(kubectl get namespaces -o name 2>/dev/null | grep -c '^namespace/bench-' || true)"
-    (( left == 0 )) && return 0
-    if (( SECONDS > deadline )); then
-      echo "bench: warning: $left bench namespaces still deleting; going on" >&2
-      return 0
-    fi
-    sleep 2
-  done
-}
+settle() { settle_bench_namespaces 600; }
 
 # orb serve at 10,000 pods: status reads from the watch cache vs a LIST per read, memory.
 if [[ "${BENCH_SKIP_ACQUIRE:-0}" == 1 || "${BENCH_SKIP_DAEMON:-0}" == 1 ]]; then

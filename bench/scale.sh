@@ -26,6 +26,7 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+source bench/lib.sh
 cp_tool="$repo/tools/control-plane/cp"
 export KUBECONFIG="${KUBECONFIG:-$repo/.state/control-plane/admin.kubeconfig}"
 factors="${BENCH_SCALE_FACTORS:-1,2,5}"
@@ -48,18 +49,7 @@ trap cleanup EXIT
 want() { [[ ",$parts," == *",$1,"* ]]; }
 
 echo "scale: building the benches (release)" >&2
-declare -A exe
-while read -r name path; do exe[$name]=$path; done < <(
-  # The same command as bench/run.sh, so both share one release build.
-  cargo bench -p orb-k8s -p pdb-operator -p orb -p orb-store \
-    --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench operator_scale \
-    --bench daemon_status --bench console_overview \
-    --no-run --message-format=json |
-    jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
-)
-for name in startup acquire_pods operator_scale daemon_status; do
-  [[ -x "${exe[$name]:-}" ]] || { echo "scale: error: bench '$name' did not build" >&2; exit 1; }
-done
+build_benches
 
 if want daemon || want acquire || want operator; then
   cp_state="$("$cp_tool" status 2>/dev/null || true)"
@@ -89,17 +79,7 @@ start_sampler() {
 }
 stop_sampler() { kill -TERM "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; sampler=""; }
 
-# Waits until the namespaces the cluster benches made (bench-*) are gone (as bench/run.sh).
-settle() {
-  command -v kubectl >/dev/null || return 0
-  local deadline=$((SECONDS + 900)) left
-  while :; do
-    left="$(kubectl get namespaces -o name 2>/dev/null | grep -c '^namespace/bench-' || true)"
-    (( left == 0 )) && return 0
-    (( SECONDS > deadline )) && { echo "scale: warning: $left bench namespaces still deleting" >&2; return 0; }
-    sleep 2
-  done
-}
+settle() { settle_bench_namespaces 900; }
 
 run_part() { # part factor -- command...
   local part=$1 f=$2; shift 3

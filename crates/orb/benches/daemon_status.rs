@@ -284,19 +284,27 @@ fn time_restart(server: &Server, spawned: Instant, pods: usize) -> Restart {
     }
 }
 
-/// The limit for a serving cache: a bare paginated LIST (500 a page, as the cache's) of the
-/// namespace's managed pods with kube-rs, every page decoded.
-fn bare_list(namespace: &str, pods: usize) -> Duration {
+/// Runs `work` with a client of the local control plane, on a small runtime of its own (the
+/// bench talks to the cluster through orb, except to set up and to measure the limit).
+fn with_client<T>(work: impl AsyncFnOnce(kube::Client) -> T) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        use k8s_openapi::api::core::v1::Pod;
-        use kube::api::{Api, ListParams};
         let client = kube_fixture::client_from(&kubeconfig())
             .await
-            .expect("connecting to the local control plane");
+            .expect("connecting to the local control plane (is it up? tools/control-plane/cp up)");
+        work(client).await
+    })
+}
+
+/// The limit for a serving cache: a bare paginated LIST (500 a page, as the cache's) of the
+/// namespace's managed pods with kube-rs, every page decoded.
+fn bare_list(namespace: &str, pods: usize) -> Duration {
+    with_client(async |client| {
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::api::{Api, ListParams};
         let api: Api<Pod> = Api::namespaced(client, namespace);
         let t0 = Instant::now();
         let mut params = ListParams::default()
@@ -397,18 +405,9 @@ fn time_reads(conn: &mut Conn, ids: &[String], reads: usize) -> Vec<Duration> {
 }
 
 fn kubectl_namespace(action: &str, namespace: &str) {
-    // The bench talks to the cluster only through orb; the namespace is made with the
-    // fixture's client in a small runtime.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    with_client(async |client| {
         use k8s_openapi::api::core::v1::Namespace;
         use kube::api::{Api, DeleteParams, PostParams};
-        let client = kube_fixture::client_from(&kubeconfig())
-            .await
-            .expect("connecting to the local control plane (is it up? tools/control-plane/cp up)");
         let api: Api<Namespace> = Api::all(client);
         match action {
             "create" => {
