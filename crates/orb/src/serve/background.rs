@@ -74,6 +74,17 @@ pub async fn reconcile(
     broker: &Broker,
     settle_interrupted: bool,
 ) -> ReconcileReport {
+    reconcile_after_cache(provider, broker, settle_interrupted, None).await
+}
+
+/// [`reconcile`], whose LISTs wait until `cache` serves (see [`CACHE_FIRST_LIMIT`]). Interrupted
+/// acquires are settled first, without waiting. The reported duration leaves the wait out.
+async fn reconcile_after_cache(
+    provider: &K8sProvider,
+    broker: &Broker,
+    settle_interrupted: bool,
+    cache: Option<&PodCache>,
+) -> ReconcileReport {
     let started = Instant::now();
     let config = provider.config();
     let scope = provider.watch_scope();
@@ -82,6 +93,11 @@ pub async fn reconcile(
     if settle_interrupted {
         report.resumed = broker.settle_interrupted().await;
     }
+    let waited = Instant::now();
+    if let Some(cache) = cache {
+        wait_serving(cache, CACHE_FIRST_LIMIT).await;
+    }
+    let waited = waited.elapsed();
     let result = async {
         let client = provider
             .kube_client()
@@ -101,7 +117,7 @@ pub async fn reconcile(
         }
         Err(e) => report.error = Some(format!("{e:#}")),
     }
-    report.duration_ms = started.elapsed().as_millis() as u64;
+    report.duration_ms = started.elapsed().saturating_sub(waited).as_millis() as u64;
     report
 }
 
@@ -289,14 +305,17 @@ pub async fn start(
         let elect = options.leader_elect;
         let cache = on.pods.cloned();
         tasks.push(tokio::spawn(async move {
-            if let Some(cache) = &cache {
-                wait_serving(cache, CACHE_FIRST_LIMIT).await;
-            }
             if elect {
                 let mut rx = leadership.subscribe();
                 let _ = tokio::time::timeout(lease_wait, rx.wait_for(|l| *l)).await;
             }
-            let report = reconcile(&provider, state.broker(), leadership.is_leader()).await;
+            let report = reconcile_after_cache(
+                &provider,
+                state.broker(),
+                leadership.is_leader(),
+                cache.as_deref(),
+            )
+            .await;
             let line = report.summary();
             if report.error.is_some() {
                 tracing::warn!("{line}");
