@@ -78,12 +78,13 @@ pub async fn reconcile(
 }
 
 /// [`reconcile`], whose LISTs wait until `cache` serves (see [`CACHE_FIRST_LIMIT`]). Interrupted
-/// acquires are settled first, without waiting. The reported duration leaves the wait out.
+/// acquires are settled first, without waiting. The reported duration leaves the wait out. A
+/// shutdown during the wait ends it, and the LISTs are left out.
 async fn reconcile_after_cache(
     provider: &K8sProvider,
     broker: &Broker,
     settle_interrupted: bool,
-    cache: Option<&PodCache>,
+    cache: Option<(&PodCache, watch::Receiver<bool>)>,
 ) -> ReconcileReport {
     let started = Instant::now();
     let config = provider.config();
@@ -94,8 +95,11 @@ async fn reconcile_after_cache(
         report.resumed = broker.settle_interrupted().await;
     }
     let waited = Instant::now();
-    if let Some(cache) = cache {
-        wait_serving(cache, CACHE_FIRST_LIMIT).await;
+    if let Some((cache, shutdown)) = cache
+        && wait_serving(cache, CACHE_FIRST_LIMIT, shutdown).await
+    {
+        report.error = Some("orb serve stopped before the managed objects were listed".into());
+        return report;
     }
     let waited = waited.elapsed();
     let result = async {
@@ -231,12 +235,28 @@ async fn leader_loop<F, Fut>(
 /// apiserver down) must not hold the reconciliation back for long.
 const CACHE_FIRST_LIMIT: Duration = Duration::from_secs(60);
 
-/// Returns once `cache` serves reads, or after `limit`.
-async fn wait_serving(cache: &PodCache, limit: Duration) {
+/// Returns once `cache` serves reads, or after `limit`; true when shutdown was asked for
+/// first.
+async fn wait_serving(
+    cache: &PodCache,
+    limit: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> bool {
     let deadline = Instant::now() + limit;
     while !cache.serving() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if sleep_or_stop(Duration::from_millis(50), &mut shutdown).await {
+            return true;
+        }
     }
+    false
+}
+
+async fn sleep_or_stop(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = shutdown.wait_for(|stop| *stop) => return true,
+    }
+    *shutdown.borrow()
 }
 
 /// What the chores work on: the provider, the status they report to, and the pod cache
@@ -304,6 +324,7 @@ pub async fn start(
         let lease_wait = options.lease_grace;
         let elect = options.leader_elect;
         let cache = on.pods.cloned();
+        let stop = shutdown.clone();
         tasks.push(tokio::spawn(async move {
             if elect {
                 let mut rx = leadership.subscribe();
@@ -313,7 +334,7 @@ pub async fn start(
                 &provider,
                 state.broker(),
                 leadership.is_leader(),
-                cache.as_deref(),
+                cache.as_deref().map(|c| (c, stop)),
             )
             .await;
             let line = report.summary();
