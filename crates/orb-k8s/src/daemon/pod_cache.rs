@@ -699,7 +699,7 @@ fn is_gone(e: &kube::Error) -> bool {
 }
 
 /// Sleeps `delay`; true when shutdown was asked for meanwhile.
-async fn sleep_or_shutdown(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+pub async fn sleep_or_shutdown(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(delay) => *shutdown.borrow(),
         _ = shutdown.changed() => true,

@@ -16,6 +16,7 @@ use jiff::Timestamp;
 use orb_k8s::K8sProvider;
 use orb_k8s::daemon::PodCache;
 use orb_k8s::daemon::leader::{Leadership, LeaseSettings, elect, lease_identity, lease_name};
+use orb_k8s::daemon::pod_cache::sleep_or_shutdown;
 use orb_k8s::daemon::reconcile::{
     DaemonStatus, GcOutcome, ManagedObject, ReconcileReport, StoredRequest, act_on_orphans,
     count_adopted, list_managed, plan_gc, request_ids,
@@ -244,19 +245,11 @@ async fn wait_serving(
 ) -> bool {
     let deadline = Instant::now() + limit;
     while !cache.serving() && Instant::now() < deadline {
-        if sleep_or_stop(Duration::from_millis(50), &mut shutdown).await {
+        if sleep_or_shutdown(Duration::from_millis(50), &mut shutdown).await {
             return true;
         }
     }
     false
-}
-
-async fn sleep_or_stop(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = shutdown.wait_for(|stop| *stop) => return true,
-    }
-    *shutdown.borrow()
 }
 
 /// What the chores work on: the provider, the status they report to, and the pod cache
