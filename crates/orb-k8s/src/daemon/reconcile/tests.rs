@@ -247,3 +247,30 @@ fn the_report_summary_names_counts_and_orphans() {
         "{line}"
     );
 }
+
+#[test]
+fn a_gc_pass_over_a_finished_request_keeps_exactly_the_pods_of_machines_still_held() {
+    // 2,000 bare pods of a fulfilled request: the even machines are still held, the odd ones
+    // were returned. Each pod is judged by its own machine, and a Deployment of the request is
+    // kept while any machine is held.
+    let machines: Vec<(String, MachineStatus, bool)> = (0..2000)
+        .map(|i| (format!("p-{i}"), MachineStatus::Running, i % 2 == 1))
+        .collect();
+    let borrowed: Vec<(&str, MachineStatus, bool)> = machines
+        .iter()
+        .map(|(n, s, r)| (n.as_str(), *s, *r))
+        .collect();
+    let requests = BTreeMap::from([(REQ.to_string(), stored(RequestStatus::Complete, &borrowed))]);
+    let mut objects: Vec<ManagedObject> = (0..2000)
+        .map(|i| mk_object(ProviderApi::Pod, &format!("p-{i}"), Some(REQ)))
+        .collect();
+    objects.push(mk_object(ProviderApi::Pod, "p-unknown", Some(REQ)));
+    objects.push(mk_object(ProviderApi::Deployment, "d", Some(REQ)));
+    let plan = plan_gc(&objects, &requests, t(300), Duration::ZERO);
+    assert_eq!(plan.adopted[&ProviderApi::Pod], 1000);
+    assert_eq!(plan.adopted[&ProviderApi::Deployment], 1);
+    let orphans: BTreeSet<&str> = plan.orphans.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(orphans.len(), 1001);
+    assert!(orphans.contains("p-1") && orphans.contains("p-1999") && orphans.contains("p-unknown"));
+    assert!(!orphans.contains("p-0") && !orphans.contains("p-1998"));
+}
