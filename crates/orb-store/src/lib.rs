@@ -104,13 +104,6 @@ impl Store {
                 url: redact(url),
                 source,
             })?;
-        if backend == Backend::Sqlite {
-            // WAL lets HostFactory's concurrent script processes read while one writes.
-            sqlx::query("PRAGMA journal_mode = WAL")
-                .execute(&pool)
-                .await
-                .map_err(StoreError::db("enable SQLite WAL journal"))?;
-        }
         migrate::run(&pool, backend).await?;
         Ok(Self {
             pool,

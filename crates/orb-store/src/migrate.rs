@@ -46,34 +46,57 @@ const SQLITE_RACE_BUDGET: Duration = Duration::from_secs(30);
 const SQLITE_SCHEMA_VERSION: i64 = 2;
 
 pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
-    // A file that says it is at this build's schema needs no migrator: one header read
-    // instead of three statements (the migrations table, its dirty check, the applied list),
-    // which every HostFactory script call would otherwise pay. Any other number (0 for a
-    // file from before this field was kept, a higher one from a newer build) goes through
-    // the migrator, which applies what is missing or refuses a schema it does not know.
-    if backend == Backend::Sqlite
-        && sqlite_schema_version(pool).await == Some(SQLITE_SCHEMA_VERSION)
-    {
+    if backend == Backend::Postgres {
+        return migrate(pool, backend).await;
+    }
+    // A file that says it is at this build's schema and is in WAL mode (both kept in the
+    // file, both read by one statement) needs nothing more: every HostFactory script call
+    // opens the file, and each statement is a round trip to sqlx's connection thread. Any
+    // other version (0 for a file from before this field was kept, a higher one from a newer
+    // build) goes through the migrator, which applies what is missing or refuses a schema it
+    // does not know.
+    let header = sqlite_header(pool).await;
+    if header.as_ref().is_none_or(|h| h.journal_mode != "wal") {
+        // WAL lets HostFactory's concurrent script processes read while one writes. The
+        // mode is recorded in the file, so this runs once per file.
+        sqlx::query("PRAGMA journal_mode = WAL")
+            .execute(pool)
+            .await
+            .map_err(StoreError::db("enable SQLite WAL journal"))?;
+    }
+    if header.is_some_and(|h| h.user_version == SQLITE_SCHEMA_VERSION) {
         return Ok(());
     }
     migrate(pool, backend).await?;
-    if backend == Backend::Sqlite {
-        // Only a shortcut for the next opener: if another process holds the file, the next
-        // open simply runs the migrator again.
-        let _ = sqlx::query(AssertSqlSafe(format!(
-            "PRAGMA user_version = {SQLITE_SCHEMA_VERSION}"
-        )))
-        .execute(pool)
-        .await;
-    }
+    // Only a shortcut for the next opener: if another process holds the file, the next open
+    // simply runs the migrator again.
+    let _ = sqlx::query(AssertSqlSafe(format!(
+        "PRAGMA user_version = {SQLITE_SCHEMA_VERSION}"
+    )))
+    .execute(pool)
+    .await;
     Ok(())
 }
 
-async fn sqlite_schema_version(pool: &AnyPool) -> Option<i64> {
-    sqlx::query_scalar::<_, i64>("PRAGMA user_version")
-        .fetch_one(pool)
-        .await
-        .ok()
+/// What a SQLite file's header says: the schema version this project recorded in it and its
+/// journal mode.
+struct SqliteHeader {
+    user_version: i64,
+    journal_mode: String,
+}
+
+async fn sqlite_header(pool: &AnyPool) -> Option<SqliteHeader> {
+    let (user_version, journal_mode): (i64, String) = sqlx::query_as(
+        "SELECT v.user_version, j.journal_mode FROM pragma_user_version AS v, \
+         pragma_journal_mode AS j",
+    )
+    .fetch_one(pool)
+    .await
+    .ok()?;
+    Some(SqliteHeader {
+        user_version,
+        journal_mode: journal_mode.to_ascii_lowercase(),
+    })
 }
 
 async fn migrate(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
@@ -133,6 +156,49 @@ mod tests {
             SQLITE_SCHEMA_VERSION, last,
             "a new migration must raise SQLITE_SCHEMA_VERSION, or files at the old schema \
              would skip it"
+        );
+    }
+
+    async fn header_of(path: &std::path::Path) -> (i64, String) {
+        let store = crate::Store::open_sqlite_file(path).await.unwrap();
+        let header = sqlite_header(&store.pool).await.expect("the header reads");
+        store.close().await;
+        (header.user_version, header.journal_mode)
+    }
+
+    #[tokio::test]
+    async fn a_new_file_is_put_in_wal_mode_at_this_schema_and_reopens_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("orb.db");
+        assert_eq!(
+            header_of(&path).await,
+            (SQLITE_SCHEMA_VERSION, "wal".to_string())
+        );
+        assert_eq!(
+            header_of(&path).await,
+            (SQLITE_SCHEMA_VERSION, "wal".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_without_the_header_facts_is_migrated_and_put_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("orb.db");
+        header_of(&path).await;
+        // As a file written before either fact was kept: rollback journal, version 0.
+        let store = crate::Store::open_sqlite_file(&path).await.unwrap();
+        sqlx::query("PRAGMA journal_mode = DELETE")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        sqlx::query("PRAGMA user_version = 0")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        store.close().await;
+        assert_eq!(
+            header_of(&path).await,
+            (SQLITE_SCHEMA_VERSION, "wal".to_string())
         );
     }
 }
