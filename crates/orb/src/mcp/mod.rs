@@ -198,16 +198,77 @@ impl McpServer {
             .map_err(|e| {
                 ErrorData::internal_error(format!("the REST reply could not be read: {e}"), None)
             })?;
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let mut result = if failed {
-            CallToolResult::error(vec![ContentBlock::text(text.clone())])
-        } else {
-            CallToolResult::success(vec![ContentBlock::text(text.clone())])
-        };
-        if let Ok(object @ Value::Object(_)) = serde_json::from_str::<Value>(&text) {
-            result.structured_content = Some(object);
+        Ok(tool_result(
+            failed,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))
+    }
+}
+
+/// A REST reply as a tool result: the text block as REST wrote it, and the same JSON as
+/// structured content when it is an object. Clients compare the two, so numbers must come
+/// back exactly: serde_json's `float_roundtrip` feature (workspace Cargo.toml) makes its
+/// parse of a float like `uptime_seconds` correctly rounded (without it, about one in eight
+/// 17-digit floats came back one unit in the last place off, and the MCP cycle test failed
+/// now and then with "structuredContent differs from the text block").
+fn tool_result(failed: bool, text: String) -> CallToolResult {
+    let structured = match serde_json::from_str::<Value>(&text) {
+        Ok(object @ Value::Object(_)) => Some(object),
+        _ => None,
+    };
+    let mut result = if failed {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = structured;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structured_content_keeps_every_float_of_the_text_exactly() {
+        // Seconds with 17 significant digits, as `uptime_seconds` has them.
+        let mut x: f64 = 0.123_456_789_012_345_67;
+        let mut off = Vec::new();
+        for _ in 0..20_000 {
+            x = x * 1.000_003_7 + 0.000_123_9;
+            let text = format!("{{\"uptime_seconds\":{x}}}");
+            let result = tool_result(false, text);
+            let back = result.structured_content.unwrap()["uptime_seconds"]
+                .as_f64()
+                .unwrap();
+            if back.to_bits() != x.to_bits() {
+                off.push((x, back));
+            }
         }
-        Ok(result)
+        assert!(
+            off.is_empty(),
+            "{} floats changed, first {:?}",
+            off.len(),
+            off.first()
+        );
+    }
+
+    #[test]
+    fn a_reply_that_is_no_object_has_no_structured_content() {
+        assert!(
+            tool_result(false, "[1, 2]".into())
+                .structured_content
+                .is_none()
+        );
+        assert!(
+            tool_result(true, "not json".into())
+                .structured_content
+                .is_none()
+        );
+        assert_eq!(
+            tool_result(true, r#"{"error": 1}"#.into()).is_error,
+            Some(true)
+        );
     }
 }
 
