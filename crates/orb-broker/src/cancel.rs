@@ -5,14 +5,16 @@
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::machine::MachineStatus;
-use orb_core::provider::CancelInput;
+use orb_core::provider::{CancelInput, CancelOutcome};
 use orb_core::request::RequestType;
+use orb_store::StoreError;
 
+use super::status::CONFLICT_RETRIES;
 use super::{Broker, BrokerError, RequestView};
 
 impl Broker {
     pub async fn cancel(&self, request_id: &RequestId) -> Result<RequestView, BrokerError> {
-        let Some(mut request) = self.store.get_request(request_id).await? else {
+        let Some(request) = self.store.get_request(request_id).await? else {
             return Err(BrokerError::UnknownRequest(request_id.to_string()));
         };
         if request.request_type == RequestType::Return {
@@ -21,6 +23,9 @@ impl Broker {
             )));
         }
         let provider = self.provider.get()?;
+        // While the deletes run, this process's refreshes (the follow loop, event streams)
+        // answer from storage: they would see the cancel's own deletions as machines lost.
+        let _mark = self.refreshed.cancelling(request_id);
         let outcome = provider
             .cancel(CancelInput {
                 request_id: request.request_id.clone(),
@@ -28,8 +33,34 @@ impl Broker {
                 provider_data: request.provider_data.clone(),
             })
             .await?;
+        // The deletes are done and are not repeated; only recording them is, on the row as it
+        // now stands, when another writer (a refresh that began before the cancel, another
+        // process) changed it meanwhile.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.record_cancel(request_id, &outcome).await {
+                Err(BrokerError::Store(StoreError::Conflict { .. }))
+                    if attempt < CONFLICT_RETRIES => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// Writes what a cancel did: every live machine whose object did not refuse the delete is
+    /// terminated, and the request is cancelled (a finished one keeps its status and says
+    /// what happened after it ended).
+    async fn record_cancel(
+        &self,
+        request_id: &RequestId,
+        outcome: &CancelOutcome,
+    ) -> Result<RequestView, BrokerError> {
+        let Some(mut request) = self.store.get_request(request_id).await? else {
+            return Err(BrokerError::UnknownRequest(request_id.to_string()));
+        };
         let now = self.now();
-        let mut machines = self.machines_of(&request).await?;
+        let stored = self.machines_of(&request).await?;
+        let mut machines = stored.clone();
         let finished = request.status.is_terminal();
         let had_live = machines.iter().any(|m| m.status.is_live());
         // Everything labelled with the request id was deleted, so every machine whose object
@@ -81,7 +112,6 @@ impl Broker {
         } else {
             lifecycle::apply(&mut request, LifecycleEvent::Cancel { reason }, now)?;
         }
-        let stored = self.machines_of(&request).await?;
         let mut changed: Vec<_> = machines
             .iter()
             .filter(|m| !stored.contains(m))

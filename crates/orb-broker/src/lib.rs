@@ -97,8 +97,49 @@ pub struct Broker {
     pub refreshed: RefreshLog,
 }
 
-/// See [`Broker::refreshed`].
-pub type RefreshLog = Arc<std::sync::Mutex<HashMap<RequestId, std::time::Instant>>>;
+/// See [`Broker::refreshed`]. Also the requests a cancel in this process is deleting right
+/// now: a refresh answers those from storage, so that it does not see the cancel's own
+/// deletions as machines lost and end the request `failed` before the cancel records it.
+#[derive(Debug, Default, Clone)]
+pub struct RefreshLog {
+    at: Arc<std::sync::Mutex<HashMap<RequestId, std::time::Instant>>>,
+    cancelling: Arc<std::sync::Mutex<std::collections::HashSet<RequestId>>>,
+}
+
+impl RefreshLog {
+    fn times(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, std::time::Instant>> {
+        self.at.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cancels(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        self.cancelling.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks `id` as being cancelled until the returned guard is dropped.
+    fn cancelling(&self, id: &RequestId) -> CancelMark {
+        self.cancels().insert(id.clone());
+        CancelMark {
+            log: self.clone(),
+            id: id.clone(),
+        }
+    }
+
+    fn is_cancelling(&self, id: &RequestId) -> bool {
+        self.cancels().contains(id)
+    }
+}
+
+/// A request being cancelled in this process, for as long as this lives.
+struct CancelMark {
+    log: RefreshLog,
+    id: RequestId,
+}
+
+impl Drop for CancelMark {
+    fn drop(&mut self) {
+        self.log.cancels().remove(&self.id);
+    }
+}
 
 /// Time source; tests move it by hand.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;

@@ -16,7 +16,7 @@ use super::resume_return::is_unrecorded_return;
 use super::{Broker, BrokerError, RequestView};
 
 /// Concurrent pollers may race; a conflicting write is retried on fresh data this many times.
-const CONFLICT_RETRIES: usize = 3;
+pub(crate) const CONFLICT_RETRIES: usize = 3;
 
 impl Broker {
     pub async fn machines_of(&self, request: &Request) -> Result<Vec<Machine>, BrokerError> {
@@ -65,7 +65,7 @@ impl Broker {
     /// Records when an unfinished request was last asked about (the provider answered), and
     /// forgets finished ones.
     fn note_refreshed(&self, view: &RequestView) {
-        let mut log = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut log = self.refreshed.times();
         let id = &view.request.request_id;
         if view.request.status.is_terminal() || view.note.is_some() {
             log.remove(id);
@@ -76,13 +76,13 @@ impl Broker {
 
     /// Whether `request_id` was refreshed from the provider less than `within` ago.
     pub fn refreshed_within(&self, request_id: &RequestId, within: std::time::Duration) -> bool {
-        let log = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        let log = self.refreshed.times();
         log.get(request_id).is_some_and(|at| at.elapsed() < within)
     }
 
     /// Forgets the refresh times of requests not in `unfinished`.
     pub fn retain_refreshed(&self, unfinished: &std::collections::HashSet<&RequestId>) {
-        let mut log = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut log = self.refreshed.times();
         log.retain(|id, _| unfinished.contains(id));
     }
 
@@ -95,6 +95,15 @@ impl Broker {
             return Ok(None);
         };
         let mut stored_machines = self.machines_of(&stored).await?;
+        if self.refreshed.is_cancelling(request_id) {
+            // The cancel records what it deleted; asking the provider now would only see its
+            // deletions under way.
+            return Ok(Some(RequestView {
+                request: stored,
+                machines: stored_machines,
+                note: None,
+            }));
+        }
         if is_unrecorded(&stored, stored_machines.len()) {
             // Nothing recorded yet: resume it now if nobody is creating or releasing it, else
             // wait for the process that is. Either way the deadline does not judge an acquire

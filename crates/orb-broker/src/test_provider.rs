@@ -26,9 +26,21 @@ pub struct ScriptedProvider {
     /// When set, the next status call first stores a change to its request in this store, as
     /// another process's read at the same moment would: the caller's write then conflicts.
     pub status_writer: Mutex<Option<orb_store::Store>>,
+    /// When set, the next cancel first stores a change to its request in this store, as a
+    /// refresh that began before the cancel would: the cancel's write then conflicts.
+    pub cancel_writer: Mutex<Option<orb_store::Store>>,
+    /// When set, the next cancel says it has started (the sender) and waits to be let go
+    /// (the receiver) before it answers: a test runs other calls in between.
+    pub cancel_gate: Mutex<Option<CancelGate>>,
     /// When set, every pre-flight check (`check_acquire`) refuses with this error.
     pub preflight_error: Mutex<Option<ProviderError>>,
 }
+
+/// See [`ScriptedProvider::cancel_gate`].
+pub type CancelGate = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<()>,
+);
 
 /// Stores a change to request `id` as another orb process would while the caller waits on
 /// the provider: the caller's own write of the request then conflicts.
@@ -169,7 +181,16 @@ impl Provider for ScriptedProvider {
                     .collect()
             })
             .unwrap_or_default();
+        let writer = self.cancel_writer.lock().unwrap().take();
+        let gate = self.cancel_gate.lock().unwrap().take();
         Box::pin(async move {
+            if let Some(store) = writer {
+                write_meanwhile(&store, &input.request_id, "refreshed meanwhile").await;
+            }
+            if let Some((started, release)) = gate {
+                let _ = started.send(());
+                let _ = release.await;
+            }
             Ok(CancelOutcome {
                 deleted: if first { names } else { Vec::new() },
                 ..Default::default()

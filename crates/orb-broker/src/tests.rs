@@ -974,6 +974,63 @@ async fn cancel_deletes_and_closes_the_request() {
 }
 
 #[tokio::test]
+async fn a_write_made_while_a_cancel_deletes_does_not_fail_the_cancel() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    *f.provider.cancel_writer.lock().unwrap() = Some(f.broker.store.clone());
+    let cancelled = f.broker.cancel(&view.request.request_id).await.unwrap();
+    assert_eq!(cancelled.request.status, RequestStatus::Cancelled);
+    assert!(
+        cancelled
+            .machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated)
+    );
+    let calls = f.provider.calls();
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("cancel ")).count(),
+        1,
+        "the deletes are not repeated: {calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_refresh_while_a_cancel_deletes_answers_from_storage() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let id = view.request.request_id.clone();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel();
+    *f.provider.cancel_gate.lock().unwrap() = Some((started_tx, release_rx));
+    // Were the provider asked, it would report every machine gone.
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Failed {
+            reason: "all machines lost".into(),
+        },
+        &[],
+    )));
+    let meanwhile = async {
+        started.await.unwrap();
+        let during = f.broker.refresh(&id).await.unwrap().unwrap();
+        release.send(()).unwrap();
+        during
+    };
+    let (cancelled, during) = tokio::join!(f.broker.cancel(&id), meanwhile);
+    assert_eq!(during.request.status, view.request.status);
+    assert!(
+        !f.provider.calls().contains(&format!("status {id}")),
+        "the provider was asked during the cancel: {:?}",
+        f.provider.calls()
+    );
+    assert_eq!(cancelled.unwrap().request.status, RequestStatus::Cancelled);
+    // Once the cancel is over, refreshes ask again (a finished request from storage).
+    assert_eq!(
+        f.broker.refresh(&id).await.unwrap().unwrap().request.status,
+        RequestStatus::Cancelled
+    );
+}
+
+#[tokio::test]
 async fn a_report_from_an_out_of_date_view_is_applied_and_says_so() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 1).await.unwrap();
