@@ -8,7 +8,8 @@
 //! - **bare**: the exact objects orb would send (`final_workload_for` under another request
 //!   id) created with kube-rs (bare pods 50 in flight, orb's limit; a controller as one
 //!   create, plus a StatefulSet's headless Service), then a LIST of the namespace's pods every
-//!   poll interval until that many are Running and Ready.
+//!   poll interval until that many are Running and Ready (a Job: the pods and the Job LISTed
+//!   every poll until the Job is Complete, the reads orb's status makes).
 //!
 //! Release: a 500-pod Pod-handler request, all machines returned through
 //! `K8sProvider::release`, vs bare deletes of the same pods (50 in flight, UID preconditions
@@ -217,10 +218,15 @@ impl Bench {
     }
 
     /// The namespace's one Job has condition Complete=True (what orb's Job status waits for).
+    /// Each poll also LISTs the namespace's pods, as the other handlers' bare loops do: a
+    /// status read has to report every machine of the request, so orb reads the Job's pods
+    /// as well as the Job, and the limit makes the same reads (before 2026-12-05 it read the
+    /// Job alone, which at 5,000 pods left the apiserver and the Job controller far less to do).
     async fn wait_job_complete(&self, namespace: &str) {
         let api: Api<Job> = Api::namespaced(self.client(), namespace);
         let start = Instant::now();
         loop {
+            let _machines = self.ready_pods(namespace).await;
             let complete = api.list(&ListParams::default()).await.is_ok_and(|l| {
                 l.items.iter().any(|j| {
                     j.status
