@@ -237,14 +237,11 @@ pub fn plan_gc(
             .request_id
             .as_ref()
             .and_then(|id| requests.get_key_value(id));
-        let stored = match found {
-            Some((key, stored)) => Some(
-                &*held
-                    .entry(key.as_str())
-                    .or_insert_with(|| (stored, Held::of(stored))),
-            ),
-            None => None,
-        };
+        let stored = found.map(|(key, stored)| {
+            &*held
+                .entry(key.as_str())
+                .or_insert_with(|| (stored, Held::of(stored)))
+        });
         match classify_held(object, stored) {
             Classification::Skipped => {}
             Classification::Adopted { .. } => *plan.adopted.entry(object.kind).or_default() += 1,
