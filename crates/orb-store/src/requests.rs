@@ -202,6 +202,26 @@ impl Store {
         row.as_ref().map(decode).transpose()
     }
 
+    /// How many stored requests are in each status (statuses with none are left out): one
+    /// aggregate, for `/metrics`, which is scraped often and must not decode every request.
+    pub async fn count_requests_by_status(&self) -> Result<Vec<(RequestStatus, i64)>> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT status, COUNT(*) FROM requests GROUP BY status")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::db("count requests by status"))?;
+        rows.into_iter()
+            .map(|(status, count)| {
+                let parsed = status.parse().map_err(|message| StoreError::Corrupt {
+                    entity: "request status",
+                    id: status.clone(),
+                    message,
+                })?;
+                Ok((parsed, count))
+            })
+            .collect()
+    }
+
     pub async fn list_requests(&self, filter: &RequestFilter) -> Result<Vec<Request>> {
         let mut sql = format!("SELECT {REQUEST_COLUMNS} FROM requests WHERE 1 = 1");
         let mut binds: Vec<String> = Vec::new();

@@ -627,7 +627,42 @@ async fn live_machine_names_match_the_live_list(store: &Store) {
     assert_eq!(names, [b, a], "live ones only, oldest first");
 }
 
+/// The per-status counts `/metrics` reports are those of a full list of the requests.
+async fn request_counts_by_status_match_the_list(store: &Store) {
+    let template = unique("count");
+    for (i, status) in [
+        RequestStatus::Complete,
+        RequestStatus::Complete,
+        RequestStatus::Failed,
+        RequestStatus::InProgress,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut request = acquire(&template, 60 + i as i64);
+        request.status = status;
+        store.insert_request(&mut request, &mut []).await.unwrap();
+    }
+    let mut listed: std::collections::HashMap<RequestStatus, i64> = Default::default();
+    for r in store
+        .list_requests(&RequestFilter::default())
+        .await
+        .unwrap()
+    {
+        *listed.entry(r.status).or_default() += 1;
+    }
+    let counted: std::collections::HashMap<RequestStatus, i64> = store
+        .count_requests_by_status()
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(counted, listed);
+    assert!(counted[&RequestStatus::Complete] >= 2 && counted[&RequestStatus::Failed] >= 1);
+}
+
 async fn whole_suite(store: &Store) {
+    request_counts_by_status_match_the_list(store).await;
     live_machine_names_match_the_live_list(store).await;
     round_trip(store).await;
     each_status_change_is_one_event_of_the_history(store).await;
@@ -656,7 +691,7 @@ async fn storage_suite_on_sqlite() {
         .unwrap();
     assert_eq!(
         all.len(),
-        13,
+        17,
         "every request written by the suite survived a reopen"
     );
 }

@@ -142,17 +142,8 @@ pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse,
         let text = state.metrics().encode().unwrap_or_default();
         return Ok(([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text));
     }
-    let requests = state
-        .broker()
-        .store
-        .list_requests(&RequestFilter::default())
-        .await?;
-    let mut counts: BTreeMap<&'static str, (orb_core::request::RequestStatus, i64)> =
-        BTreeMap::new();
-    for r in &requests {
-        counts.entry(r.status.as_str()).or_insert((r.status, 0)).1 += 1;
-    }
-    state.metrics().set_request_counts(counts.into_values());
+    let counts = state.broker().store.count_requests_by_status().await?;
+    state.metrics().set_request_counts(counts);
     if let Some(daemon) = state.daemon() {
         daemon.refresh_gauges();
     }
