@@ -946,18 +946,24 @@ async fn without_a_provider_the_deadline_still_settles_requests() {
     );
 }
 
+/// A cancel's answer: the request cancelled and every machine of it terminated.
+fn assert_cancelled_whole(view: &RequestView) {
+    assert_eq!(view.request.status, RequestStatus::Cancelled);
+    assert!(
+        view.machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated),
+        "{:?}",
+        view.machines
+    );
+}
+
 #[tokio::test]
 async fn cancel_deletes_and_closes_the_request() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 2).await.unwrap();
     let cancelled = f.broker.cancel(&view.request.request_id).await.unwrap();
-    assert_eq!(cancelled.request.status, RequestStatus::Cancelled);
-    assert!(
-        cancelled
-            .machines
-            .iter()
-            .all(|m| m.status == MachineStatus::Terminated)
-    );
+    assert_cancelled_whole(&cancelled);
     let again = f.broker.cancel(&view.request.request_id).await.unwrap_err();
     assert!(
         again
@@ -979,13 +985,7 @@ async fn a_write_made_while_a_cancel_deletes_does_not_fail_the_cancel() {
     let view = f.broker.request_machines("worker", 2).await.unwrap();
     *f.provider.cancel_writer.lock().unwrap() = Some(f.broker.store.clone());
     let cancelled = f.broker.cancel(&view.request.request_id).await.unwrap();
-    assert_eq!(cancelled.request.status, RequestStatus::Cancelled);
-    assert!(
-        cancelled
-            .machines
-            .iter()
-            .all(|m| m.status == MachineStatus::Terminated)
-    );
+    assert_cancelled_whole(&cancelled);
     let calls = f.provider.calls();
     assert_eq!(
         calls.iter().filter(|c| c.starts_with("cancel ")).count(),
