@@ -1,4 +1,31 @@
-# Shared by bench/run.sh and bench/scale.sh (sourced, not run).
+# Shared by bench/run.sh and bench/scale.sh (sourced, not run, after `repo` is set).
+
+# The control plane the cluster benches use: $KUBECONFIG if set, else the local one's.
+cp_tool="$repo/tools/control-plane/cp"
+export KUBECONFIG="${KUBECONFIG:-$repo/.state/control-plane/admin.kubeconfig}"
+started_cp=0
+
+# Starts the local control plane unless its apiserver runs already; $1 names the script in
+# messages. Only a control plane started here is stopped by stop_started_control_plane.
+ensure_control_plane() {
+  # Status into a variable first: `cp status | grep -q` under pipefail fails on SIGPIPE and
+  # would make a running control plane look stopped (and then be stopped at exit).
+  local state
+  state="$("$cp_tool" status 2>/dev/null || true)"
+  if ! grep -Eq '^kube-apiserver +running' <<<"$state"; then
+    echo "$1: local control plane not running; starting it (stopped again at exit)" >&2
+    started_cp=1
+    "$cp_tool" up >&2
+  fi
+}
+
+# For the scripts' exit traps: stops the control plane if ensure_control_plane started it.
+stop_started_control_plane() {
+  if (( started_cp )); then
+    echo "$1: stopping the control plane this script started" >&2
+    "$cp_tool" down || echo "$1: warning: 'cp down' failed; run tools/control-plane/cp down" >&2
+  fi
+}
 
 # Builds every bench in one `cargo bench --no-run` with one feature set (separate
 # `cargo bench -p` calls unify features differently: pdb-operator's dev-dependencies add kube

@@ -27,18 +27,12 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 source bench/lib.sh
-cp_tool="$repo/tools/control-plane/cp"
-export KUBECONFIG="${KUBECONFIG:-$repo/.state/control-plane/admin.kubeconfig}"
 stamp="$(date -u +%Y-%m-%d)"
 out_dir="$repo/bench/results"
 raw="$(mktemp -d)"
-started_cp=0
 
 cleanup() {
-  if (( started_cp )); then
-    echo "bench: stopping the control plane this script started" >&2
-    "$cp_tool" down || echo "bench: warning: 'cp down' failed; run tools/control-plane/cp down" >&2
-  fi
+  stop_started_control_plane bench
   rm -rf "$raw"
 }
 trap cleanup EXIT
@@ -60,14 +54,7 @@ if [[ "${BENCH_SKIP_ACQUIRE:-0}" == 1 ]]; then
   echo "bench: BENCH_SKIP_ACQUIRE=1, acquire left out" >&2
   : >"$raw/acquire.txt"
 else
-  # Status into a variable first: `cp status | grep -q` under pipefail fails on SIGPIPE and
-  # would make a running control plane look stopped (and then be stopped at exit).
-  cp_state="$("$cp_tool" status 2>/dev/null || true)"
-  if ! grep -Eq '^kube-apiserver +running' <<<"$cp_state"; then
-    echo "bench: local control plane not running; starting it (stopped again at exit)" >&2
-    started_cp=1
-    "$cp_tool" up >&2
-  fi
+  ensure_control_plane bench
   echo "bench: acquire per handler and release vs a bare kube-rs loop ($KUBECONFIG)" >&2
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
 fi

@@ -27,21 +27,15 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 source bench/lib.sh
-cp_tool="$repo/tools/control-plane/cp"
-export KUBECONFIG="${KUBECONFIG:-$repo/.state/control-plane/admin.kubeconfig}"
 factors="${BENCH_SCALE_FACTORS:-1,2,5}"
 parts="${BENCH_SCALE_PARTS:-startup,daemon,acquire,operator}"
 handlers="${BENCH_SCALE_HANDLERS:-pod,deployment,statefulset,job}"
 raw="$(mktemp -d)"
-started_cp=0
 sampler=""
 
 cleanup() {
   [[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null || true
-  if (( started_cp )); then
-    echo "scale: stopping the control plane this script started" >&2
-    "$cp_tool" down || echo "scale: warning: 'cp down' failed; run tools/control-plane/cp down" >&2
-  fi
+  stop_started_control_plane scale
   rm -rf "$raw"
 }
 trap cleanup EXIT
@@ -52,12 +46,7 @@ echo "scale: building the benches (release)" >&2
 build_benches
 
 if want daemon || want acquire || want operator; then
-  cp_state="$("$cp_tool" status 2>/dev/null || true)"
-  if ! grep -Eq '^kube-apiserver +running' <<<"$cp_state"; then
-    echo "scale: local control plane not running; starting it (stopped again at exit)" >&2
-    started_cp=1
-    "$cp_tool" up >&2
-  fi
+  ensure_control_plane scale
 fi
 
 # The control plane's memory while one part runs: the largest VmRSS (MiB) of kube-apiserver
