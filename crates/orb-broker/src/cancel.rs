@@ -7,8 +7,9 @@ use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{CancelInput, CancelOutcome};
 use orb_core::request::RequestType;
+use orb_store::StoreError;
 
-use super::status::on_fresh_rows;
+use super::status::CONFLICT_RETRIES;
 use super::{Broker, BrokerError, RequestView};
 
 impl Broker {
@@ -35,7 +36,15 @@ impl Broker {
         // The deletes are done and are not repeated; only recording them is, on the row as it
         // now stands, when another writer (a refresh that began before the cancel, another
         // process) changed it meanwhile.
-        on_fresh_rows(async || self.record_cancel(request_id, &outcome).await).await
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.record_cancel(request_id, &outcome).await {
+                Err(BrokerError::Store(StoreError::Conflict { .. }))
+                    if attempt < CONFLICT_RETRIES => {}
+                other => return other,
+            }
+        }
     }
 
     /// Writes what a cancel did: every live machine whose object did not refuse the delete is

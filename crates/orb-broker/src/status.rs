@@ -16,22 +16,7 @@ use super::resume_return::is_unrecorded_return;
 use super::{Broker, BrokerError, RequestView};
 
 /// Concurrent pollers may race; a conflicting write is retried on fresh data this many times.
-const CONFLICT_RETRIES: usize = 3;
-
-/// Runs `attempt` (which reads the rows it writes) again while its write loses a race with
-/// another writer, up to [`CONFLICT_RETRIES`] attempts in all; any other outcome is returned.
-pub(crate) async fn on_fresh_rows<T>(
-    mut attempt: impl AsyncFnMut() -> Result<T, BrokerError>,
-) -> Result<T, BrokerError> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match attempt().await {
-            Err(BrokerError::Store(StoreError::Conflict { .. })) if tries < CONFLICT_RETRIES => {}
-            other => return other,
-        }
-    }
-}
+pub(crate) const CONFLICT_RETRIES: usize = 3;
 
 impl Broker {
     pub async fn machines_of(&self, request: &Request) -> Result<Vec<Machine>, BrokerError> {
@@ -54,15 +39,27 @@ impl Broker {
         &self,
         request_id: &RequestId,
     ) -> Result<Option<RequestView>, BrokerError> {
+        let mut attempt = 0;
         // What the provider answered to an attempt whose write lost a race: the retry folds
         // it onto the fresh row instead of asking again, because asking may have acted (a
         // status read releases timed-out pods, and a second read would only see them gone).
         let mut seen = None;
-        let outcome = on_fresh_rows(async || self.refresh_once(request_id, &mut seen).await).await;
-        if let Ok(Some(view)) = &outcome {
-            self.note_refreshed(view);
+        loop {
+            attempt += 1;
+            match self.refresh_once(request_id, &mut seen).await {
+                Err(BrokerError::Store(StoreError::Conflict { .. }))
+                    if attempt < CONFLICT_RETRIES =>
+                {
+                    continue;
+                }
+                other => {
+                    if let Ok(Some(view)) = &other {
+                        self.note_refreshed(view);
+                    }
+                    return other;
+                }
+            }
         }
-        outcome
     }
 
     /// Records when an unfinished request was last asked about (the provider answered), and
