@@ -136,7 +136,18 @@ fn start_operator(namespace: &str, log: &std::path::Path) -> Operator {
         .append(true)
         .open(log)
         .expect("opening the operator log");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pdb-operator"));
+    // BENCH_OPERATOR_WRAPPER (e.g. `heaptrack -o /tmp/op`) runs the operator under a profiler;
+    // the memory and CPU figures are then the wrapper's, not the operator's.
+    let wrapper = std::env::var("BENCH_OPERATOR_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(words).arg(env!("CARGO_BIN_EXE_pdb-operator"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_pdb-operator")),
+    };
     cmd.env("KUBECONFIG", kubeconfig())
         .env_remove("KUBERNETES_SERVICE_HOST")
         .args([

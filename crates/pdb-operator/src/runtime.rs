@@ -15,10 +15,12 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::controller::discovery::{Discovered, discover};
+use crate::controller::live::NameSet;
 use crate::controller::pdb_cache::watch_pdbs;
 use crate::controller::policies::{PolicyTrigger, run_status_writer, watch_policies};
 use crate::controller::{Context, Scope, apps, gang, lws};
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
+use crate::desired::WorkloadKind;
 use crate::metrics::{CONTENT_TYPE, Metrics};
 
 /// Lease shared with the reference operator, so the two exclude each other during a migration.
@@ -164,55 +166,21 @@ async fn serve(
 /// How often outcomes of deleted workloads are forgotten (their gauge series removed).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
-async fn names_of<K>(api: Api<K>) -> Option<Vec<(String, String)>>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let list = api
-        .list_metadata(&kube::api::ListParams::default())
-        .await
-        .ok()?;
-    Some(
-        list.items
-            .into_iter()
-            .map(|m| {
-                (
-                    m.metadata.namespace.unwrap_or_default(),
-                    m.metadata.name.unwrap_or_default(),
-                )
-            })
-            .collect(),
-    )
-}
-
-/// `(namespace, name)` of the workloads of one kind that exist.
-type NameSet = std::collections::HashSet<(String, String)>;
-
-/// Forgets outcomes (and so gauge series) of workloads that no longer exist. A kind whose
-/// list fails (API absent, transient error) is left alone.
-pub async fn sweep_deleted_workloads(ctx: &Context) {
-    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-    use k8s_openapi::api::scheduling::v1beta1::Workload;
-    let c = &ctx.client;
-    let lws: Api<kube::api::DynamicObject> = match &ctx.scope {
-        Scope::AllNamespaces => Api::all_with(c.clone(), &lws::lws_resource()),
-        Scope::Namespace(ns) => Api::namespaced_with(c.clone(), ns, &lws::lws_resource()),
-    };
-    // Outcomes recorded after this point are kept even if the lists below miss them.
+/// Forgets outcomes (and so gauge series) of workloads that no longer exist, as the running
+/// controllers' stores show them. A kind with no controller, or whose store has not finished
+/// its first list, is left alone.
+pub fn sweep_deleted_workloads(ctx: &Context) {
+    // Outcomes recorded after this point are kept even if the stores read below miss them.
     let since = ctx.outcomes.mark();
-    let alive = [
-        ("Deployment", names_of(ctx.scope.api::<Deployment>(c)).await),
-        (
-            "StatefulSet",
-            names_of(ctx.scope.api::<StatefulSet>(c)).await,
-        ),
-        ("Workload", names_of(ctx.scope.api::<Workload>(c)).await),
-        ("LeaderWorkerSet", names_of(lws).await),
-    ];
-    let alive: Vec<(&str, Option<NameSet>)> = alive
-        .into_iter()
-        .map(|(kind, names)| (kind, names.map(|n| n.into_iter().collect())))
-        .collect();
+    let alive: Vec<(&str, Option<NameSet>)> = [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::Workload,
+        WorkloadKind::LeaderWorkerSet,
+    ]
+    .into_iter()
+    .map(|kind| (kind.kind(), ctx.live.names(kind.kind())))
+    .collect();
     let removed = ctx.outcomes.retain(
         since,
         |k| {
@@ -354,7 +322,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     tasks.spawn(async move {
         loop {
             tokio::time::sleep(SWEEP_INTERVAL).await;
-            sweep_deleted_workloads(&c).await;
+            sweep_deleted_workloads(&c);
         }
     });
     update(&health, |h| {

@@ -175,6 +175,7 @@ async fn run_apps<K, R, Fut>(
 {
     let api: Api<K> = ctx.scope.api(&ctx.client);
     let (store, writer) = reflector::store();
+    ctx.live.register(app.kind.kind(), store.clone());
     let workloads = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(app.slim)

@@ -334,6 +334,8 @@ pub async fn run_workloads(
     concurrency: u16,
 ) {
     let (store, writer) = reflector::store::<Workload>();
+    ctx.live
+        .register(WorkloadKind::Workload.kind(), store.clone());
     let workloads = watcher(ctx.scope.api(&ctx.client), watcher::Config::default())
         .default_backoff()
         .modify(|w: &mut Workload| w.metadata.managed_fields = None)

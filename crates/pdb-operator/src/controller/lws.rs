@@ -114,6 +114,8 @@ pub async fn run_leader_worker_sets(
     };
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let store = writer.as_reader();
+    ctx.live
+        .register(WorkloadKind::LeaderWorkerSet.kind(), store.clone());
     let sets = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)

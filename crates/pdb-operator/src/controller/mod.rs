@@ -6,6 +6,7 @@ pub mod apps;
 pub mod carry_out;
 pub mod discovery;
 pub mod gang;
+pub mod live;
 pub mod lws;
 pub mod outcomes;
 pub mod pdb_cache;
@@ -102,6 +103,8 @@ pub struct Context {
     pub recent_writes: Arc<pdb_cache::RecentWrites>,
     /// Workloads waiting for a reconcile (`pdb_operator_reconcile_queue_length`).
     pub queue: Arc<queue::WorkQueue>,
+    /// Each running controller's store of its workloads, for the sweep of deleted ones.
+    pub live: live::LiveWorkloads,
     /// Bounds the announcements ([`Context::announce`]) being posted at once.
     announcing: Arc<tokio::sync::Semaphore>,
 }
@@ -138,6 +141,7 @@ impl Context {
             queue: Arc::new(queue::WorkQueue::new(
                 metrics.reconcile_queue_length.clone(),
             )),
+            live: live::LiveWorkloads::default(),
             announcing: Arc::new(tokio::sync::Semaphore::new(ANNOUNCING)),
             metrics,
         }

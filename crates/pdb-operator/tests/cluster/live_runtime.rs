@@ -125,3 +125,46 @@ async fn leader_serves_health_readiness_and_true_metrics_while_a_standby_waits()
         "{standby_metrics}"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_deleted_deployment_leaves_the_managed_gauge_at_the_next_sweep() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-sweep").await;
+    let n = ns.name().to_string();
+    let (_op, addr) = start_operator_with_metrics(&cluster, &n);
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), &n);
+    for name in ["kept", "gone"] {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": name,
+                         "annotations": {"pdboperator.io/availability-class": "standard"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}
+        }))
+        .unwrap();
+        deployments
+            .create(&PostParams::default(), &d)
+            .await
+            .unwrap();
+    }
+    let series = format!(
+        "pdb_operator_deployments_managed{{namespace=\"{n}\",availability_class=\"standard\"}}"
+    );
+    wait_get(addr, "/metrics", |_, body| {
+        body.contains(&format!("{series} 2"))
+    })
+    .await;
+
+    deployments
+        .delete("gone", &Default::default())
+        .await
+        .unwrap();
+    // The sweep runs every SWEEP_INTERVAL (30 s) and reads the controllers' stores: no LIST.
+    let text = wait_get(addr, "/metrics", |_, body| {
+        body.contains(&format!("{series} 1"))
+    })
+    .await;
+    assert!(!text.contains(&format!("{series} 2")), "{text}");
+}
