@@ -277,7 +277,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         Err(RunError::Task("ClusterPDBPolicy watch ended".into()))
     });
     let recent_writes = Arc::new(crate::controller::pdb_cache::RecentWrites::default());
-    let (pdb_store, pdb_events, pdb_watch) =
+    let (pdb_cache, pdb_events, pdb_watch) =
         watch_pdbs(opts.scope.api(&client), recent_writes.clone());
     tasks.spawn(async move {
         pdb_watch.await;
@@ -287,7 +287,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     // nor before the PDBs are, or existing ones would look missing.
     let _ = ns_store.wait_until_ready().await;
     let _ = cl_store.wait_until_ready().await;
-    let _ = pdb_store.wait_until_ready().await;
+    pdb_cache.wait_until_ready().await;
 
     let mut ctx = Context::new(
         client.clone(),
@@ -297,7 +297,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         (ns_store, cl_store),
     );
     ctx.status_changed = status_changed;
-    ctx.pdbs = Some(pdb_store);
+    ctx.pdbs = Some(pdb_cache);
     ctx.pdb_events = Some(pdb_events);
     ctx.recent_writes = recent_writes;
     let ctx = Arc::new(ctx);

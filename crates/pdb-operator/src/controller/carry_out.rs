@@ -40,7 +40,7 @@ pub async fn carry_out(ctx: &Context, s: &Subject, decision: Decision) -> Result
     let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &s.namespace);
     let name = pdb_name(&s.name);
     let existing = namespace_pdbs(
-        ctx.pdbs.as_ref(),
+        ctx.pdbs.as_deref(),
         &ctx.recent_writes,
         &api,
         &s.namespace,

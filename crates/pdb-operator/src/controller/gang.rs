@@ -211,7 +211,7 @@ async fn reconcile_workload(w: Arc<Workload>, g: Arc<GangContext>) -> Result<Act
         let pdbs: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &ns);
         let name = pdb_name(&view.meta.name);
         let cached = namespace_pdbs(
-            ctx.pdbs.as_ref(),
+            ctx.pdbs.as_deref(),
             &ctx.recent_writes,
             &pdbs,
             &ns,
@@ -228,12 +228,7 @@ async fn reconcile_workload(w: Arc<Workload>, g: Arc<GangContext>) -> Result<Act
             BTreeMap::new()
         } else {
             let all: Vec<PodDisruptionBudget> = match &ctx.pdbs {
-                Some(store) => store
-                    .state()
-                    .iter()
-                    .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-                    .map(|p| (**p).clone())
-                    .collect(),
+                Some(cache) => cache.in_namespace(&ns),
                 None => pdbs.list(&ListParams::default()).await?.items,
             };
             leader_worker_set_facts(&ctx.client, &ns, names, &all).await?

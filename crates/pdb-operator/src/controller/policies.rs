@@ -107,6 +107,7 @@ where
         let mut seen: BTreeMap<String, (Option<i64>, BTreeMap<String, String>)> = BTreeMap::new();
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
+            .modify(|o| o.meta_mut().managed_fields = None)
             .reflect(writer);
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
