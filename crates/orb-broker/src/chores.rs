@@ -138,10 +138,12 @@ impl Broker {
         }
     }
 
-    /// The stored requests among `ids` (raw ids, as a cluster object's labels carry them),
-    /// each with its machines, keyed by the raw id. An id that is no request id, or names no
-    /// stored request, is left out.
-    pub async fn stored_requests_named(
+    /// The stored requests among `ids` (raw ids, as a cluster object's labels carry them), as
+    /// reconciliation and the orphan GC judge objects by them, keyed by the raw id: a finished
+    /// request with its machines (which of its objects are still needed depends on them), an
+    /// unfinished one with none (every object it labels is its own). An id that is no request
+    /// id, or names no stored request, is left out.
+    pub async fn stored_requests_for_gc(
         &self,
         ids: impl IntoIterator<Item = String>,
     ) -> Result<BTreeMap<String, (Request, Vec<Machine>)>, BrokerError> {
@@ -151,7 +153,11 @@ impl Broker {
                 continue;
             };
             if let Some(request) = self.store.get_request(&id).await? {
-                let machines = self.machines_of(&request).await?;
+                let machines = if request.status.is_terminal() {
+                    self.machines_of(&request).await?
+                } else {
+                    Vec::new()
+                };
                 found.insert(raw, (request, machines));
             }
         }

@@ -1607,3 +1607,45 @@ async fn records_can_be_purged_once_nothing_needs_them() {
         BrokerError::InvalidCleanup(t) if t.contains("acquiring is not finished")
     ));
 }
+
+#[tokio::test]
+async fn the_gc_reads_machines_of_finished_requests_only() {
+    let f = fixture().await;
+    let open = f.broker.request_machines("worker", 2).await.unwrap();
+    let done = f.broker.request_machines("worker", 2).await.unwrap();
+    script_partial_then_fulfilled(&f, &done);
+    for _ in 0..2 {
+        f.broker.refresh(&done.request.request_id).await.unwrap();
+    }
+    let ids = [
+        open.request.request_id.to_string(),
+        done.request.request_id.to_string(),
+        "req-00000000-0000-0000-0000-000000000000".to_string(),
+        "not an id".to_string(),
+    ];
+    let found = f.broker.stored_requests_for_gc(ids).await.unwrap();
+    let open_id = open.request.request_id.to_string();
+    let done_id = done.request.request_id.to_string();
+    assert_eq!(
+        found.keys().collect::<Vec<_>>(),
+        {
+            let mut k = vec![&open_id, &done_id];
+            k.sort();
+            k
+        },
+        "unknown and malformed ids are left out"
+    );
+    let (request, machines) = &found[&done_id];
+    assert_eq!(request.status, RequestStatus::Complete);
+    assert_eq!(
+        machines.len(),
+        2,
+        "a finished request's machines decide its objects"
+    );
+    let (request, machines) = &found[&open_id];
+    assert_eq!(request.status, RequestStatus::InProgress);
+    assert!(
+        machines.is_empty(),
+        "an unfinished request owns all its objects; its machines are not read"
+    );
+}

@@ -59,7 +59,8 @@ pub struct ManagedObject {
     pub controlled: bool,
 }
 
-/// A stored request and its machines, as the store has them.
+/// A stored request and, when it has finished, its machines (an unfinished request's objects
+/// are all its own whatever its machines say, so they are not read).
 #[derive(Debug, Clone)]
 pub struct StoredRequest {
     pub request: Request,

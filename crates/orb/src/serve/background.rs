@@ -58,7 +58,7 @@ async fn stored_requests(
     objects: &[ManagedObject],
 ) -> anyhow::Result<BTreeMap<String, StoredRequest>> {
     let found = broker
-        .stored_requests_named(request_ids(objects))
+        .stored_requests_for_gc(request_ids(objects))
         .await
         .context("reading the stored requests the managed objects name")?;
     Ok(found
