@@ -49,6 +49,9 @@ struct LoopHealth {
     failing_since: Option<Instant>,
     /// The last resourceVersion applied (LIST, event or bookmark).
     resource_version: Option<String>,
+    /// The apiserver refused the last WATCH (401/403): what the cache holds is a LIST that no
+    /// event will ever bring up to date, so reads must not use it until a watch runs again.
+    refused: bool,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +73,8 @@ pub enum Miss {
     NotSynced,
     /// The loop has been failing for longer than `stale_cache_timeout_seconds`.
     Stale { failing_for: Duration },
+    /// The apiserver refuses to let the loop watch (RBAC without `watch` on pods).
+    Refused,
 }
 
 /// A snapshot of the cache's health, for `/readyz` and tests.
@@ -221,6 +226,9 @@ impl PodCache {
         if !health.synced {
             return Err(Miss::NotSynced);
         }
+        if health.refused {
+            return Err(Miss::Refused);
+        }
         if let Some(since) = health.failing_since {
             let failing_for = now.saturating_duration_since(since);
             if failing_for > self.stale_after {
@@ -300,6 +308,7 @@ impl PodCache {
         scopes.iter().all(|scope| {
             state.loops.get(scope).is_some_and(|h| {
                 h.synced
+                    && !h.refused
                     && h.failing_since
                         .is_none_or(|s| now.saturating_duration_since(s) <= self.stale_after)
             })
@@ -470,10 +479,19 @@ impl PodCache {
         self.recount(&mut state);
     }
 
+    fn set_refused(&self, scope: &str) {
+        let mut state = self.write();
+        let health = state.loops.entry(scope.to_string()).or_default();
+        health.refused = true;
+        health.failing_since.get_or_insert_with(Instant::now);
+        self.recount(&mut state);
+    }
+
     fn set_healthy(&self, scope: &str, resource_version: Option<String>) {
         let mut state = self.write();
         let health = state.loops.entry(scope.to_string()).or_default();
         health.failing_since = None;
+        health.refused = false;
         if resource_version.is_some() {
             health.resource_version = resource_version;
         }
@@ -567,6 +585,12 @@ impl PodCache {
                     continue;
                 }
                 Err(e) => {
+                    if is_refused(&e) {
+                        // Reads LIST instead, and once a watch is allowed again it starts
+                        // from a fresh LIST, not from what was missed meanwhile.
+                        self.set_refused(&scope);
+                        resource_version = None;
+                    }
                     if self
                         .fail_and_wait(&scope, "watching", &e, &mut backoff, &mut shutdown)
                         .await
@@ -698,6 +722,10 @@ fn is_gone(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 410)
 }
 
+fn is_refused(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 401 || s.code == 403)
+}
+
 /// Sleeps `delay`; true when shutdown was asked for meanwhile.
 pub async fn sleep_or_shutdown(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
     tokio::select! {
@@ -815,6 +843,23 @@ mod tests {
             c.pods_of_at("a", "r", now + Duration::from_secs(11))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_refused_watch_stops_serving_reads_at_once_until_a_watch_runs() {
+        let c = cache(NamespaceScope::Single("a".into()));
+        c.replace("a", vec![pod("a", "p1", Some("r"))], None);
+        assert!(c.serving());
+        // RBAC without `watch`: the LIST went through, no event will ever follow it.
+        c.set_refused("a");
+        assert_eq!(c.pods_of("a", "r").map(|p| p.len()), Err(Miss::Refused));
+        assert!(!c.serving());
+        // The loop LISTs again before its next watch; that alone does not make it usable.
+        c.replace("a", vec![pod("a", "p1", Some("r"))], None);
+        assert_eq!(c.pods_of("a", "r").map(|p| p.len()), Err(Miss::Refused));
+        c.set_healthy("a", None);
+        assert_eq!(names(&c.pods_of("a", "r").unwrap()), ["p1"]);
+        assert!(c.serving());
     }
 
     #[test]
