@@ -3,6 +3,7 @@
 //! (server-side apply, delete, events, metrics, policy status).
 
 pub mod apps;
+pub mod cached_pdbs;
 pub mod carry_out;
 pub mod discovery;
 pub mod gang;
@@ -96,7 +97,7 @@ pub struct Context {
     /// Wakes the policy status writer.
     pub status_changed: Arc<tokio::sync::Notify>,
     /// PDBs of the scope from a shared watch (`None`: each reconcile LISTs its namespace).
-    pub pdbs: Option<Arc<pdb_cache::PdbCache>>,
+    pub pdbs: Option<Arc<cached_pdbs::PdbCache>>,
     /// The shared PDB watch's events (`None`: each controller watches PDBs itself).
     pub pdb_events: Option<pdb_cache::PdbEvents>,
     /// Our PDB writes the `pdbs` cache may not show yet.
