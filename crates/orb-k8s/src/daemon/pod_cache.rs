@@ -479,12 +479,14 @@ impl PodCache {
         self.recount(&mut state);
     }
 
+    /// Marks the scope's watch refused; the caller goes on to [`Self::fail_and_wait`], which
+    /// marks it failing as any other failed call.
     fn set_refused(&self, scope: &str) {
-        let mut state = self.write();
-        let health = state.loops.entry(scope.to_string()).or_default();
-        health.refused = true;
-        health.failing_since.get_or_insert_with(Instant::now);
-        self.recount(&mut state);
+        self.write()
+            .loops
+            .entry(scope.to_string())
+            .or_default()
+            .refused = true;
     }
 
     fn set_healthy(&self, scope: &str, resource_version: Option<String>) {

@@ -247,12 +247,13 @@ impl PdbCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 
-    fn pdb(ns: &str, name: &str, app: &str) -> Arc<PodDisruptionBudget> {
+    /// A PDB in `ns` over pods labelled `app=<app>` (also used by `pdb_cache`'s tests).
+    pub(in crate::controller) fn pdb(ns: &str, name: &str, app: &str) -> Arc<PodDisruptionBudget> {
         let mut p = PodDisruptionBudget::default();
         p.metadata.namespace = Some(ns.into());
         p.metadata.name = Some(name.into());

@@ -238,22 +238,7 @@ pub async fn namespace_pdbs(
 mod tests {
     use super::*;
 
-    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
-    fn pdb(ns: &str, name: &str, app: &str) -> Arc<PodDisruptionBudget> {
-        let mut p = PodDisruptionBudget::default();
-        p.metadata.namespace = Some(ns.into());
-        p.metadata.name = Some(name.into());
-        p.spec = Some(PodDisruptionBudgetSpec {
-            selector: Some(LabelSelector {
-                match_labels: Some([("app".to_string(), app.to_string())].into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        Arc::new(p)
-    }
+    use crate::controller::cached_pdbs::tests::pdb;
 
     fn written(ns: &str, name: &str, uid: &str) -> PodDisruptionBudget {
         let mut p = (*pdb(ns, name, "x")).clone();

@@ -42,6 +42,18 @@ async fn wait_get(addr: SocketAddr, path: &str, accept: impl Fn(u16, &str) -> bo
     .await
 }
 
+/// A Deployment of 2 replicas annotated with the `standard` availability class, no policy.
+fn standard_deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name,
+                     "annotations": {"pdboperator.io/availability-class": "standard"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}
+    }))
+    .unwrap()
+}
+
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn leader_serves_health_readiness_and_true_metrics_while_a_standby_waits() {
@@ -94,15 +106,8 @@ async fn leader_serves_health_readiness_and_true_metrics_while_a_standby_waits()
 
     // Metrics: a policy-free annotated Deployment counts as managed once its PDB exists.
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), &n);
-    let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "m", "annotations": {"pdboperator.io/availability-class": "standard"}},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "m"}},
-                 "template": {"metadata": {"labels": {"app": "m"}},
-                              "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}
-    }))
-    .unwrap();
     deployments
-        .create(&PostParams::default(), &d)
+        .create(&PostParams::default(), &standard_deployment("m"))
         .await
         .unwrap();
     let managed = format!(
@@ -136,16 +141,8 @@ async fn a_deleted_deployment_leaves_the_managed_gauge_at_the_next_sweep() {
     let (_op, addr) = start_operator_with_metrics(&cluster, &n);
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), &n);
     for name in ["kept", "gone"] {
-        let d: Deployment = serde_json::from_value(json!({
-            "metadata": {"name": name,
-                         "annotations": {"pdboperator.io/availability-class": "standard"}},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}
-        }))
-        .unwrap();
         deployments
-            .create(&PostParams::default(), &d)
+            .create(&PostParams::default(), &standard_deployment(name))
             .await
             .unwrap();
     }
