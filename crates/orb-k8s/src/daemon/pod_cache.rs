@@ -13,16 +13,16 @@
 //!
 //! A read ([`PodCache::pods_of`]) is served only when the loop covering the namespace has
 //! listed at least once and has not been failing for longer than
-//! `stale_cache_timeout_seconds`; otherwise the caller LISTs. Stored pods keep only what
-//! status reads use (no `managedFields`, volumes, env or probes), and LISTs are paginated,
-//! so 10,000 pods fit in tens of megabytes.
+//! `stale_cache_timeout_seconds`; otherwise the caller LISTs. Stored pods keep only the
+//! fields readers use ([`kept`]: no `managedFields`, volumes, env, probes, images or IP
+//! lists), and LISTs are paginated, so 10,000 pods fit in tens of megabytes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -32,13 +32,16 @@ use crate::config::NamespaceScope;
 use crate::labels::LabelKeys;
 use crate::metrics::{K8sMetrics, ReasonLabels, WatchEventLabels};
 
+mod kept;
+use kept::Kept;
+
 /// Server-side timeout of one WATCH call; the loop resumes from its resourceVersion after it.
 const WATCH_TIMEOUT_SECS: u32 = 290;
 const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Pods of one request: `(namespace, request id)` → pod name → what is kept of the pod.
-type Index = HashMap<(String, String), BTreeMap<String, Kept>>;
+type Index = HashMap<(String, String), BTreeMap<String, Box<Kept>>>;
 
 /// What one loop (one namespace, or the whole cluster) has achieved.
 #[derive(Debug, Clone, Default)]
@@ -251,7 +254,7 @@ impl PodCache {
             .index
             .iter()
             .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
-            .flat_map(|(_, pods)| pods.values().map(Kept::to_pod))
+            .flat_map(|(_, pods)| pods.values().map(|k| k.to_pod()))
             .collect();
         pods.sort_by_key(|a| (a.namespace(), a.name_any()));
         pods
@@ -325,64 +328,6 @@ impl PodCache {
     }
 }
 
-/// What the cache keeps of a pod: what status reads, reclaims and the node watcher use — its
-/// metadata (less `managedFields`), its status, and four spec fields. Volumes, containers,
-/// env and probes are most of a pod's size and are never read from the cache. Not a `Pod`:
-/// k8s-openapi's `Pod` holds its `PodSpec` inline, 1.5 KB of a 2.5 KB struct even when every
-/// field is empty, so 50,000 cached `Pod`s cost 70 MB more than these (a reader gets a
-/// `Pod` built from them).
-#[derive(Debug, Clone)]
-pub(crate) struct Kept {
-    metadata: ObjectMeta,
-    spec: Option<KeptSpec>,
-    status: Option<PodStatus>,
-}
-
-#[derive(Debug, Clone)]
-struct KeptSpec {
-    node_name: Option<String>,
-    restart_policy: Option<String>,
-    termination_grace_period_seconds: Option<i64>,
-    priority: Option<i32>,
-}
-
-impl From<Pod> for Kept {
-    fn from(pod: Pod) -> Self {
-        let mut metadata = pod.metadata;
-        metadata.managed_fields = None;
-        Self {
-            metadata,
-            spec: pod.spec.map(|spec| KeptSpec {
-                node_name: spec.node_name,
-                restart_policy: spec.restart_policy,
-                termination_grace_period_seconds: spec.termination_grace_period_seconds,
-                priority: spec.priority,
-            }),
-            status: pod.status,
-        }
-    }
-}
-
-impl Kept {
-    fn name(&self) -> String {
-        self.metadata.name.clone().unwrap_or_default()
-    }
-
-    fn to_pod(&self) -> Pod {
-        Pod {
-            metadata: self.metadata.clone(),
-            spec: self.spec.as_ref().map(|s| PodSpec {
-                node_name: s.node_name.clone(),
-                restart_policy: s.restart_policy.clone(),
-                termination_grace_period_seconds: s.termination_grace_period_seconds,
-                priority: s.priority,
-                ..Default::default()
-            }),
-            status: self.status.clone(),
-        }
-    }
-}
-
 impl PodCache {
     fn recount(&self, state: &mut State) {
         state.pods = state.index.values().map(BTreeMap::len).sum();
@@ -397,7 +342,7 @@ impl PodCache {
     }
 
     /// Replaces everything held for `scope` with a LIST's items.
-    fn replace<P: Into<Kept>>(
+    fn replace<P: Into<Box<Kept>>>(
         &self,
         scope: &str,
         items: impl IntoIterator<Item = P>,
@@ -405,7 +350,7 @@ impl PodCache {
     ) {
         let mut fresh: Index = HashMap::new();
         for pod in items {
-            let pod: Kept = pod.into();
+            let pod: Box<Kept> = pod.into();
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -455,11 +400,7 @@ impl PodCache {
                     }
                 }
             } else {
-                state
-                    .index
-                    .entry(key)
-                    .or_default()
-                    .insert(name, Kept::from(pod));
+                state.index.entry(key).or_default().insert(name, pod.into());
             }
         }
         let health = state.loops.entry(scope.to_string()).or_default();
@@ -546,7 +487,7 @@ impl PodCache {
         let mut next_resync = self.resync_every.map(|every| Instant::now() + every);
         if resource_version.is_some() {
             // Watching from a given point counts as synced from an empty start.
-            self.replace(&scope, Vec::<Kept>::new(), resource_version.clone());
+            self.replace(&scope, Vec::<Box<Kept>>::new(), resource_version.clone());
         }
         loop {
             if *shutdown.borrow() {
@@ -703,7 +644,7 @@ const LIST_PAGE: u32 = 500;
 async fn list_all(
     api: &Api<Pod>,
     selector: &str,
-) -> Result<(Vec<Kept>, Option<String>), kube::Error> {
+) -> Result<(Vec<Box<Kept>>, Option<String>), kube::Error> {
     let mut items = Vec::new();
     let mut params = ListParams::default().labels(selector).limit(LIST_PAGE);
     let mut resource_version = None;
@@ -712,7 +653,7 @@ async fn list_all(
         if resource_version.is_none() {
             resource_version = page.metadata.resource_version.clone();
         }
-        items.extend(page.items.into_iter().map(Kept::from));
+        items.extend(page.items.into_iter().map(Box::<Kept>::from));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok((items, resource_version)),

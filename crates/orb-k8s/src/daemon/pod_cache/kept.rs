@@ -1,0 +1,407 @@
+//! What the watch cache keeps of a pod: what status reads, reclaims, release ranking and the
+//! node annotations read from it, and nothing else.
+//!
+//! Not a `Pod`: k8s-openapi's `Pod` holds its `PodSpec` (1.5 KB) and `PodStatus` (0.6 KB)
+//! inline, and each `ContainerStatus` is 0.75 KB even when nearly every field is empty. At
+//! 50,000 cached pods every such byte is 50 MB. A reader gets a `Pod` rebuilt from these
+//! fields ([`Kept::to_pod`]); a field not listed here reads as unset, so a new reader of a
+//! pod field must add it here (the test `a_rebuilt_pod_reads_as_the_original` names the
+//! readers' fields).
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Kept {
+    /// Less `managedFields`.
+    pub(super) metadata: ObjectMeta,
+    spec: Option<KeptSpec>,
+    status: Option<KeptStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct KeptSpec {
+    node_name: Option<String>,
+    restart_policy: Option<String>,
+    termination_grace_period_seconds: Option<i64>,
+    priority: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct KeptStatus {
+    phase: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+    pod_ip: Option<String>,
+    host_ip: Option<String>,
+    conditions: Option<Vec<KeptCondition>>,
+    containers: Option<Vec<KeptContainer>>,
+    init_containers: Option<Vec<KeptContainer>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct KeptCondition {
+    type_: String,
+    status: String,
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct KeptContainer {
+    name: String,
+    restart_count: i32,
+    state: Option<KeptState>,
+    last_state: Option<KeptState>,
+}
+
+/// A container state: which of the three it is, and the reasons and exit code readers use.
+#[derive(Debug, Clone, PartialEq)]
+struct KeptState {
+    running: bool,
+    waiting: Option<(Option<String>, Option<String>)>,
+    terminated: Option<(Option<String>, i32)>,
+}
+
+impl From<Pod> for Kept {
+    fn from(pod: Pod) -> Self {
+        let mut metadata = pod.metadata;
+        metadata.managed_fields = None;
+        Self {
+            metadata,
+            spec: pod.spec.map(|spec| KeptSpec {
+                node_name: spec.node_name,
+                restart_policy: spec.restart_policy,
+                termination_grace_period_seconds: spec.termination_grace_period_seconds,
+                priority: spec.priority,
+            }),
+            status: pod.status.map(KeptStatus::from),
+        }
+    }
+}
+
+/// Boxed in the index: a B-tree node holds eleven values inline, about half of them empty
+/// after a LIST's ascending inserts.
+impl From<Pod> for Box<Kept> {
+    fn from(pod: Pod) -> Self {
+        Box::new(Kept::from(pod))
+    }
+}
+
+impl From<PodStatus> for KeptStatus {
+    fn from(status: PodStatus) -> Self {
+        let containers = |list: Option<Vec<ContainerStatus>>| {
+            list.map(|l| l.into_iter().map(Into::into).collect())
+        };
+        Self {
+            phase: status.phase,
+            reason: status.reason,
+            message: status.message,
+            pod_ip: status.pod_ip,
+            host_ip: status.host_ip,
+            conditions: status.conditions.map(|all| {
+                all.into_iter()
+                    .map(|c| KeptCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        message: c.message,
+                    })
+                    .collect()
+            }),
+            containers: containers(status.container_statuses),
+            init_containers: containers(status.init_container_statuses),
+        }
+    }
+}
+
+impl From<ContainerStatus> for KeptContainer {
+    fn from(c: ContainerStatus) -> Self {
+        Self {
+            name: c.name,
+            restart_count: c.restart_count,
+            state: c.state.map(KeptState::from),
+            last_state: c.last_state.map(KeptState::from),
+        }
+    }
+}
+
+impl From<ContainerState> for KeptState {
+    fn from(s: ContainerState) -> Self {
+        Self {
+            running: s.running.is_some(),
+            waiting: s.waiting.map(|w| (w.reason, w.message)),
+            terminated: s.terminated.map(|t| (t.reason, t.exit_code)),
+        }
+    }
+}
+
+impl Kept {
+    pub(super) fn name(&self) -> String {
+        self.metadata.name.clone().unwrap_or_default()
+    }
+
+    /// The pod as readers see it: the kept fields, everything else unset.
+    pub(super) fn to_pod(&self) -> Pod {
+        Pod {
+            metadata: self.metadata.clone(),
+            spec: self.spec.as_ref().map(|s| PodSpec {
+                node_name: s.node_name.clone(),
+                restart_policy: s.restart_policy.clone(),
+                termination_grace_period_seconds: s.termination_grace_period_seconds,
+                priority: s.priority,
+                ..Default::default()
+            }),
+            status: self.status.as_ref().map(KeptStatus::to_status),
+        }
+    }
+}
+
+impl KeptStatus {
+    fn to_status(&self) -> PodStatus {
+        let containers = |list: &Option<Vec<KeptContainer>>| {
+            list.as_ref()
+                .map(|l| l.iter().map(KeptContainer::to_status).collect())
+        };
+        PodStatus {
+            phase: self.phase.clone(),
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            pod_ip: self.pod_ip.clone(),
+            host_ip: self.host_ip.clone(),
+            conditions: self.conditions.as_ref().map(|all| {
+                all.iter()
+                    .map(|c| PodCondition {
+                        type_: c.type_.clone(),
+                        status: c.status.clone(),
+                        reason: c.reason.clone(),
+                        message: c.message.clone(),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            container_statuses: containers(&self.containers),
+            init_container_statuses: containers(&self.init_containers),
+            ..Default::default()
+        }
+    }
+}
+
+impl KeptContainer {
+    fn to_status(&self) -> ContainerStatus {
+        ContainerStatus {
+            name: self.name.clone(),
+            restart_count: self.restart_count,
+            state: self.state.as_ref().map(KeptState::to_state),
+            last_state: self.last_state.as_ref().map(KeptState::to_state),
+            ..Default::default()
+        }
+    }
+}
+
+impl KeptState {
+    fn to_state(&self) -> ContainerState {
+        ContainerState {
+            running: self.running.then(ContainerStateRunning::default),
+            waiting: self
+                .waiting
+                .as_ref()
+                .map(|(reason, message)| ContainerStateWaiting {
+                    reason: reason.clone(),
+                    message: message.clone(),
+                }),
+            terminated: self.terminated.as_ref().map(|(reason, exit_code)| {
+                ContainerStateTerminated {
+                    reason: reason.clone(),
+                    exit_code: *exit_code,
+                    ..Default::default()
+                }
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine_state::{observe_pod, pending_reason, pod_age};
+    use crate::release_plan::PodRank;
+    use jiff::Timestamp;
+    use orb_core::ProviderApi;
+    use serde_json::json;
+
+    fn recorded() -> Vec<Pod> {
+        [
+            include_str!("../../../tests/data/pod_image_pull_backoff.json"),
+            include_str!("../../../tests/data/pod_init_create_config_error.json"),
+            include_str!("../../../tests/data/pod_crash_looping.json"),
+            include_str!("../../../tests/data/pod_unschedulable.json"),
+        ]
+        .into_iter()
+        .map(|text| serde_json::from_str(text).expect("recorded pod parses"))
+        .collect()
+    }
+
+    /// A pod as a kubelet (or KWOK) reports it, with every heavy field the cache drops.
+    fn reported(phase: &str, extra_status: serde_json::Value) -> Pod {
+        let mut status = json!({
+            "phase": phase,
+            "hostIP": "10.0.0.4", "hostIPs": [{"ip": "10.0.0.4"}],
+            "podIP": "10.244.1.9", "podIPs": [{"ip": "10.244.1.9"}],
+            "qosClass": "BestEffort", "startTime": "2026-12-05T09:00:01Z",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-12-05T09:00:00Z"},
+                {"type": "Ready", "status": if phase == "Running" { "True" } else { "False" },
+                 "reason": "PodCompleted", "lastProbeTime": null},
+            ],
+            "containerStatuses": [{
+                "name": "orb", "image": "busybox:1.36", "imageID": "docker.io/library/busybox@sha256:9ae97d36",
+                "containerID": "containerd://4f1c", "ready": true, "started": true, "restartCount": 1,
+                "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}],
+                "state": {"running": {"startedAt": "2026-12-05T09:00:02Z"}},
+                "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "killed", "startedAt": "2026-12-05T09:00:01Z"}},
+            }],
+        });
+        if let (Some(s), Some(extra)) = (status.as_object_mut(), extra_status.as_object()) {
+            s.extend(extra.clone());
+        }
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "orb-1-0", "namespace": "grid", "uid": "u-1", "resourceVersion": "42",
+                "creationTimestamp": "2026-12-05T09:00:00Z",
+                "labels": {"orb.io/request-id": "req-1", "orb.io/managed": "true"},
+                "annotations": {"controller.kubernetes.io/pod-deletion-cost": "-100"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-rs", "controller": true}],
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}],
+            },
+            "spec": {
+                "nodeName": "kwok-node-1", "restartPolicy": "Always", "priority": 5,
+                "terminationGracePeriodSeconds": 45,
+                "containers": [{"name": "orb", "image": "busybox:1.36", "env": [{"name": "X", "value": "1"}]}],
+                "volumes": [{"name": "scratch", "emptyDir": {}}],
+            },
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn examples() -> Vec<Pod> {
+        let mut pods = recorded();
+        pods.push(reported("Running", json!({})));
+        pods.push(reported("Pending", json!({
+            "containerStatuses": [{"name": "orb", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ErrImagePull", "message": "pull access denied"}}}],
+        })));
+        pods.push(reported("Failed", json!({
+            "reason": "Evicted", "message": "the node was low on memory",
+            "containerStatuses": [{"name": "orb", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": "boom"}}}],
+        })));
+        pods.push(reported(
+            "Failed",
+            json!({"reason": "Evicted", "containerStatuses": []}),
+        ));
+        pods.push(reported("Succeeded", json!({})));
+        pods.push(reported("Unknown", json!({})));
+        pods.push(reported("Running", json!({
+            "initContainerStatuses": [{"name": "fetch", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "no secret"}}}],
+        })));
+        let mut disrupted = reported("Running", json!({}));
+        if let Some(cs) = disrupted
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+        {
+            cs.push(PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                reason: Some("PreemptionByScheduler".into()),
+                message: Some("preempted".into()),
+                ..Default::default()
+            });
+        }
+        pods.push(disrupted);
+        let mut deleting = reported("Running", json!({}));
+        deleting.metadata.deletion_timestamp = deleting.metadata.creation_timestamp.clone();
+        deleting.metadata.deletion_grace_period_seconds = Some(30);
+        pods.push(deleting);
+        pods.push(Pod::default());
+        pods
+    }
+
+    /// Everything a reader of a cached pod derives from it (status reads, reclaims, release
+    /// ranking, node annotations, pod timeouts).
+    fn readings(pod: &Pod) -> String {
+        let now: Timestamp = "2026-12-05T10:00:00Z".parse().unwrap();
+        let status = pod.status.as_ref();
+        let conditions: Vec<_> = status
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| (&c.type_, &c.status, &c.reason, &c.message))
+            .collect();
+        let spec = pod.spec.as_ref();
+        format!(
+            "{:?}",
+            (
+                ProviderApi::ALL
+                    .iter()
+                    .map(|kind| observe_pod(pod, *kind, "res"))
+                    .collect::<Vec<_>>(),
+                PodRank::of(pod),
+                pending_reason(pod),
+                pod_age(pod, now),
+                &pod.metadata,
+                spec.map(|s| (
+                    &s.node_name,
+                    &s.restart_policy,
+                    s.termination_grace_period_seconds,
+                    s.priority
+                )),
+                conditions,
+            )
+        )
+    }
+
+    #[test]
+    fn a_rebuilt_pod_reads_as_the_original() {
+        for mut pod in examples() {
+            let rebuilt = Kept::from(pod.clone()).to_pod();
+            pod.metadata.managed_fields = None;
+            assert_eq!(
+                readings(&rebuilt),
+                readings(&pod),
+                "{}",
+                pod.metadata.name.unwrap_or_default()
+            );
+        }
+    }
+
+    #[test]
+    fn what_no_reader_uses_is_dropped() {
+        let rebuilt = Kept::from(reported("Running", json!({}))).to_pod();
+        assert!(rebuilt.metadata.managed_fields.is_none());
+        let spec = rebuilt.spec.unwrap();
+        assert!(spec.containers.is_empty() && spec.volumes.is_none());
+        let status = rebuilt.status.unwrap();
+        assert!(
+            status.host_ips.is_none() && status.pod_ips.is_none() && status.start_time.is_none()
+        );
+        let c = &status.container_statuses.unwrap()[0];
+        assert_eq!((c.image.as_str(), c.image_id.as_str()), ("", ""));
+        assert!(c.container_id.is_none() && c.volume_mounts.is_none());
+        let last = c.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (
+                last.exit_code,
+                last.reason.as_deref(),
+                last.message.as_deref()
+            ),
+            (137, Some("OOMKilled"), None)
+        );
+    }
+}
