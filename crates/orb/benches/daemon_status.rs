@@ -359,10 +359,19 @@ fn metric(conn: &mut Conn, name: &str) -> Option<f64> {
 }
 
 fn rss_mib(pid: u32) -> f64 {
+    proc_status_mib(pid, "VmRSS:")
+}
+
+/// The most the process has held resident since it started (`VmHWM`).
+fn peak_rss_mib(pid: u32) -> f64 {
+    proc_status_mib(pid, "VmHWM:")
+}
+
+fn proc_status_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
@@ -514,6 +523,7 @@ fn run(namespace: &str, sizes: Sizes) {
     let written = rows_written(server._root.path()) - written_before;
     let served_from_cache = metric(&mut conn, "orb_k8s_status_reads_total{reason=\"cache\"}");
     let rss = rss_mib(server.child.id());
+    let peak = peak_rss_mib(server.child.id());
     drop(conn);
 
     // Restarts with every pod in place, each next to a bare paginated LIST of the same pods
@@ -533,6 +543,7 @@ fn run(namespace: &str, sizes: Sizes) {
         }
     }
     let restart_rss = rss_mib(server.child.id());
+    let restart_peak = peak_rss_mib(server.child.id());
     drop(server);
 
     // The LIST side: a second server with the watch off and its own SQLite store acquires a
@@ -596,7 +607,7 @@ fn run(namespace: &str, sizes: Sizes) {
         "| restart -> serving cache (median of {restart_rounds}) | {serving:.2} s | bare paginated LIST of the {pods} pods {bare_s:.2} s | ratio {serving_ratio:.2} |"
     );
     println!(
-        "p50 ratio LIST/cache {:.1}x; resident memory with {pods} cached pods: {rss:.1} MiB (after a restart: {restart_rss:.1} MiB; a server without the cache: {list_rss:.1} MiB); acquire of {pods} pods took {:.1} s, cache complete after {:.1} s",
+        "p50 ratio LIST/cache {:.1}x; resident memory with {pods} cached pods: {rss:.1} MiB (after a restart: {restart_rss:.1} MiB; a server without the cache: {list_rss:.1} MiB; peaks: {peak:.1} MiB over the acquire, {restart_peak:.1} MiB over the last restart); acquire of {pods} pods took {:.1} s, cache complete after {:.1} s",
         ms(l50) / ms(c50),
         acquired.as_secs_f64(),
         cached_after.as_secs_f64()
@@ -618,6 +629,8 @@ fn run(namespace: &str, sizes: Sizes) {
             "rss_mib": rss,
             "rss_after_restart_mib": restart_rss,
             "rss_without_cache_mib": list_rss,
+            "peak_rss_mib": peak,
+            "peak_rss_after_restart_mib": restart_peak,
             "pending": pending_mode(),
             "status_reads_from_cache": served_from_cache,
             "acquire_seconds": acquired.as_secs_f64(),

@@ -145,6 +145,16 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// True for the commands that run the long-lived daemon (`serve`, `server start`).
+    pub fn runs_the_daemon(&self) -> bool {
+        matches!(
+            self,
+            Command::Serve(_) | Command::Server(ServerCommand::Start(_))
+        )
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Address and port to listen on.

@@ -407,3 +407,23 @@ fn a_bearer_auth_config_is_applied_by_the_running_server() {
     sigterm(&mut child);
     child.wait().unwrap();
 }
+
+/// The daemon turns on jemalloc's background purge thread, so memory freed after its
+/// start-up LISTs goes back to the system while it is quiet (see `.cargo/config.toml`).
+#[test]
+fn serve_runs_the_allocators_background_purge_thread() {
+    let root = config_root();
+    let server =
+        support::serve_process::Server::spawn(orb(&root, &["serve", "--listen", "127.0.0.1:0"]));
+    let tasks = format!("/proc/{}/task", server.child.id());
+    let names: Vec<String> = std::fs::read_dir(&tasks)
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect();
+    server.stop();
+    assert!(
+        names.iter().any(|n| n == "jemalloc_bg_thd"),
+        "no jemalloc background thread among {names:?}"
+    );
+}

@@ -19,10 +19,7 @@ pub fn run(cli: Cli) -> Output {
     let session = Session::new(cli.global);
     let command = cli.command;
     let hostfactory_op = crate::hostfactory::operation_of(&session, &command);
-    if !matches!(
-        command,
-        Command::Serve(_) | Command::Server(crate::cli::ServerCommand::Start(_))
-    ) {
+    if !command.runs_the_daemon() {
         // `orb serve` logs to stderr on its own terms; every other call like a provider.
         crate::logging::install(&crate::logging::plan(
             &session.dirs.log_dir.path,
