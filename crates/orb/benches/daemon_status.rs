@@ -22,9 +22,15 @@
 //! limit). It also counts the store rows the timed reads wrote (request and machine
 //! versions): reads of unchanged requests should write none.
 //!
+//! Last, it deletes `BENCH_CHANGED` pods of the first request outside orb and counts the rows
+//! written until a status read reports them: only those machines (and at most the request
+//! itself) should be written.
+//!
 //! Environment: KUBECONFIG (default: the repo's local control plane), BENCH_PODS (10000),
 //! BENCH_PODS_PER_REQUEST (50), BENCH_READS (2000), BENCH_LIST_READS (300), BENCH_RESTARTS
-//! (3), BENCH_PENDING.
+//! (3), BENCH_CHANGED (10), BENCH_PENDING, BENCH_STORAGE_URL (the measured server's store,
+//! e.g. an empty PostgreSQL database `postgres://…`; default SQLite in its root directory;
+//! the LIST-per-read server always keeps its own SQLite).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -109,6 +115,8 @@ struct Server {
     child: Child,
     addr: String,
     _root: tempfile::TempDir,
+    /// `ORB_STORAGE_URL` of the server (None: SQLite under its root).
+    storage: Option<String>,
 }
 
 impl Drop for Server {
@@ -136,7 +144,7 @@ fn prepare_root(namespace: &str, watch: bool) -> tempfile::TempDir {
     std::fs::write(
         config.join("config.json"),
         json!({
-            "request": {"max_machines_per_request": 1000},
+            "request": {"max_machines_per_request": env_num("BENCH_PODS_PER_REQUEST", 50).max(1000)},
             "providers": [{"name": "kube", "type": "k8s", "config": {
                 "namespace": namespace,
                 "kubeconfig_path": kubeconfig(),
@@ -171,19 +179,32 @@ fn prepare_root(namespace: &str, watch: bool) -> tempfile::TempDir {
     root
 }
 
-fn start_server(namespace: &str, watch: bool) -> Server {
+fn start_server(namespace: &str, watch: bool, storage: Option<String>) -> Server {
     let root = prepare_root(namespace, watch);
-    let (child, addr) = spawn_server(root.path());
+    let (child, addr) = spawn_server(root.path(), storage.as_deref());
     Server {
         child,
         addr,
         _root: root,
+        storage,
     }
 }
 
+/// `BENCH_STORAGE_URL`, when set.
+fn storage_url() -> Option<String> {
+    std::env::var("BENCH_STORAGE_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+}
+
 /// `orb serve` on the config and store under `root`, and the address it listens on.
-fn spawn_server(root: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orb"))
+fn spawn_server(root: &std::path::Path, storage: Option<&str>) -> (Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_orb"));
+    match storage {
+        Some(url) => command.env("ORB_STORAGE_URL", url),
+        None => command.env_remove("ORB_STORAGE_URL"),
+    };
+    let mut child = command
         .env("ORB_ROOT_DIR", root)
         .env("HOME", root)
         .env_remove("ORB_CONFIG_DIR")
@@ -221,7 +242,7 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let spawned = Instant::now();
-        let (child, addr) = spawn_server(self._root.path());
+        let (child, addr) = spawn_server(self._root.path(), self.storage.as_deref());
         self.child = child;
         self.addr = addr;
         spawned
@@ -327,15 +348,19 @@ fn bare_list(namespace: &str, pods: usize) -> Duration {
 
 /// Rows the store has written so far: every insert counts version 1 and every update adds
 /// one, for requests and machines alike.
-fn rows_written(root: &std::path::Path) -> i64 {
+fn rows_written(server: &Server) -> i64 {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = orb_store::Store::open_sqlite_file(&root.join("work/orb.db"))
-            .await
-            .expect("opening the server's SQLite store");
+        let store = match &server.storage {
+            Some(url) => orb_store::Store::open(url).await,
+            None => {
+                orb_store::Store::open_sqlite_file(&server._root.path().join("work/orb.db")).await
+            }
+        }
+        .expect("opening the server's store");
         let machines = store
             .list_machines(&orb_store::MachineFilter::default())
             .await
@@ -348,6 +373,63 @@ fn rows_written(root: &std::path::Path) -> i64 {
         machines.iter().map(|m| m.version).sum::<i64>()
             + requests.iter().map(|r| r.version).sum::<i64>()
     })
+}
+
+/// Deletes `count` pods of request `id` outside orb (grace 0), reads the request's status
+/// until it reports that many machines no longer pending, reads it once more after the
+/// follow loop's debounce, and returns the store rows written meanwhile: the changed
+/// machines, and the request if its own status moved.
+fn change_machines(server: &Server, namespace: &str, id: &str, count: usize) -> i64 {
+    if count == 0 {
+        return 0;
+    }
+    let mut conn = Conn::open(&server.addr);
+    let path = format!("/api/v1/requests/{id}/status");
+    let (code, body) = conn.call("GET", &path, None);
+    assert_eq!(code, 200, "{body}");
+    let before = rows_written(server);
+    with_client(async |client| {
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::api::{Api, DeleteParams, ListParams};
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        let selector = format!("orb.io/request-id={id}");
+        let listed = api
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+            .expect("listing the request's pods");
+        let mut names: Vec<String> = listed
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        names.sort();
+        for name in names.iter().take(count) {
+            api.delete(name, &DeleteParams::default().grace_period(0))
+                .await
+                .expect("deleting a pod");
+        }
+    });
+    let t0 = Instant::now();
+    loop {
+        let (code, body) = conn.call("GET", &path, None);
+        assert_eq!(code, 200, "{body}");
+        let reply: Value = serde_json::from_str(&body).unwrap();
+        let moved = reply["machines"].as_array().map_or(0, |machines| {
+            machines.iter().filter(|m| m["status"] != "pending").count()
+        });
+        if moved >= count {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{moved} of {count} deleted pods reported after 2 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, body) = conn.call("GET", &path, None);
+    assert_eq!(code, 200, "{body}");
+    rows_written(server) - before
 }
 
 fn metric(conn: &mut Conn, name: &str) -> Option<f64> {
@@ -485,7 +567,7 @@ fn run(namespace: &str, sizes: Sizes) {
         restart_rounds,
     } = sizes;
     let pods = requests * per_request;
-    let server = start_server(namespace, true);
+    let server = start_server(namespace, true, storage_url());
     let mut conn = Conn::open(&server.addr);
     let t0 = Instant::now();
     let mut ids = Vec::with_capacity(requests);
@@ -518,9 +600,9 @@ fn run(namespace: &str, sizes: Sizes) {
         let (code, body) = conn.call("GET", &format!("/api/v1/requests/{id}/status"), None);
         assert_eq!(code, 200, "{body}");
     }
-    let written_before = rows_written(server._root.path());
+    let written_before = rows_written(&server);
     let cache_times = time_reads(&mut conn, &ids, reads);
-    let written = rows_written(server._root.path()) - written_before;
+    let written = rows_written(&server) - written_before;
     let served_from_cache = metric(&mut conn, "orb_k8s_status_reads_total{reason=\"cache\"}");
     let rss = rss_mib(server.child.id());
     let peak = peak_rss_mib(server.child.id());
@@ -544,12 +626,14 @@ fn run(namespace: &str, sizes: Sizes) {
     }
     let restart_rss = rss_mib(server.child.id());
     let restart_peak = peak_rss_mib(server.child.id());
+    let changed = env_num("BENCH_CHANGED", 10).min(per_request);
+    let changed_rows = change_machines(&server, namespace, &ids[0], changed);
     drop(server);
 
     // The LIST side: a second server with the watch off and its own SQLite store acquires a
     // few requests in the same crowded namespace and reads those, each read a labelled LIST
     // that the apiserver answers from the namespace's 10,000 pods.
-    let list_server = start_server(namespace, false);
+    let list_server = start_server(namespace, false, None);
     let mut conn = Conn::open(&list_server.addr);
     let mut list_ids = Vec::new();
     for _ in 0..4 {
@@ -613,7 +697,17 @@ fn run(namespace: &str, sizes: Sizes) {
         cached_after.as_secs_f64()
     );
     println!(
-        "start-up reconciliation after a restart: done {reconciled:.2} s after spawn, its own pass {reconcile_s:.2} s; store rows written by {reads} status reads of unchanged requests: {written} ({rows_per_read:.3} a read)"
+        "start-up reconciliation after a restart: done {reconciled:.2} s after spawn, its own pass {reconcile_s:.2} s; store rows written by {reads} status reads of unchanged requests: {written} ({rows_per_read:.3} a read); by the reads that reported {changed} pods of one request deleted: {changed_rows} ({}; store: {})",
+        if changed_rows <= changed as i64 + 1 {
+            "only the changed machines and the request"
+        } else {
+            "MORE than the changed machines"
+        },
+        if storage_url().is_some() {
+            "BENCH_STORAGE_URL"
+        } else {
+            "SQLite"
+        },
     );
     let rss_target = rss_target_mib(pods);
     println!(
@@ -644,6 +738,9 @@ fn run(namespace: &str, sizes: Sizes) {
             "reconcile_pass_seconds": reconcile_s,
             "rows_written_by_reads": written,
             "rows_written_per_read": rows_per_read,
+            "changed_machines": changed,
+            "rows_written_for_changed": changed_rows,
+            "storage": if storage_url().is_some() { "BENCH_STORAGE_URL" } else { "sqlite" },
             "targets": {
                 "cache_p99_ms_max": 5.0,
                 "rss_mib_max": rss_target,
@@ -651,6 +748,7 @@ fn run(namespace: &str, sizes: Sizes) {
                 "p99_met": ms(c99) <= 5.0,
                 "rss_met": rss.max(restart_rss) <= rss_target,
                 "serving_met": serving_ratio <= 1.5,
+                "changed_rows_met": changed_rows <= changed as i64 + 1,
             }
         })
     );
