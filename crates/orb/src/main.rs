@@ -12,21 +12,40 @@ use orb_cli::commands;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc returns freed pages to the system only while it allocates, unless its background
-/// thread runs: a daemon that goes quiet after its start-up LISTs would otherwise keep that
-/// transient memory resident. One-shot commands exit before it would matter.
-fn purge_freed_memory_in_the_background() {
-    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
-        eprintln!(
-            "orb: could not start the allocator's background purge thread ({e}); freed memory returns to the system more slowly"
-        );
+/// The allocator settings of the daemon: jemalloc's background thread gives freed pages back
+/// to the system after 1 s unused (default: 10 s, and only while the process allocates), so a
+/// daemon that goes quiet after its start-up LISTs does not keep their buffers resident.
+/// One-shot commands keep jemalloc's defaults: purging that early costs them about 4 %.
+const DAEMON_MALLOC_CONF: &str = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+/// Where jemalloc (as built by tikv-jemalloc-sys) reads its settings, once, before `main`.
+const MALLOC_CONF_VAR: &str = "_RJEM_MALLOC_CONF";
+
+/// Runs this same command again (same pid, arguments and environment) with
+/// [`DAEMON_MALLOC_CONF`], unless the variable is set already: by this re-run, or by the user,
+/// whose settings win. Returns only when that is so or the re-run could not start.
+fn with_daemon_allocator_settings() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os(MALLOC_CONF_VAR).is_some() {
+        return;
     }
+    let mut args = std::env::args_os();
+    let (Some(arg0), Ok(exe)) = (args.next(), std::env::current_exe()) else {
+        return;
+    };
+    let err = std::process::Command::new(exe)
+        .arg0(arg0)
+        .args(args)
+        .env(MALLOC_CONF_VAR, DAEMON_MALLOC_CONF)
+        .exec();
+    eprintln!(
+        "orb: could not restart with the daemon's allocator settings ({err}); memory freed after start-up stays resident longer"
+    );
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.command.runs_the_daemon() {
-        purge_freed_memory_in_the_background();
+        with_daemon_allocator_settings();
     }
     let output = commands::run(cli);
     let mut stdout = std::io::stdout().lock();

@@ -408,22 +408,54 @@ fn a_bearer_auth_config_is_applied_by_the_running_server() {
     child.wait().unwrap();
 }
 
-/// The daemon turns on jemalloc's background purge thread, so memory freed after its
-/// start-up LISTs goes back to the system while it is quiet (see `.cargo/config.toml`).
-#[test]
-fn serve_runs_the_allocators_background_purge_thread() {
-    let root = config_root();
-    let server =
-        support::serve_process::Server::spawn(orb(&root, &["serve", "--listen", "127.0.0.1:0"]));
-    let tasks = format!("/proc/{}/task", server.child.id());
-    let names: Vec<String> = std::fs::read_dir(&tasks)
+/// Names of the threads of process `pid`, and its environment.
+fn threads_and_environment(pid: u32) -> (Vec<String>, String) {
+    let names = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
         .map(|name| name.trim().to_string())
         .collect();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    (names, String::from_utf8_lossy(&environ).replace('\0', "\n"))
+}
+
+/// The daemon runs with jemalloc's background purge thread and a 1 s decay (it re-runs itself
+/// with those settings), so memory freed after its start-up LISTs goes back to the system
+/// while it is quiet; the same pid keeps serving.
+#[test]
+fn serve_runs_with_the_allocators_background_purge() {
+    let root = config_root();
+    let server =
+        support::serve_process::Server::spawn(orb(&root, &["serve", "--listen", "127.0.0.1:0"]));
+    let (threads, environ) = threads_and_environment(server.child.id());
+    let reply = http_get(&server.addr, "/livez");
     server.stop();
     assert!(
-        names.iter().any(|n| n == "jemalloc_bg_thd"),
-        "no jemalloc background thread among {names:?}"
+        threads.iter().any(|n| n == "jemalloc_bg_thd"),
+        "no jemalloc background thread among {threads:?}"
+    );
+    assert!(
+        environ.contains("_RJEM_MALLOC_CONF=background_thread:true,dirty_decay_ms:1000"),
+        "{environ}"
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+/// Allocator settings the user gives win over the daemon's own.
+#[test]
+fn the_users_allocator_settings_are_kept() {
+    let root = config_root();
+    let mut cmd = orb(&root, &["serve", "--listen", "127.0.0.1:0"]);
+    cmd.env("_RJEM_MALLOC_CONF", "background_thread:false");
+    let server = support::serve_process::Server::spawn(cmd);
+    let (threads, environ) = threads_and_environment(server.child.id());
+    server.stop();
+    assert!(
+        !threads.iter().any(|n| n == "jemalloc_bg_thd"),
+        "a background thread despite background_thread:false: {threads:?}"
+    );
+    assert!(
+        environ.contains("_RJEM_MALLOC_CONF=background_thread:false\n"),
+        "{environ}"
     );
 }
