@@ -16,13 +16,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Preconditions, PropagationPolicy};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 use orb_core::ProviderApi;
 use orb_core::machine::Machine;
 use orb_core::request::{Request, RequestStatus, RequestType};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::config::NamespaceScope;
 use crate::error::{K8sError, is_conflict, is_not_found};
@@ -274,41 +275,64 @@ pub fn request_ids(objects: &[ManagedObject]) -> BTreeSet<String> {
         .collect()
 }
 
-fn to_object<K: Resource + ResourceExt>(
-    kind: ProviderApi,
-    object: &K,
-    keys: &LabelKeys,
-) -> ManagedObject {
-    let meta = object.meta();
+/// One page of a metadata LIST, decoded to the fields reconciliation reads. Everything else
+/// is skipped unparsed: kube's `PartialObjectMeta` would build each object's
+/// `managedFields`, tens of kilobytes of nested JSON maps once parsed, only to drop them.
+#[derive(Debug, Default, Deserialize)]
+struct MetaPage {
+    #[serde(default)]
+    metadata: MetaPageInfo,
+    /// `null` when the list is empty.
+    items: Option<Vec<MetaItem>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct MetaPageInfo {
+    #[serde(rename = "continue")]
+    continue_: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct MetaItem {
+    #[serde(default)]
+    metadata: ItemMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ItemMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    owner_references: Option<Vec<ItemOwner>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ItemOwner {
+    controller: Option<bool>,
+}
+
+fn to_object(kind: ProviderApi, meta: ItemMeta, keys: &LabelKeys) -> ManagedObject {
     ManagedObject {
         kind,
-        namespace: object.namespace().unwrap_or_default(),
-        name: object.name_any(),
-        uid: meta.uid.clone(),
-        request_id: object
-            .labels()
-            .get(&keys.request_id())
-            .filter(|v| !v.is_empty())
-            .cloned(),
-        created: meta.creation_timestamp.as_ref().map(|t| t.0),
+        namespace: meta.namespace.unwrap_or_default(),
+        name: meta.name.unwrap_or_default(),
+        uid: meta.uid,
+        request_id: meta
+            .labels
+            .and_then(|mut labels| labels.remove(&keys.request_id()))
+            .filter(|v| !v.is_empty()),
+        created: meta.creation_timestamp.map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
         controlled: kind == ProviderApi::Pod
             && meta
                 .owner_references
-                .as_deref()
                 .unwrap_or_default()
                 .iter()
                 .any(|o| o.controller == Some(true)),
-    }
-}
-
-fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
     }
 }
 
@@ -319,29 +343,35 @@ async fn list_kind<K>(
     keys: &LabelKeys,
 ) -> Result<Vec<ManagedObject>, K8sError>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + fmt::Debug
-        + DeserializeOwned,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
     // Reconciliation reads metadata only, page by page: a namespace of 10,000 pods would
     // otherwise cost their full bodies in memory at once.
-    let api: Api<K> = api_for(client, namespace);
+    let context = || {
+        format!(
+            "listing managed {kind}s in {}",
+            namespace.unwrap_or("all namespaces")
+        )
+    };
+    let request = kube::core::Request::new(K::url_path(&(), namespace));
     let mut params = ListParams::default()
         .labels(&keys.managed_selector())
         .limit(500);
     let mut objects = Vec::new();
     loop {
-        let page = api.list_metadata(&params).await.map_err(|e| {
-            K8sError::api(
-                format!(
-                    "listing managed {kind}s in {}",
-                    namespace.unwrap_or("all namespaces")
-                ),
-                e,
-            )
-        })?;
-        objects.extend(page.items.iter().map(|o| to_object(kind, o, keys)));
+        let call = request
+            .list_metadata(&params)
+            .map_err(|e| K8sError::api(context(), kube::Error::BuildRequest(e)))?;
+        let page: MetaPage = client
+            .request(call)
+            .await
+            .map_err(|e| K8sError::api(context(), e))?;
+        objects.extend(
+            page.items
+                .unwrap_or_default()
+                .into_iter()
+                .map(|item| to_object(kind, item.metadata, keys)),
+        );
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(objects),

@@ -274,3 +274,80 @@ fn a_gc_pass_over_a_finished_request_keeps_exactly_the_pods_of_machines_still_he
     assert!(orphans.contains("p-1") && orphans.contains("p-1999") && orphans.contains("p-unknown"));
     assert!(!orphans.contains("p-0") && !orphans.contains("p-1998"));
 }
+
+/// A metadata LIST page as the apiserver sends it (`PartialObjectMetadataList`), managedFields
+/// and all: decoded to what reconciliation reads, with the continue token of the next page.
+#[test]
+fn a_metadata_page_decodes_to_managed_objects_without_its_managed_fields() {
+    let page: MetaPage = serde_json::from_value(serde_json::json!({
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": "812", "continue": "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"},
+        "items": [
+            {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": {
+                    "name": "orb-1-0", "namespace": "batch", "uid": "u-0", "resourceVersion": "800",
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "deletionTimestamp": "2026-01-01T00:00:05Z",
+                    "labels": {"orb.io/managed": "true", "orb.io/request-id": REQ},
+                    "ownerReferences": [
+                        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-rs", "controller": true}
+                    ],
+                    "managedFields": [{"manager": "kwok", "operation": "Update", "apiVersion": "v1",
+                        "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}}}}}}],
+                },
+            },
+            {"metadata": {"name": "orb-2-0", "namespace": "batch", "labels": {"orb.io/request-id": ""}}},
+        ],
+    }))
+    .unwrap();
+    assert_eq!(
+        page.metadata.continue_.as_deref(),
+        Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ")
+    );
+    let keys = LabelKeys::new("orb.io");
+    let objects: Vec<ManagedObject> = page
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|item| to_object(ProviderApi::Pod, item.metadata, &keys))
+        .collect();
+    assert_eq!(
+        objects,
+        [
+            ManagedObject {
+                kind: ProviderApi::Pod,
+                namespace: "batch".into(),
+                name: "orb-1-0".into(),
+                uid: Some("u-0".into()),
+                request_id: Some(REQ.into()),
+                created: Some(t(0)),
+                deleting: true,
+                controlled: true,
+            },
+            ManagedObject {
+                kind: ProviderApi::Pod,
+                namespace: "batch".into(),
+                name: "orb-2-0".into(),
+                uid: None,
+                request_id: None,
+                created: None,
+                deleting: false,
+                controlled: false,
+            },
+        ]
+    );
+}
+
+/// The apiserver writes an empty list's items as `null`.
+#[test]
+fn an_empty_metadata_page_has_no_items_and_no_next_page() {
+    let page: MetaPage = serde_json::from_str(
+        r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"9"},"items":null}"#,
+    )
+    .unwrap();
+    assert!(page.items.unwrap_or_default().is_empty());
+    assert_eq!(page.metadata.continue_, None);
+}
