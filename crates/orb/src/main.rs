@@ -15,7 +15,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// The allocator settings of the daemon: jemalloc's background thread gives freed pages back
 /// to the system after 1 s unused (default: 10 s, and only while the process allocates), so a
 /// daemon that goes quiet after its start-up LISTs does not keep their buffers resident.
-/// One-shot commands keep jemalloc's defaults: purging that early costs them about 4 %.
+/// One-shot commands keep jemalloc's defaults: they exit long before either decay would run.
 const DAEMON_MALLOC_CONF: &str = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
 /// Where jemalloc (as built by tikv-jemalloc-sys) reads its settings, once, before `main`.
 const MALLOC_CONF_VAR: &str = "_RJEM_MALLOC_CONF";
