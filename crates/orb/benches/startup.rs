@@ -1,18 +1,21 @@
 //! Start-up cost of fresh `orb` processes, the way HostFactory pays it: one process per call.
-//! Prints median and 90th percentile for `orb --version` and for HostFactory status polls of
-//! stored 50- and 500-machine requests, both direct (`ORB_DAEMON=off`: the process opens the
-//! database and answers itself) and through a running `orb serve` (spawned here on the same
-//! config and work dir, so the same store; the process forwards the call over
-//! `<work dir>/orb.sock`). Direct and daemon runs alternate call by call so machine load hits
-//! both alike. A benchmark that reports figures, not a pass/fail test.
+//! Prints median and 90th percentile for `orb --version` and for HostFactory status polls.
 //!
-//! Run: `cargo bench -p orb --bench startup` (release build). `BENCH_STARTUP_RUNS` (default 60)
-//! sets the runs per figure, `BENCH_STARTUP_SIZES` (default `50,500`) the machines of the stored
-//! requests. No control plane needed: the stored requests are complete, so neither path asks
-//! Kubernetes. Also compares the direct status with `--version` (the start-up every call pays):
-//! before any daemon runs, the two alternate call by call, and the 50-machine ratio is printed
-//! when 50 is among the sizes. `BENCH_STARTUP_ROOT=DIR` seeds config and store there and
-//! leaves them, to profile one call by hand (`ORB_ROOT_DIR=DIR orb ...`).
+//! - A finished return of 50 and of 500 machines (seeded in the store; a finished return is
+//!   answered from the store alone): direct (`ORB_DAEMON=off`) alternating call by call with
+//!   `--version`, before any daemon runs, with the ratio; then direct against a running
+//!   `orb serve` (spawned here on the same config and work dir; the process forwards over
+//!   `<work dir>/orb.sock`), alternating, the replies checked equal. No cluster needed.
+//! - With a control plane (`KUBECONFIG`, else the dev one): a completed acquire of 50 pods
+//!   that run. Every status call of it follows the live pods on the cluster, so direct it
+//!   costs a connection and a LIST per call, and through `orb serve` the watch cache answers.
+//!   Each is timed alternating with `--version`. Skipped, with a line saying so, without one.
+//!
+//! A benchmark that reports figures, not a pass/fail test. Run: `cargo bench -p orb --bench
+//! startup` (release build). `BENCH_STARTUP_RUNS` (default 60) sets the runs per figure,
+//! `BENCH_STARTUP_SIZES` (default `50,500`) the machines of the seeded returns.
+//! `BENCH_STARTUP_ROOT=DIR` seeds config and store there and leaves them, to profile one call
+//! by hand (`ORB_ROOT_DIR=DIR orb ...`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -158,43 +161,43 @@ fn status_args(input: &Path) -> [&str; 6] {
     ]
 }
 
-/// `orb --version` and the direct HostFactory status of one stored request, alternating call
-/// by call (which goes first flips every round), so both meet the same machine load. Returns
-/// the two medians.
-fn measure_status_and_version(count: u32, root: &Path, input: &Path) -> (Duration, Duration) {
+/// `orb --version` and the HostFactory status of the requests in `input` (`env` says
+/// direct or through which daemon), alternating call by call (which goes first flips every
+/// round), so both meet the same machine load. Prints both and the status over `--version`.
+fn measure_against_version(label: &str, root: &Path, input: &Path, env: &[(&str, &str)]) {
     let args = status_args(input);
-    let direct_env = [("ORB_DAEMON", "off")];
-    let version_label = format!("orb --version (alternating with the {count}-machine status)");
-    let direct_label =
-        format!("orb requests status -f (HostFactory, {count}-machine request, no daemon up)");
-    let (mut version, mut direct) = (Vec::new(), Vec::new());
+    let version_label = "  orb --version, alternating with it";
+    let (mut version, mut status) = (Vec::new(), Vec::new());
     for i in 0..runs() {
         for version_now in [i % 2 == 0, i % 2 == 1] {
             if version_now {
-                version.push(run_orb(&version_label, root, &["--version"], &direct_env).0);
+                version.push(run_orb(version_label, root, &["--version"], env).0);
             } else {
-                direct.push(run_orb(&direct_label, root, &args, &direct_env).0);
+                status.push(run_orb(label, root, &args, env).0);
             }
         }
     }
-    (
-        report(&version_label, version),
-        report(&direct_label, direct),
-    )
+    let status = report(label, status);
+    let version = report(version_label, version);
+    println!(
+        "  ratio over --version: {:.2}",
+        status.as_secs_f64() / version.as_secs_f64()
+    );
 }
 
 /// HostFactory `requests status -f` of one stored request, direct and through `daemon`,
 /// alternating call by call. Checks the daemon answered (no fallback note) with the same
 /// stdout as the direct run.
-/// Returns the direct median.
-fn measure_status(count: u32, root: &Path, input: &Path, daemon: &Daemon) -> Duration {
+fn measure_status(count: u32, root: &Path, input: &Path, daemon: &Daemon) {
     let args = status_args(input);
     let via = format!("unix:{}", daemon.socket.display());
     let direct_env = [("ORB_DAEMON", "off")];
     let daemon_env = [("ORB_DAEMON", via.as_str())];
-    let direct_label = format!("orb requests status -f (HostFactory, {count}-machine request)");
-    let daemon_label =
-        format!("orb requests status -f (HostFactory, {count}-machine request, via orb serve)");
+    let direct_label =
+        format!("orb requests status -f (HostFactory, finished {count}-machine return)");
+    let daemon_label = format!(
+        "orb requests status -f (HostFactory, finished {count}-machine return, via orb serve)"
+    );
     let (_, expected) = run_orb(&direct_label, root, &args, &direct_env);
     let (_, answered) = run_orb(&daemon_label, root, &args, &daemon_env);
     let stderr = String::from_utf8_lossy(&answered.stderr);
@@ -224,7 +227,6 @@ fn measure_status(count: u32, root: &Path, input: &Path, daemon: &Daemon) -> Dur
         "ratio via orb serve / direct ({count} machines): {:.2}",
         daemon_median.as_secs_f64() / direct_median.as_secs_f64()
     );
-    direct_median
 }
 
 fn write_config(root: &Path) {
@@ -242,7 +244,10 @@ fn write_config(root: &Path) {
     .unwrap();
 }
 
-/// Stores a complete acquire request of `count` running machines; returns its id.
+/// Stores a complete acquire of `count` machines and the complete return that gave them all
+/// back; returns the return's id. A finished return is answered from the store alone (a
+/// finished acquire whose machines still run is not: each status call follows them on the
+/// cluster, see [`live_request`]).
 async fn seed(root: &Path, count: u32) -> String {
     let store = Store::open_sqlite_file(&root.join("work/orb.db"))
         .await
@@ -259,19 +264,32 @@ async fn seed(root: &Path, count: u32) -> String {
     );
     request.status = RequestStatus::Complete;
     request.fulfilled_count = count;
+    let mut giving_back = Request::new(
+        RequestId::new_return(),
+        RequestType::Return,
+        None,
+        "kube",
+        "k8s",
+        count,
+        now,
+    );
+    // As a return leaves it: every pod gone, so every machine terminated.
+    giving_back.status = RequestStatus::Complete;
+    giving_back.status_message = Some(format!("{count} of {count} machines released"));
+    giving_back.fulfilled_count = count;
     let hex = request.request_id.hex_digits();
     let mut machines: Vec<Machine> = (0..count)
         .map(|i| Machine {
             machine_id: format!("orb-{}-{i:04}", &hex[..20]),
             name: format!("orb-{}-{i:04}", &hex[..20]),
             request_id: request.request_id.clone(),
-            return_request_id: None,
+            return_request_id: Some(giving_back.request_id.clone()),
             template_id: "worker".into(),
             provider_name: "kube".into(),
             provider_api: Some(orb_core::ProviderApi::Pod),
             resource_id: None,
             uid: None,
-            status: MachineStatus::Running,
+            status: MachineStatus::Terminated,
             status_reason: None,
             private_ip: Some(format!("10.0.{}.{}", i / 250, i % 250 + 1)),
             public_ip: None,
@@ -285,11 +303,139 @@ async fn seed(root: &Path, count: u32) -> String {
             version: 0,
         })
         .collect();
+    giving_back.machine_ids = machines.iter().map(|m| m.machine_id.clone()).collect();
     store
         .insert_request(&mut request, &mut machines)
         .await
         .unwrap();
-    request.request_id.to_string()
+    store
+        .insert_request(&mut giving_back, &mut [])
+        .await
+        .unwrap();
+    giving_back.request_id.to_string()
+}
+
+/// The local control plane's kubeconfig: `KUBECONFIG`, else the dev control plane's.
+fn kubeconfig() -> PathBuf {
+    std::env::var("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.state/control-plane/admin.kubeconfig")
+        })
+}
+
+/// A completed acquire of 50 pods that run on the control plane, its status direct and
+/// through `orb serve`, each alternating with `--version`. A finished acquire whose machines
+/// still run is followed on the cluster by every status call (a pod that fails or is deleted
+/// after the request completed must not read `running`): direct, that is a new connection
+/// and a LIST of the request's pods per call; through the daemon, its watch cache answers.
+/// Skipped when no control plane answers.
+fn live_request(runtime: &tokio::runtime::Runtime) {
+    let Some(client) = runtime.block_on(async {
+        let client = kube_fixture::client_from(&kubeconfig()).await.ok()?;
+        tokio::time::timeout(Duration::from_secs(3), client.apiserver_version())
+            .await
+            .ok()?
+            .ok()?;
+        Some(client)
+    }) else {
+        println!(
+            "running 50-machine request: skipped, no control plane answers at {} (tools/control-plane/cp up)",
+            kubeconfig().display()
+        );
+        return;
+    };
+    let namespace = format!("bench-startup-{}", std::process::id());
+    runtime.block_on(namespace_action(&client, &namespace, true));
+    let outcome = std::panic::catch_unwind(|| measure_live(&namespace));
+    runtime.block_on(namespace_action(&client, &namespace, false));
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn namespace_action(client: &kube::Client, namespace: &str, create: bool) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, DeleteParams, PostParams};
+    let api: Api<Namespace> = Api::all(client.clone());
+    if create {
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("creating the bench namespace");
+    } else {
+        let _ = api.delete(namespace, &DeleteParams::background()).await;
+    }
+}
+
+fn measure_live(namespace: &str) {
+    let temp = tempfile::tempdir().unwrap();
+    let root = temp.path();
+    let config = root.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.json"),
+        json!({"providers": [{"name": "kube", "type": "k8s", "config": {
+            "namespace": namespace,
+            "kubeconfig_path": kubeconfig(),
+            "in_cluster": false,
+        }}]})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("templates.json"),
+        json!({"templates": [{"templateId": "worker", "imageId": "busybox:1.36", "maxNumber": -1}]})
+            .to_string(),
+    )
+    .unwrap();
+    let direct_env = [("ORB_DAEMON", "off")];
+    let (_, acquired) = run_orb(
+        "machines request worker 50 --wait",
+        root,
+        &["machines", "request", "worker", "50", "--wait"],
+        &direct_env,
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&acquired.stdout).unwrap();
+    assert_eq!(
+        reply["request"]["status"], "complete",
+        "the acquire did not complete: {reply}"
+    );
+    let request_id = reply["request"]["request_id"].as_str().unwrap().to_string();
+    let input = root.join("status-live.json");
+    std::fs::write(
+        &input,
+        json!({"requests": [{"requestId": request_id}]}).to_string(),
+    )
+    .unwrap();
+    measure_against_version(
+        "orb requests status -f (HostFactory, completed acquire of 50 running pods, no daemon up)",
+        root,
+        &input,
+        &direct_env,
+    );
+    let daemon = start_daemon(root);
+    let via = format!("unix:{}", daemon.socket.display());
+    let daemon_env = [("ORB_DAEMON", via.as_str())];
+    let (_, answered) = run_orb(
+        "status via orb serve",
+        root,
+        &status_args(&input),
+        &daemon_env,
+    );
+    let stderr = String::from_utf8_lossy(&answered.stderr);
+    assert!(
+        !stderr.contains("did not answer"),
+        "the daemon did not answer: {stderr}"
+    );
+    measure_against_version(
+        "orb requests status -f (HostFactory, completed acquire of 50 running pods, via orb serve)",
+        root,
+        &input,
+        &daemon_env,
+    );
 }
 
 /// `orb --config … server start --foreground --api-only --socket-path S`, the SDKs' managed
@@ -384,13 +530,14 @@ fn main() {
     // retries towards an absent cluster, its allocator's background thread) takes CPU from
     // the calls measured while it is up, and `--version` alone above ran before it started.
     for (count, input) in &inputs {
-        let (version, direct) = measure_status_and_version(*count, root.path(), input);
-        if *count == 50 {
-            println!(
-                "ratio status direct (50 machines) / --version, alternating: {:.2}",
-                direct.as_secs_f64() / version.as_secs_f64()
-            );
-        }
+        measure_against_version(
+            &format!(
+                "orb requests status -f (HostFactory, finished {count}-machine return, no daemon up)"
+            ),
+            root.path(),
+            input,
+            &[("ORB_DAEMON", "off")],
+        );
     }
     let daemon = start_daemon(root.path());
     for (count, input) in &inputs {
@@ -398,6 +545,7 @@ fn main() {
     }
     drop(daemon);
     measure_server_start(root.path());
+    live_request(&runtime);
     measure(
         "orb templates list -f (HostFactory)",
         root.path(),
