@@ -2,11 +2,13 @@
 //! provider and broker loaded on demand), the [`BrokerEnv`] a call runs with, and the
 //! [`Output`] a command leaves for stdout, stderr and the exit code.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_core::dirs::Dirs;
 use orb_core::hostfactory::output::ErrorReply;
+use orb_store::Store;
 
 use crate::cli::{GlobalArgs, SchedulerKind};
 use crate::context::{self, LoadedConfig};
@@ -43,7 +45,13 @@ pub struct Session {
     /// config.json as first read; one process reads it once, however many steps of a call
     /// (is it a HostFactory call, is a daemon configured, the broker) look at it.
     loaded: OnceLock<CliResult<LoadedConfig>>,
+    /// The stores this process opened, to close before it exits (see [`Self::close_stores`]).
+    opened: Mutex<Vec<Store>>,
 }
+
+/// How long [`Session::close_stores`] waits for a store to close before the process exits
+/// anyway (the file stays consistent either way).
+const STORE_CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 impl Session {
     pub fn new(global: GlobalArgs) -> Self {
@@ -52,6 +60,7 @@ impl Session {
             global,
             dirs,
             loaded: OnceLock::new(),
+            opened: Mutex::new(Vec::new()),
         }
     }
 
@@ -96,6 +105,30 @@ impl Session {
         ProviderContext {
             config_dir: self.dirs.config_dir.path.clone(),
             work_dir: self.dirs.work_dir.path.clone(),
+        }
+    }
+
+    /// The configured store, opened now and closed by [`Self::close_stores`].
+    pub async fn open_store(&self, loaded: &LoadedConfig) -> CliResult<Store> {
+        let store = context::open_store(&loaded.config, &self.dirs).await?;
+        if let Ok(mut opened) = self.opened.lock() {
+            opened.push(store.clone());
+        }
+        Ok(store)
+    }
+
+    /// Closes the stores this process opened; a one-shot command calls it before it exits.
+    /// Only dropped, a SQLite store is closed on sqlx's thread while the process exits, and
+    /// the close is cut off: the last connection's checkpoint of the WAL (with its fsync)
+    /// then starts again in every later process while no daemon holds the file open, and
+    /// the WAL is never removed. Closed, the WAL is checkpointed once and removed.
+    pub async fn close_stores(&self) {
+        let stores = match self.opened.lock() {
+            Ok(mut opened) => std::mem::take(&mut *opened),
+            Err(_) => return,
+        };
+        for store in stores {
+            let _ = tokio::time::timeout(STORE_CLOSE_WAIT, store.close()).await;
         }
     }
 
@@ -152,7 +185,7 @@ impl Session {
             Some(provider) => Some(provider),
             None => self.kubernetes_provider(loaded)?,
         };
-        let store = context::open_store(&loaded.config, &self.dirs).await?;
+        let store = self.open_store(loaded).await?;
         let provider_context = self.provider_context();
         let settings = BrokerSettings {
             provider_name: entry.name.clone(),

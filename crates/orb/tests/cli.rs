@@ -364,6 +364,7 @@ async fn seed(env: &Env) {
     // In progress, deadline long past: any read settles it without needing the cluster.
     let mut stuck = acquire(STUCK, RequestStatus::InProgress, 3);
     store.insert_request(&mut stuck, &mut []).await.unwrap();
+    store.close().await;
 }
 
 #[tokio::test]
@@ -390,6 +391,66 @@ async fn hostfactory_status_of_stored_requests() {
         stored.status,
         RequestStatus::Failed,
         "the settled state was stored"
+    );
+}
+
+/// A one-shot call closes its store before it exits, so SQLite's last connection checkpoints
+/// the WAL and removes it with the shared-memory index. Were the store only dropped, its
+/// close would be cut off by the exit: the WAL stays, and every later call with no daemon
+/// holding the file recovers it and checkpoints (and fsyncs) it again.
+#[tokio::test]
+async fn one_shot_calls_leave_no_wal_behind() {
+    let env = Env::new();
+    seed(&env).await;
+    let wal = env.db().with_extension("db-wal");
+    let shm = env.db().with_extension("db-shm");
+    let status_of = |id: &str| json!({"requests": [{"requestId": id}]}).to_string();
+    let (settles, reads) = (status_of(STUCK), status_of(DONE));
+    type Call<'a> = Box<dyn Fn() -> Output + 'a>;
+    let calls: [(&str, Call<'_>); 5] = [
+        (
+            "a HostFactory status that settles a request (a write)",
+            Box::new(|| env.hf(&["requests", "status"], &settles)),
+        ),
+        (
+            "a HostFactory status that only reads",
+            Box::new(|| env.hf(&["requests", "status"], &reads)),
+        ),
+        (
+            "orb requests status",
+            Box::new(|| env.run(&["requests", "status", DONE])),
+        ),
+        (
+            "orb requests list",
+            Box::new(|| env.run(&["requests", "list"])),
+        ),
+        (
+            "orb machines list",
+            Box::new(|| env.run(&["machines", "list"])),
+        ),
+    ];
+    // An exit that cuts the close off wins that race only some of the time: many calls.
+    for (what, call) in calls.iter().cycle().take(25) {
+        let out = call();
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        assert!(
+            !wal.exists() && !shm.exists(),
+            "{what} left the WAL ({}) or its index ({}) behind",
+            wal.exists(),
+            shm.exists()
+        );
+    }
+    let stored = env
+        .store()
+        .await
+        .get_request(&RequestId::parse(STUCK).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.status,
+        RequestStatus::Failed,
+        "the write reached the database file"
     );
 }
 

@@ -233,7 +233,7 @@ pub(super) fn view_table(view: &RequestView) -> Table {
 
 async fn list(session: &Session, all: bool) -> CliResult<Output> {
     let loaded = session.config()?;
-    let store = context::open_store(&loaded.config, &session.dirs).await?;
+    let store = session.open_store(&loaded).await?;
     let machines = store
         .list_machines(&MachineFilter {
             live_only: !all,

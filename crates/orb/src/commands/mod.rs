@@ -43,7 +43,11 @@ pub fn run(cli: Cli) -> Output {
             .enable_all()
             .build()
         {
-            Ok(runtime) => runtime.block_on(async_command(&session, other)),
+            Ok(runtime) => runtime.block_on(async {
+                let result = async_command(&session, other).await;
+                session.close_stores().await;
+                result
+            }),
             Err(e) => Err(Failure::generic(format!(
                 "cannot start the async runtime: {e}"
             ))),

@@ -174,7 +174,7 @@ async fn status(session: &Session, positional: Vec<String>) -> CliResult<Output>
 
 async fn list(session: &Session, limit: u32) -> CliResult<Output> {
     let loaded = session.config()?;
-    let store = context::open_store(&loaded.config, &session.dirs).await?;
+    let store = session.open_store(&loaded).await?;
     let requests = store
         .list_requests(&RequestFilter {
             limit: Some(limit),

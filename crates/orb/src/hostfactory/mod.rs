@@ -134,9 +134,11 @@ fn daemon_choice(session: &Session) -> CliResult<(Choice, DaemonSection)> {
 }
 
 async fn direct(session: &Session, op: Operation, input: Option<&Value>) -> ScriptReply {
-    run_operation(op, input, async || {
+    let reply = run_operation(op, input, async || {
         let loaded = session.config()?;
         session.hostfactory_env(&loaded).await
     })
-    .await
+    .await;
+    session.close_stores().await;
+    reply
 }
