@@ -341,17 +341,106 @@ fn live_request(runtime: &tokio::runtime::Runtime) {
         Some(client)
     }) else {
         println!(
-            "running 50-machine request: skipped, no control plane answers at {} (tools/control-plane/cp up)",
+            "completed acquires of running pods: skipped, no control plane answers at {} (tools/control-plane/cp up)",
             kubeconfig().display()
         );
         return;
     };
-    let namespace = format!("bench-startup-{}", std::process::id());
-    runtime.block_on(namespace_action(&client, &namespace, true));
-    let outcome = std::panic::catch_unwind(|| measure_live(&namespace));
-    runtime.block_on(namespace_action(&client, &namespace, false));
+    let tag = format!("startup-{}", std::process::id());
+    let sizes = live_sizes();
+    let most = sizes.iter().copied().max().unwrap_or(0);
+    runtime.block_on(namespace_action(&client, &tag, true));
+    let nodes = runtime.block_on(create_nodes(&client, &tag, most));
+    let outcome = std::panic::catch_unwind(|| {
+        for count in &sizes {
+            measure_live(&tag, *count);
+        }
+    });
+    runtime.block_on(namespace_action(&client, &tag, false));
+    runtime.block_on(delete_nodes(&client, &nodes));
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// The pods of each completed acquire timed on the control plane, `BENCH_STARTUP_LIVE`.
+fn live_sizes() -> Vec<u32> {
+    let raw = std::env::var("BENCH_STARTUP_LIVE").unwrap_or_else(|_| "50".into());
+    raw.split(',')
+        .map(|s| {
+            s.trim().parse().ok().filter(|n| *n > 0).unwrap_or_else(|| {
+                panic!("BENCH_STARTUP_LIVE={raw}: give machine counts like 50,5000")
+            })
+        })
+        .collect()
+}
+
+/// Pods a bench KWOK node takes.
+const PODS_PER_NODE: u32 = 1_100;
+
+/// Tainted KWOK nodes for `pods` pods (and a tenth more) that only this bench's pods
+/// tolerate and select, Ready; returns their names.
+async fn create_nodes(client: &kube::Client, tag: &str, pods: u32) -> Vec<String> {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, ListParams, PostParams};
+    let api: Api<Node> = Api::all(client.clone());
+    let count = (pods + pods / 10).div_ceil(PODS_PER_NODE).max(1);
+    let mut names = Vec::new();
+    for i in 0..count {
+        let name = format!("orb-bench-{tag}-{i}");
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64", "type": "kwok", "orb-rs.io/bench-node": tag}},
+            "spec": {"taints": [{"key": "orb-rs.io/bench", "value": tag, "effect": "NoSchedule"}]},
+            "status": {
+                "capacity": {"cpu": "1000", "memory": "4Ti", "pods": PODS_PER_NODE.to_string()},
+                "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": PODS_PER_NODE.to_string()}}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &node)
+            .await
+            .expect("creating a bench KWOK node");
+        names.push(name);
+    }
+    let selector = format!("orb-rs.io/bench-node={tag}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|list| {
+                list.items
+                    .iter()
+                    .filter(|n| {
+                        n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if ready == names.len() {
+            return names;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bench's KWOK nodes did not become Ready in 120 s (is kwok running? tools/control-plane/cp status)"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn delete_nodes(client: &kube::Client, names: &[String]) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, DeleteParams};
+    let api: Api<Node> = Api::all(client.clone());
+    for name in names {
+        let _ = api.delete(name, &DeleteParams::default()).await;
     }
 }
 
@@ -370,15 +459,18 @@ async fn namespace_action(client: &kube::Client, namespace: &str, create: bool) 
     }
 }
 
-fn measure_live(namespace: &str) {
+/// A completed acquire of `count` running pods in `tag` (namespace and bench nodes), its
+/// status direct and through a fresh `orb serve`, each alternating with `--version`.
+fn measure_live(tag: &str, count: u32) {
     let temp = tempfile::tempdir().unwrap();
     let root = temp.path();
     let config = root.join("config");
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(
         config.join("config.json"),
-        json!({"providers": [{"name": "kube", "type": "k8s", "config": {
-            "namespace": namespace,
+        json!({"request": {"max_machines_per_request": count.max(1000)},
+            "providers": [{"name": "kube", "type": "k8s", "config": {
+            "namespace": tag,
             "kubeconfig_path": kubeconfig(),
             "in_cluster": false,
         }}]})
@@ -387,15 +479,19 @@ fn measure_live(namespace: &str) {
     .unwrap();
     std::fs::write(
         config.join("templates.json"),
-        json!({"templates": [{"templateId": "worker", "imageId": "busybox:1.36", "maxNumber": -1}]})
-            .to_string(),
+        json!({"templates": [{"templateId": "worker", "imageId": "busybox:1.36", "maxNumber": -1,
+            "nodeSelector": {"orb-rs.io/bench-node": tag},
+            "tolerations": [{"key": "orb-rs.io/bench", "operator": "Equal", "value": tag,
+                "effect": "NoSchedule"}]}]})
+        .to_string(),
     )
     .unwrap();
     let direct_env = [("ORB_DAEMON", "off")];
+    let wanted = count.to_string();
     let (_, acquired) = run_orb(
-        "machines request worker 50 --wait",
+        "machines request worker --wait",
         root,
-        &["machines", "request", "worker", "50", "--wait"],
+        &["machines", "request", "worker", &wanted, "--wait"],
         &direct_env,
     );
     let reply: serde_json::Value = serde_json::from_slice(&acquired.stdout).unwrap();
@@ -411,12 +507,17 @@ fn measure_live(namespace: &str) {
     )
     .unwrap();
     measure_against_version(
-        "orb requests status -f (HostFactory, completed acquire of 50 running pods, no daemon up)",
+        &format!(
+            "orb requests status -f (HostFactory, completed acquire of {count} running pods, no daemon up)"
+        ),
         root,
         &input,
         &direct_env,
     );
     let daemon = start_daemon(root);
+    // Its watch cache LISTs the namespace first (about a second at 5,000 pods); reads before
+    // that are LISTs of their own, not what is measured.
+    std::thread::sleep(Duration::from_secs(3));
     let via = format!("unix:{}", daemon.socket.display());
     let daemon_env = [("ORB_DAEMON", via.as_str())];
     let (_, answered) = run_orb(
@@ -431,7 +532,9 @@ fn measure_live(namespace: &str) {
         "the daemon did not answer: {stderr}"
     );
     measure_against_version(
-        "orb requests status -f (HostFactory, completed acquire of 50 running pods, via orb serve)",
+        &format!(
+            "orb requests status -f (HostFactory, completed acquire of {count} running pods, via orb serve)"
+        ),
         root,
         &input,
         &daemon_env,
