@@ -3,8 +3,10 @@
 # after another on the local control plane, so a reader sees how each cost grows with the work.
 #
 # At factor F:
-#   startup   HostFactory status of a stored, complete request of 1,000 x F machines, direct
-#             and through `orb serve` (and, once, the 50-machine status next to `--version`)
+#   startup   HostFactory status of a completed acquire of 1,000 x F running pods, direct (a
+#             LIST per call) and through `orb serve` (its watch cache), each next to
+#             `--version`, and of a finished return of as many machines (store only); once,
+#             the same for 50 machines
 #   daemon    `orb serve` with 10,000 x F pending pods in requests of 50: status p50/p99 from
 #             the watch cache, VmRSS, restart -> serving cache next to a bare paginated LIST,
 #             the start-up reconciliation, store rows written by status reads
@@ -83,8 +85,8 @@ IFS=, read -ra fs <<<"$factors"
 for f in "${fs[@]}"; do
   if want startup; then
     sizes="$((1000 * f))"; [[ "$f" == "${fs[0]}" ]] && sizes="50,$sizes"
-    run_part startup "$f" -- env BENCH_STARTUP_SIZES="$sizes" BENCH_STARTUP_RUNS="${BENCH_STARTUP_RUNS:-20}" \
-      "${exe[startup]}" --bench
+    run_part startup "$f" -- env BENCH_STARTUP_SIZES="$sizes" BENCH_STARTUP_LIVE="$sizes" \
+      BENCH_STARTUP_RUNS="${BENCH_STARTUP_RUNS:-20}" "${exe[startup]}" --bench
   fi
   if want daemon; then
     run_part daemon "$f" -- env BENCH_PODS="$((10000 * f))" BENCH_PODS_PER_REQUEST=50 \

@@ -164,9 +164,12 @@ fn status_args(input: &Path) -> [&str; 6] {
 /// `orb --version` and the HostFactory status of the requests in `input` (`env` says
 /// direct or through which daemon), alternating call by call (which goes first flips every
 /// round), so both meet the same machine load. Prints both and the status over `--version`.
-fn measure_against_version(label: &str, root: &Path, input: &Path, env: &[(&str, &str)]) {
+/// `what` names the request, `how` the way the call goes ("no daemon up", "via orb serve").
+fn measure_against_version(what: &str, how: &str, root: &Path, input: &Path, env: &[(&str, &str)]) {
     let args = status_args(input);
-    let version_label = "  orb --version, alternating with it";
+    let label = &format!("orb requests status -f (HostFactory, {what}, {how})");
+    let version_label =
+        &format!("  orb --version (alternating with the status of the {what}, {how})");
     let (mut version, mut status) = (Vec::new(), Vec::new());
     for i in 0..runs() {
         for version_now in [i % 2 == 0, i % 2 == 1] {
@@ -180,7 +183,7 @@ fn measure_against_version(label: &str, root: &Path, input: &Path, env: &[(&str,
     let status = report(label, status);
     let version = report(version_label, version);
     println!(
-        "  ratio over --version: {:.2}",
+        "ratio status / --version ({what}, {how}): {:.2}",
         status.as_secs_f64() / version.as_secs_f64()
     );
 }
@@ -507,9 +510,8 @@ fn measure_live(tag: &str, count: u32) {
     )
     .unwrap();
     measure_against_version(
-        &format!(
-            "orb requests status -f (HostFactory, completed acquire of {count} running pods, no daemon up)"
-        ),
+        &format!("completed acquire of {count} running pods"),
+        "no daemon up",
         root,
         &input,
         &direct_env,
@@ -532,9 +534,8 @@ fn measure_live(tag: &str, count: u32) {
         "the daemon did not answer: {stderr}"
     );
     measure_against_version(
-        &format!(
-            "orb requests status -f (HostFactory, completed acquire of {count} running pods, via orb serve)"
-        ),
+        &format!("completed acquire of {count} running pods"),
+        "via orb serve",
         root,
         &input,
         &daemon_env,
@@ -634,9 +635,8 @@ fn main() {
     // the calls measured while it is up, and `--version` alone above ran before it started.
     for (count, input) in &inputs {
         measure_against_version(
-            &format!(
-                "orb requests status -f (HostFactory, finished {count}-machine return, no daemon up)"
-            ),
+            &format!("finished {count}-machine return"),
+            "no daemon up",
             root.path(),
             input,
             &[("ORB_DAEMON", "off")],
