@@ -2,8 +2,9 @@
 # Runs the orb-rs benchmarks side by side on this machine and reports them together:
 #   - criterion benches of the pure hot paths (orb-k8s hot_paths, pdb-operator budget_math) and
 #     of the machine-list read from SQLite (orb-store store_reads);
-#   - CLI cold start and HostFactory status of 50/500-machine requests, direct and through a
-#     running `orb serve` (orb startup; BENCH_STARTUP_RUNS, default 60);
+#   - CLI cold start and HostFactory status of finished 50/500-machine returns and of a
+#     completed acquire of 50 running pods, direct and through a running `orb serve`, next to
+#     `--version` (orb startup; BENCH_STARTUP_RUNS, default 60; BENCH_STARTUP_LIVE);
 #   - acquire of 100/500/1,000 machines per handler vs a bare kube-rs loop, and release of 500
 #     pods, on the local control plane (orb-k8s acquire_pods; BENCH_ACQUIRE_HANDLERS,
 #     BENCH_ACQUIRE_COUNTS, BENCH_ACQUIRE_ROUNDS, BENCH_RELEASE_COUNT, BENCH_POLL_MS);
