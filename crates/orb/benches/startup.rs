@@ -70,14 +70,17 @@ fn run_orb(label: &str, root: &Path, args: &[&str], env: &[(&str, &str)]) -> (Du
     (elapsed, out)
 }
 
-/// The machines of each stored request whose status is timed, `BENCH_STARTUP_SIZES`.
-fn sizes() -> Vec<u32> {
-    let raw = std::env::var("BENCH_STARTUP_SIZES").unwrap_or_else(|_| "50,500".into());
+/// Machine counts from the comma list in `var`, else `default`: `BENCH_STARTUP_SIZES` (the
+/// seeded returns) and `BENCH_STARTUP_LIVE` (the acquires of running pods).
+fn counts(var: &str, default: &str) -> Vec<u32> {
+    let raw = std::env::var(var).unwrap_or_else(|_| default.into());
     raw.split(',')
         .map(|s| {
-            s.trim().parse().ok().filter(|n| *n > 0).unwrap_or_else(|| {
-                panic!("BENCH_STARTUP_SIZES={raw}: give machine counts like 50,500")
-            })
+            s.trim()
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .unwrap_or_else(|| panic!("{var}={raw}: give machine counts like 50,500"))
         })
         .collect()
 }
@@ -318,25 +321,17 @@ async fn seed(root: &Path, count: u32) -> String {
     giving_back.request_id.to_string()
 }
 
-/// The local control plane's kubeconfig: `KUBECONFIG`, else the dev control plane's.
-fn kubeconfig() -> PathBuf {
-    std::env::var("KUBECONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../.state/control-plane/admin.kubeconfig")
-        })
-}
-
-/// A completed acquire of 50 pods that run on the control plane, its status direct and
-/// through `orb serve`, each alternating with `--version`. A finished acquire whose machines
-/// still run is followed on the cluster by every status call (a pod that fails or is deleted
-/// after the request completed must not read `running`): direct, that is a new connection
-/// and a LIST of the request's pods per call; through the daemon, its watch cache answers.
-/// Skipped when no control plane answers.
+/// Completed acquires of running pods (`BENCH_STARTUP_LIVE`, default 50), their status
+/// direct and through `orb serve`, each alternating with `--version`. A finished acquire whose
+/// machines still run is followed on the cluster by every status call (a pod that fails or is
+/// deleted after the request completed must not read `running`): direct, that is a new
+/// connection and a LIST of the request's pods per call; through the daemon, its watch cache
+/// answers. The pods go to a KWOK node of the bench's own (kube-fixture's test node, deleted
+/// with the namespace when the guards drop). Skipped when no control plane answers.
 fn live_request(runtime: &tokio::runtime::Runtime) {
+    let kubeconfig = kube_fixture::default_kubeconfig_path();
     let Some(client) = runtime.block_on(async {
-        let client = kube_fixture::client_from(&kubeconfig()).await.ok()?;
+        let client = kube_fixture::client_from(&kubeconfig).await.ok()?;
         tokio::time::timeout(Duration::from_secs(3), client.apiserver_version())
             .await
             .ok()?
@@ -345,126 +340,28 @@ fn live_request(runtime: &tokio::runtime::Runtime) {
     }) else {
         println!(
             "completed acquires of running pods: skipped, no control plane answers at {} (tools/control-plane/cp up)",
-            kubeconfig().display()
+            kubeconfig.display()
         );
         return;
     };
-    let tag = format!("startup-{}", std::process::id());
-    let sizes = live_sizes();
+    let cluster = kube_fixture::TestCluster { client, kubeconfig };
+    let sizes = counts("BENCH_STARTUP_LIVE", "50");
     let most = sizes.iter().copied().max().unwrap_or(0);
-    runtime.block_on(namespace_action(&client, &tag, true));
-    let nodes = runtime.block_on(create_nodes(&client, &tag, most));
-    let outcome = std::panic::catch_unwind(|| {
-        for count in &sizes {
-            measure_live(&tag, *count);
-        }
-    });
-    runtime.block_on(namespace_action(&client, &tag, false));
-    runtime.block_on(delete_nodes(&client, &nodes));
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
+    let namespace = runtime.block_on(cluster.namespace("bench-startup"));
+    let node = runtime.block_on(cluster.node_with_room("bench-startup", most + most / 10));
+    for count in sizes {
+        measure_live(&cluster, &namespace, &node, count);
     }
 }
 
-/// The pods of each completed acquire timed on the control plane, `BENCH_STARTUP_LIVE`.
-fn live_sizes() -> Vec<u32> {
-    let raw = std::env::var("BENCH_STARTUP_LIVE").unwrap_or_else(|_| "50".into());
-    raw.split(',')
-        .map(|s| {
-            s.trim().parse().ok().filter(|n| *n > 0).unwrap_or_else(|| {
-                panic!("BENCH_STARTUP_LIVE={raw}: give machine counts like 50,5000")
-            })
-        })
-        .collect()
-}
-
-/// Pods a bench KWOK node takes.
-const PODS_PER_NODE: u32 = 1_100;
-
-/// Tainted KWOK nodes for `pods` pods (and a tenth more) that only this bench's pods
-/// tolerate and select, Ready; returns their names.
-async fn create_nodes(client: &kube::Client, tag: &str, pods: u32) -> Vec<String> {
-    use k8s_openapi::api::core::v1::Node;
-    use kube::api::{Api, ListParams, PostParams};
-    let api: Api<Node> = Api::all(client.clone());
-    let count = (pods + pods / 10).div_ceil(PODS_PER_NODE).max(1);
-    let mut names = Vec::new();
-    for i in 0..count {
-        let name = format!("orb-bench-{tag}-{i}");
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name,
-                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64", "type": "kwok", "orb-rs.io/bench-node": tag}},
-            "spec": {"taints": [{"key": "orb-rs.io/bench", "value": tag, "effect": "NoSchedule"}]},
-            "status": {
-                "capacity": {"cpu": "1000", "memory": "4Ti", "pods": PODS_PER_NODE.to_string()},
-                "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": PODS_PER_NODE.to_string()}}
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &node)
-            .await
-            .expect("creating a bench KWOK node");
-        names.push(name);
-    }
-    let selector = format!("orb-rs.io/bench-node={tag}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let ready = api
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map(|list| {
-                list.items
-                    .iter()
-                    .filter(|n| {
-                        n.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
-        if ready == names.len() {
-            return names;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the bench's KWOK nodes did not become Ready in 120 s (is kwok running? tools/control-plane/cp status)"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn delete_nodes(client: &kube::Client, names: &[String]) {
-    use k8s_openapi::api::core::v1::Node;
-    use kube::api::{Api, DeleteParams};
-    let api: Api<Node> = Api::all(client.clone());
-    for name in names {
-        let _ = api.delete(name, &DeleteParams::default()).await;
-    }
-}
-
-async fn namespace_action(client: &kube::Client, namespace: &str, create: bool) {
-    use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{Api, DeleteParams, PostParams};
-    let api: Api<Namespace> = Api::all(client.clone());
-    if create {
-        let ns: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-        api.create(&PostParams::default(), &ns)
-            .await
-            .expect("creating the bench namespace");
-    } else {
-        let _ = api.delete(namespace, &DeleteParams::background()).await;
-    }
-}
-
-/// A completed acquire of `count` running pods in `tag` (namespace and bench nodes), its
-/// status direct and through a fresh `orb serve`, each alternating with `--version`.
-fn measure_live(tag: &str, count: u32) {
+/// A completed acquire of `count` running pods in `namespace` on `node`, its status direct
+/// and through a fresh `orb serve`, each alternating with `--version`.
+fn measure_live(
+    cluster: &kube_fixture::TestCluster,
+    namespace: &kube_fixture::TestNamespace,
+    node: &kube_fixture::TestNode,
+    count: u32,
+) {
     let temp = tempfile::tempdir().unwrap();
     let root = temp.path();
     let config = root.join("config");
@@ -473,8 +370,8 @@ fn measure_live(tag: &str, count: u32) {
         config.join("config.json"),
         json!({"request": {"max_machines_per_request": count.max(1000)},
             "providers": [{"name": "kube", "type": "k8s", "config": {
-            "namespace": tag,
-            "kubeconfig_path": kubeconfig(),
+            "namespace": namespace.name(),
+            "kubeconfig_path": cluster.kubeconfig,
             "in_cluster": false,
         }}]})
         .to_string(),
@@ -483,9 +380,7 @@ fn measure_live(tag: &str, count: u32) {
     std::fs::write(
         config.join("templates.json"),
         json!({"templates": [{"templateId": "worker", "imageId": "busybox:1.36", "maxNumber": -1,
-            "nodeSelector": {"orb-rs.io/bench-node": tag},
-            "tolerations": [{"key": "orb-rs.io/bench", "operator": "Equal", "value": tag,
-                "effect": "NoSchedule"}]}]})
+            "nodeSelector": node.node_selector(), "tolerations": node.tolerations()}]})
         .to_string(),
     )
     .unwrap();
@@ -620,7 +515,7 @@ fn main() {
     println!("fresh `orb` processes on this machine:");
     measure("orb --version", root.path(), &["--version"]);
     let mut inputs = Vec::new();
-    for count in sizes() {
+    for count in counts("BENCH_STARTUP_SIZES", "50,500") {
         let request_id = runtime.block_on(seed(root.path(), count));
         let input = root.path().join(format!("status-{count}.json"));
         std::fs::write(

@@ -82,6 +82,17 @@ impl Env {
         Store::open_sqlite_file(&self.db()).await.unwrap()
     }
 
+    /// The stored status of request `id`, which must exist.
+    async fn stored_status(&self, id: &str) -> RequestStatus {
+        self.store()
+            .await
+            .get_request(&RequestId::parse(id).unwrap())
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+    }
+
     async fn request_count(&self) -> usize {
         if !self.db().exists() {
             return 0;
@@ -378,17 +389,10 @@ async fn hostfactory_status_of_stored_requests() {
     let out = env.hf(&["requests", "status"], &input.to_string());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     insta::assert_json_snapshot!("hf_request_status", json_of(&out));
-    let stored = env
-        .store()
-        .await
-        .get_request(&RequestId::parse(STUCK).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
     // STUCK never recorded anything and nobody holds its claim: the read resumed it, and
     // with no provider that can be built the resume failed it, with the reason.
     assert_eq!(
-        stored.status,
+        env.stored_status(STUCK).await,
         RequestStatus::Failed,
         "the settled state was stored"
     );
@@ -440,15 +444,8 @@ async fn one_shot_calls_leave_no_wal_behind() {
             shm.exists()
         );
     }
-    let stored = env
-        .store()
-        .await
-        .get_request(&RequestId::parse(STUCK).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        stored.status,
+        env.stored_status(STUCK).await,
         RequestStatus::Failed,
         "the write reached the database file"
     );
