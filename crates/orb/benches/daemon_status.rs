@@ -34,7 +34,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,15 +44,6 @@ fn env_num(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn kubeconfig() -> PathBuf {
-    std::env::var("KUBECONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../.state/control-plane/admin.kubeconfig")
-        })
 }
 
 /// One HTTP/1.1 keep-alive connection.
@@ -147,7 +137,7 @@ fn prepare_root(namespace: &str, watch: bool) -> tempfile::TempDir {
             "request": {"max_machines_per_request": env_num("BENCH_PODS_PER_REQUEST", 50).max(1000)},
             "providers": [{"name": "kube", "type": "k8s", "config": {
                 "namespace": namespace,
-                "kubeconfig_path": kubeconfig(),
+                "kubeconfig_path": kube_fixture::default_kubeconfig_path(),
                 "in_cluster": false,
                 "watch_enabled": watch,
                 "pod_timeout_seconds": 86400,
@@ -313,7 +303,7 @@ fn with_client<T>(work: impl AsyncFnOnce(kube::Client) -> T) -> T {
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = kube_fixture::client_from(&kubeconfig())
+        let client = kube_fixture::client_from(&kube_fixture::default_kubeconfig_path())
             .await
             .expect("connecting to the local control plane (is it up? tools/control-plane/cp up)");
         work(client).await

@@ -42,7 +42,6 @@ mod burst;
 mod rounds;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -71,17 +70,8 @@ fn env_num(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn kubeconfig() -> PathBuf {
-    std::env::var("KUBECONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../.state/control-plane/admin.kubeconfig")
-        })
-}
-
 async fn connect() -> anyhow::Result<Client> {
-    let client = kube_fixture::client_from(&kubeconfig()).await?;
+    let client = kube_fixture::client_from(&kube_fixture::default_kubeconfig_path()).await?;
     client.apiserver_version().await?;
     Ok(client)
 }
@@ -148,7 +138,7 @@ fn start_operator(namespace: &str, log: &std::path::Path) -> Operator {
         }
         None => Command::new(env!("CARGO_BIN_EXE_pdb-operator")),
     };
-    cmd.env("KUBECONFIG", kubeconfig())
+    cmd.env("KUBECONFIG", kube_fixture::default_kubeconfig_path())
         .env_remove("KUBERNETES_SERVICE_HOST")
         .args([
             "run",
@@ -304,7 +294,7 @@ fn main() {
     let client = rt.block_on(connect()).unwrap_or_else(|e| {
         panic!(
             "no control plane answers with kubeconfig {}: {e:#}; start one with tools/control-plane/cp up",
-            kubeconfig().display()
+            kube_fixture::default_kubeconfig_path().display()
         )
     });
     let namespace = format!("bench-operator-{}", std::process::id());
