@@ -192,10 +192,20 @@ pub fn template_to_hostfactory(template: &Template) -> Map<String, Value> {
 }
 
 pub fn tags_to_string(tags: &BTreeMap<String, String>) -> String {
-    tags.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(";")
+    // Written into one buffer: HostFactory lists carry thousands of machines, each with its
+    // labels as tags, and a `format!` per pair was a twentieth of a status read through the
+    // daemon at 5,000 machines.
+    let len = tags.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let mut out = String::with_capacity(len);
+    for (k, v) in tags {
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(k);
+        out.push('=');
+        out.push_str(v);
+    }
+    out
 }
 
 pub fn parse_tag_string(raw: &str) -> Result<BTreeMap<String, String>, String> {
