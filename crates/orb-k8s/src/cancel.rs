@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{K8sError, is_not_found};
 use crate::labels::LabelKeys;
+use crate::pod_read::PodRead;
 use crate::provider::K8sProvider;
 use crate::provider_data::RequestRecord;
 
@@ -145,7 +146,7 @@ impl K8sProvider {
                 }
                 // A host that failed or exited is as good as taken: HostFactory should give it
                 // back (a return then removes its pod, which still holds its place).
-                let (status, why) = crate::machine_state::pod_machine_status(pod, kind);
+                let (status, why) = crate::machine_state::pod_machine_status(pod.as_ref(), kind);
                 if matches!(status, MachineStatus::Failed | MachineStatus::Stopped) {
                     notices.push(notice(
                         0,
@@ -154,29 +155,20 @@ impl K8sProvider {
                     continue;
                 }
                 let disruption = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|cs| {
-                        cs.iter()
-                            .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
-                    });
+                    .conditions()
+                    .find(|c| c.type_ == "DisruptionTarget" && c.status == "True");
                 let grace = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
+                    .termination_grace_period_seconds()
                     .map(|g| g.max(0) as u64)
                     .unwrap_or(DEFAULT_TERMINATION_GRACE_SECS);
                 if let Some(c) = disruption {
                     let reason = format!(
                         "{}: {}",
-                        c.reason.as_deref().unwrap_or("DisruptionTarget"),
-                        c.message
-                            .as_deref()
-                            .unwrap_or("the cluster is removing this pod")
+                        c.reason.unwrap_or("DisruptionTarget"),
+                        c.message.unwrap_or("the cluster is removing this pod")
                     );
                     notices.push(notice(grace, reason));
-                } else if let Some(node) = self.node_disruption(pod) {
+                } else if let Some(node) = self.node_disruption(pod.as_ref()) {
                     // Karpenter announced it will take the node (events watcher of `orb serve`).
                     notices.push(notice(grace, node.describe()));
                 }

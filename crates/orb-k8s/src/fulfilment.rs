@@ -12,7 +12,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
@@ -30,7 +29,12 @@ impl PodTimeoutPolicy {
     /// Turns a still-pending machine whose pod is older than the timeout into `failed` with the
     /// reason it never ran (its pod is still there until someone removes it; once it is gone
     /// the machine reads `terminated`). Returns whether it timed out.
-    pub fn apply(&self, pod: &Pod, observation: &mut MachineObservation, now: Timestamp) -> bool {
+    pub fn apply(
+        &self,
+        pod: &impl crate::pod_read::PodRead,
+        observation: &mut MachineObservation,
+        now: Timestamp,
+    ) -> bool {
         if observation.status != MachineStatus::Pending {
             return false;
         }

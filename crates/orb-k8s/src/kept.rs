@@ -1,12 +1,12 @@
-//! What the watch cache keeps of a pod: what status reads, reclaims, release ranking and the
-//! node annotations read from it, and nothing else.
+//! What orb keeps of a pod: the fields the pod readers ([`crate::pod_read::PodRead`]) use,
+//! and nothing else. The watch cache of `orb serve` holds pods this way, and a status read
+//! turns a LIST's pods into it too, so every reader sees one shape.
 //!
 //! Not a `Pod`: k8s-openapi's `Pod` holds its `PodSpec` (1.5 KB) and `PodStatus` (0.6 KB)
 //! inline, and each `ContainerStatus` is 0.75 KB even when nearly every field is empty. At
-//! 50,000 cached pods every such byte is 50 MB. A reader gets a `Pod` rebuilt from these
-//! fields ([`Kept::to_pod`]); a field not listed here reads as unset, so a new reader of a
-//! pod field must add it here (the test `a_rebuilt_pod_reads_as_the_original` names the
-//! readers' fields).
+//! 50,000 cached pods every such byte is 50 MB. Readers read it through [`PodRead`], which
+//! has no accessor for a field not kept here; [`Kept::to_pod`] rebuilds a `Pod` for the few
+//! callers that want one (tests and the orphan GC).
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
@@ -14,10 +14,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::pod_read::{ConditionRead, ContainerRead, PodRead, StateRead};
+
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Kept {
+pub struct Kept {
     /// Less `managedFields`.
-    pub(super) metadata: ObjectMeta,
+    pub(crate) metadata: ObjectMeta,
     spec: Option<KeptSpec>,
     status: Option<KeptStatus>,
 }
@@ -83,14 +85,6 @@ impl From<Pod> for Kept {
     }
 }
 
-/// Boxed in the index: a B-tree node holds eleven values inline, about half of them empty
-/// after a LIST's ascending inserts.
-impl From<Pod> for Box<Kept> {
-    fn from(pod: Pod) -> Self {
-        Box::new(Kept::from(pod))
-    }
-}
-
 impl From<PodStatus> for KeptStatus {
     fn from(status: PodStatus) -> Self {
         let containers = |list: Option<Vec<ContainerStatus>>| {
@@ -140,12 +134,8 @@ impl From<ContainerState> for KeptState {
 }
 
 impl Kept {
-    pub(super) fn name(&self) -> String {
-        self.metadata.name.clone().unwrap_or_default()
-    }
-
-    /// The pod as readers see it: the kept fields, everything else unset.
-    pub(super) fn to_pod(&self) -> Pod {
+    /// The pod with the kept fields, everything else unset.
+    pub(crate) fn to_pod(&self) -> Pod {
         Pod {
             metadata: self.metadata.clone(),
             spec: self.spec.as_ref().map(|s| PodSpec {
@@ -224,6 +214,97 @@ impl KeptState {
     }
 }
 
+impl KeptState {
+    fn read(&self) -> StateRead<'_> {
+        StateRead {
+            waiting: self
+                .waiting
+                .as_ref()
+                .map(|(reason, message)| (reason.as_deref(), message.as_deref())),
+            terminated: self
+                .terminated
+                .as_ref()
+                .map(|(reason, code)| (reason.as_deref(), *code)),
+        }
+    }
+}
+
+impl PodRead for Kept {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn node_name(&self) -> Option<&str> {
+        self.spec.as_ref()?.node_name.as_deref()
+    }
+
+    fn restart_policy(&self) -> Option<&str> {
+        self.spec.as_ref()?.restart_policy.as_deref()
+    }
+
+    fn termination_grace_period_seconds(&self) -> Option<i64> {
+        self.spec.as_ref()?.termination_grace_period_seconds
+    }
+
+    fn phase(&self) -> Option<&str> {
+        self.status.as_ref()?.phase.as_deref()
+    }
+
+    fn status_reason(&self) -> Option<&str> {
+        self.status.as_ref()?.reason.as_deref()
+    }
+
+    fn status_message(&self) -> Option<&str> {
+        self.status.as_ref()?.message.as_deref()
+    }
+
+    fn pod_ip(&self) -> Option<&str> {
+        self.status.as_ref()?.pod_ip.as_deref()
+    }
+
+    fn host_ip(&self) -> Option<&str> {
+        self.status.as_ref()?.host_ip.as_deref()
+    }
+
+    fn conditions(&self) -> impl Iterator<Item = ConditionRead<'_>> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| ConditionRead {
+                type_: &c.type_,
+                status: &c.status,
+                reason: c.reason.as_deref(),
+                message: c.message.as_deref(),
+            })
+    }
+
+    fn containers(&self, init: bool) -> impl Iterator<Item = ContainerRead<'_>> {
+        self.status
+            .as_ref()
+            .and_then(|s| {
+                if init {
+                    s.init_containers.as_deref()
+                } else {
+                    s.containers.as_deref()
+                }
+            })
+            .unwrap_or_default()
+            .iter()
+            .map(|c| ContainerRead {
+                name: &c.name,
+                restart_count: c.restart_count,
+                state: c.state.as_ref().map(KeptState::read).unwrap_or_default(),
+                last_state: c
+                    .last_state
+                    .as_ref()
+                    .map(KeptState::read)
+                    .unwrap_or_default(),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,10 +316,10 @@ mod tests {
 
     fn recorded() -> Vec<Pod> {
         [
-            include_str!("../../../tests/data/pod_image_pull_backoff.json"),
-            include_str!("../../../tests/data/pod_init_create_config_error.json"),
-            include_str!("../../../tests/data/pod_crash_looping.json"),
-            include_str!("../../../tests/data/pod_unschedulable.json"),
+            include_str!("../tests/data/pod_image_pull_backoff.json"),
+            include_str!("../tests/data/pod_init_create_config_error.json"),
+            include_str!("../tests/data/pod_crash_looping.json"),
+            include_str!("../tests/data/pod_unschedulable.json"),
         ]
         .into_iter()
         .map(|text| serde_json::from_str(text).expect("recorded pod parses"))
@@ -333,18 +414,9 @@ mod tests {
         pods
     }
 
-    /// Everything a reader of a cached pod derives from it (status reads, reclaims, release
-    /// ranking, node annotations, pod timeouts).
-    fn readings(pod: &Pod) -> String {
+    /// Everything the pod readers derive from a pod, through [`PodRead`].
+    fn readings(pod: &impl PodRead) -> String {
         let now: Timestamp = "2026-12-05T10:00:00Z".parse().unwrap();
-        let status = pod.status.as_ref();
-        let conditions: Vec<_> = status
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| (&c.type_, &c.status, &c.reason, &c.message))
-            .collect();
-        let spec = pod.spec.as_ref();
         format!(
             "{:?}",
             (
@@ -352,32 +424,46 @@ mod tests {
                     .iter()
                     .map(|kind| observe_pod(pod, *kind, "res"))
                     .collect::<Vec<_>>(),
-                PodRank::of(pod),
                 pending_reason(pod),
                 pod_age(pod, now),
-                &pod.metadata,
+                pod.meta(),
+                (pod.node_name(), pod.restart_policy()),
+                pod.termination_grace_period_seconds(),
+                (pod.phase(), pod.status_reason(), pod.status_message()),
+                (pod.pod_ip(), pod.host_ip()),
+                pod.conditions().collect::<Vec<_>>(),
+                pod.containers(false).collect::<Vec<_>>(),
+                pod.containers(true).collect::<Vec<_>>(),
+            )
+        )
+    }
+
+    /// What the callers of [`Kept::to_pod`] (the orphan GC, release ranking) read of a `Pod`.
+    fn pod_readings(pod: &Pod) -> String {
+        let spec = pod.spec.as_ref();
+        format!(
+            "{}{:?}",
+            readings(pod),
+            (
+                PodRank::of(pod),
                 spec.map(|s| (
                     &s.node_name,
                     &s.restart_policy,
                     s.termination_grace_period_seconds,
                     s.priority
                 )),
-                conditions,
             )
         )
     }
 
     #[test]
-    fn a_rebuilt_pod_reads_as_the_original() {
+    fn a_kept_pod_reads_as_the_original() {
         for mut pod in examples() {
-            let rebuilt = Kept::from(pod.clone()).to_pod();
+            let kept = Kept::from(pod.clone());
             pod.metadata.managed_fields = None;
-            assert_eq!(
-                readings(&rebuilt),
-                readings(&pod),
-                "{}",
-                pod.metadata.name.unwrap_or_default()
-            );
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            assert_eq!(readings(&kept), readings(&pod), "{name}");
+            assert_eq!(pod_readings(&kept.to_pod()), pod_readings(&pod), "{name}");
         }
     }
 

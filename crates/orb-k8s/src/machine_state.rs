@@ -13,12 +13,13 @@
 //! - Failed → `failed`; Unknown → `unknown`.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use orb_core::machine::MachineStatus;
 use orb_core::provider::MachineObservation;
 use serde_json::json;
 
 use orb_core::ProviderApi;
+
+use crate::pod_read::{ContainerRead, PodRead};
 
 /// Waiting reasons a pod does not recover from without a change to its spec.
 pub const FATAL_WAITING_REASONS: &[&str] = &[
@@ -33,27 +34,20 @@ pub const FATAL_WAITING_REASONS: &[&str] = &[
 /// Restarts (with a non-zero last exit) that mark a crash loop.
 pub const CRASH_LOOP_RESTARTS: i32 = 2;
 
-fn all_container_statuses(pod: &Pod) -> impl Iterator<Item = (&'static str, &ContainerStatus)> {
-    let status = pod.status.as_ref();
-    let init = status
-        .and_then(|s| s.init_container_statuses.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .map(|c| ("init container", c));
-    let main = status
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .map(|c| ("container", c));
+fn all_container_statuses(
+    pod: &impl PodRead,
+) -> impl Iterator<Item = (&'static str, ContainerRead<'_>)> {
+    let main = pod.containers(false).map(|c| ("container", c));
+    let init = pod.containers(true).map(|c| ("init container", c));
     main.chain(init)
 }
 
-fn fatal_waiting(pod: &Pod) -> Option<String> {
+fn fatal_waiting(pod: &impl PodRead) -> Option<String> {
     all_container_statuses(pod).find_map(|(what, c)| {
-        let waiting = c.state.as_ref()?.waiting.as_ref()?;
-        let reason = waiting.reason.as_deref()?;
+        let (reason, message) = c.state.waiting?;
+        let reason = reason?;
         FATAL_WAITING_REASONS.contains(&reason).then(|| {
-            let detail = waiting.message.as_deref().unwrap_or("");
+            let detail = message.unwrap_or("");
             format!("{reason}: {what} {} {detail}", c.name)
                 .trim_end()
                 .to_string()
@@ -61,18 +55,12 @@ fn fatal_waiting(pod: &Pod) -> Option<String> {
     })
 }
 
-fn crash_loop(pod: &Pod) -> Option<String> {
-    let on_failure =
-        pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("OnFailure");
-    if on_failure {
+fn crash_loop(pod: &impl PodRead) -> Option<String> {
+    if pod.restart_policy() == Some("OnFailure") {
         return None;
     }
     all_container_statuses(pod).find_map(|(what, c)| {
-        let exit = c
-            .last_state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .map(|t| t.exit_code)?;
+        let (_, exit) = c.last_state.terminated?;
         (c.restart_count >= CRASH_LOOP_RESTARTS && exit != 0).then(|| {
             format!(
                 "CrashLoop: {what} {} restarted {} times, last exit code {exit}",
@@ -82,36 +70,24 @@ fn crash_loop(pod: &Pod) -> Option<String> {
     })
 }
 
-fn condition_true(pod: &Pod, type_: &str) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
-}
-
 /// Why a pod is not running: the main container's terminated or waiting reason, else the
 /// `PodScheduled=False` reason (e.g. `Unschedulable: 0/3 nodes are available…`).
-pub fn pending_reason(pod: &Pod) -> Option<String> {
-    let status = pod.status.as_ref()?;
-    let container = status
-        .container_statuses
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find_map(|c| {
-            let state = c.state.as_ref()?;
-            if let Some(t) = &state.terminated {
-                return t.reason.clone();
-            }
-            state.waiting.as_ref().and_then(|w| w.reason.clone())
-        });
+pub fn pending_reason(pod: &impl PodRead) -> Option<String> {
+    let container = pod.containers(false).find_map(|c| {
+        if let Some((reason, _)) = c.state.terminated {
+            return reason.map(str::to_string);
+        }
+        c.state
+            .waiting
+            .and_then(|(reason, _)| reason.map(str::to_string))
+    });
     container.or_else(|| {
-        status.conditions.as_ref()?.iter().find_map(|c| {
+        pod.conditions().find_map(|c| {
             (c.type_ == "PodScheduled" && c.status == "False").then(|| {
-                match (&c.reason, &c.message) {
+                match (c.reason, c.message) {
                     (Some(r), Some(m)) => format!("{r}: {m}"),
-                    (Some(r), None) => r.clone(),
-                    (None, Some(m)) => m.clone(),
+                    (Some(r), None) => r.to_string(),
+                    (None, Some(m)) => m.to_string(),
                     (None, None) => "not scheduled".into(),
                 }
             })
@@ -119,54 +95,44 @@ pub fn pending_reason(pod: &Pod) -> Option<String> {
     })
 }
 
-fn failed_reason(pod: &Pod) -> String {
-    let status = pod.status.as_ref();
-    let terminated = status
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .find_map(|c| {
-            let t = c.state.as_ref()?.terminated.as_ref()?;
-            Some(format!(
-                "{}: container {} exited with code {}",
-                t.reason.as_deref().unwrap_or("Error"),
-                c.name,
-                t.exit_code
-            ))
-        });
+fn failed_reason(pod: &impl PodRead) -> String {
+    let terminated = pod.containers(false).find_map(|c| {
+        let (reason, exit_code) = c.state.terminated?;
+        Some(format!(
+            "{}: container {} exited with code {exit_code}",
+            reason.unwrap_or("Error"),
+            c.name,
+        ))
+    });
     terminated
-        .or_else(|| {
-            let s = status?;
-            match (&s.reason, &s.message) {
-                (Some(r), Some(m)) => Some(format!("{r}: {m}")),
-                (Some(r), None) => Some(r.clone()),
-                (None, Some(m)) => Some(m.clone()),
-                (None, None) => None,
-            }
+        .or_else(|| match (pod.status_reason(), pod.status_message()) {
+            (Some(r), Some(m)) => Some(format!("{r}: {m}")),
+            (Some(r), None) => Some(r.to_string()),
+            (None, Some(m)) => Some(m.to_string()),
+            (None, None) => None,
         })
         .unwrap_or_else(|| "pod failed".into())
 }
 
 /// The machine status of `pod`, with the reason when it is not plainly running.
-pub fn pod_machine_status(pod: &Pod, kind: ProviderApi) -> (MachineStatus, Option<String>) {
-    if pod.metadata.deletion_timestamp.is_some() {
+pub fn pod_machine_status(
+    pod: &impl PodRead,
+    kind: ProviderApi,
+) -> (MachineStatus, Option<String>) {
+    if pod.meta().deletion_timestamp.is_some() {
         return (
             MachineStatus::ShuttingDown,
             Some("pod is being deleted".into()),
         );
     }
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending");
+    let phase = pod.phase().unwrap_or("Pending");
     if matches!(phase, "Pending" | "Running")
         && let Some(reason) = fatal_waiting(pod).or_else(|| crash_loop(pod))
     {
         return (MachineStatus::Failed, Some(reason));
     }
     match phase {
-        "Running" if condition_true(pod, "Ready") => (MachineStatus::Running, None),
+        "Running" if pod.condition_true("Ready") => (MachineStatus::Running, None),
         "Running" => (
             MachineStatus::Pending,
             Some(pending_reason(pod).unwrap_or_else(|| "running, not ready yet".into())),
@@ -192,47 +158,41 @@ pub fn pod_machine_status(pod: &Pod, kind: ProviderApi) -> (MachineStatus, Optio
 
 /// The full observation of one pod: status, IP, node (as `cloud_host_id` in `provider_data`),
 /// creation time as launch time, labels as tags.
-pub fn observe_pod(pod: &Pod, kind: ProviderApi, resource_id: &str) -> MachineObservation {
-    let name = pod.metadata.name.clone().unwrap_or_default();
+pub fn observe_pod(pod: &impl PodRead, kind: ProviderApi, resource_id: &str) -> MachineObservation {
+    let meta = pod.meta();
     let (status, reason) = pod_machine_status(pod, kind);
-    let pod_status = pod.status.as_ref();
-    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-    let restarts: i32 = pod_status
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .map(|c| c.restart_count)
-        .sum();
-    let mut observation = MachineObservation::new(&name, status);
+    let node = pod.node_name();
+    let restarts: i32 = pod.containers(false).map(|c| c.restart_count).sum();
+    let mut observation = MachineObservation::new(pod.name(), status);
     observation.status_reason = reason;
-    observation.private_ip = pod_status.and_then(|s| s.pod_ip.clone());
-    observation.launch_time = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    observation.private_ip = pod.pod_ip().map(str::to_string);
+    observation.launch_time = pod.created();
     observation.instance_type = Some(format!("k8s/{}", kind.as_str()));
-    observation.tags = pod.metadata.labels.clone().unwrap_or_default();
+    observation.tags = meta.labels.clone().unwrap_or_default();
     observation.resource_id = Some(resource_id.to_string());
-    observation.uid = pod.metadata.uid.clone();
+    observation.uid = meta.uid.clone();
     observation.provider_data = json!({
-        "namespace": pod.metadata.namespace,
+        "namespace": meta.namespace,
         "node_name": node,
         "cloud_host_id": node,
-        "host_ip": pod_status.and_then(|s| s.host_ip.clone()),
-        "phase": pod_status.and_then(|s| s.phase.clone()),
-        "ready": condition_true(pod, "Ready"),
+        "host_ip": pod.host_ip(),
+        "phase": pod.phase(),
+        "ready": pod.condition_true("Ready"),
         "restart_count": restarts,
     });
     observation
 }
 
 /// How long `pod` has existed at `now` (creation, not start: unscheduled pods never start).
-pub fn pod_age(pod: &Pod, now: Timestamp) -> Option<std::time::Duration> {
-    let created = pod.metadata.creation_timestamp.as_ref()?.0;
-    let age = now.duration_since(created);
+pub fn pod_age(pod: &impl PodRead, now: Timestamp) -> Option<std::time::Duration> {
+    let age = now.duration_since(pod.created()?);
     std::time::Duration::try_from(age).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use rstest::rstest;
     use serde_json::{Value, json};
 

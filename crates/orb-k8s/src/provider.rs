@@ -293,10 +293,10 @@ impl K8sProvider {
     /// The live Karpenter disruption of the node `pod` runs on, if the index knows one.
     pub(crate) fn node_disruption(
         &self,
-        pod: &k8s_openapi::api::core::v1::Pod,
+        pod: &impl crate::pod_read::PodRead,
     ) -> Option<crate::daemon::nodes::Disruption> {
         let index = self.views.nodes.as_ref()?;
-        let node = pod.spec.as_ref()?.node_name.as_deref()?;
+        let node = pod.node_name()?;
         index.disruption(node, jiff::Timestamp::now())
     }
 
@@ -305,12 +305,12 @@ impl K8sProvider {
     pub(crate) fn annotate_with_node(
         &self,
         observation: &mut orb_core::provider::MachineObservation,
-        pod: &k8s_openapi::api::core::v1::Pod,
+        pod: &impl crate::pod_read::PodRead,
     ) {
         let Some(index) = &self.views.nodes else {
             return;
         };
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+        let Some(node) = pod.node_name() else {
             return;
         };
         crate::daemon::nodes::annotate_observation(
@@ -335,16 +335,15 @@ impl K8sProvider {
         client: &Client,
         record: &RequestRecord,
         expected: &std::collections::HashSet<&str>,
-    ) -> Result<Vec<Arc<k8s_openapi::api::core::v1::Pod>>, K8sError> {
+    ) -> Result<Vec<Arc<crate::kept::Kept>>, K8sError> {
         use crate::metrics::ReasonLabels;
+        use crate::pod_read::PodRead;
         if let Some(cache) = &self.views.pods
             && record.label_prefix == self.resolved.config.label_prefix
             && let Ok(pods) = cache.pods_of(&record.namespace, &record.request_id)
             && {
-                let cached: std::collections::HashSet<&str> = pods
-                    .iter()
-                    .filter_map(|p| p.metadata.name.as_deref())
-                    .collect();
+                let cached: std::collections::HashSet<&str> =
+                    pods.iter().map(|p| p.name()).collect();
                 expected.iter().all(|name| cached.contains(name))
             }
         {
@@ -363,7 +362,7 @@ impl K8sProvider {
         let listed = self
             .guarded(record.kind, crate::handlers::request_pods(client, record))
             .await?;
-        Ok(listed.into_iter().map(Arc::new).collect())
+        Ok(listed.into_iter().map(|pod| Arc::new(pod.into())).collect())
     }
 
     pub(crate) async fn client(&self) -> Result<&Client, K8sError> {

@@ -5,8 +5,6 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
@@ -18,7 +16,9 @@ use crate::fulfilment::{
     AcquireFacts, PodTimeoutPolicy, StatusDecision, decide_acquire, decide_return,
 };
 use crate::handlers::{Victims, handler_for};
+use crate::kept::Kept;
 use crate::machine_state::observe_pod;
+use crate::pod_read::PodRead;
 use crate::provider::K8sProvider;
 use crate::provider_data::RequestRecord;
 use crate::release_plan::{POD_DELETION_COST, VICTIM_DELETION_COST};
@@ -61,16 +61,15 @@ fn keep_polling(message: String) -> StatusReport {
 
 /// Timed-out pods the release path should still act on: not already marked for deletion by
 /// an earlier read (a Deployment must not be scaled down twice for the same pod).
-fn still_to_release(kind: ProviderApi, pods: &[&Pod]) -> Victims {
+fn still_to_release(kind: ProviderApi, pods: &[&Kept]) -> Victims {
     let mut victims = Victims::default();
     for pod in pods.iter().filter(|p| {
         kind != ProviderApi::Deployment
-            || p.annotations().get(POD_DELETION_COST).map(String::as_str)
-                != Some(VICTIM_DELETION_COST)
+            || p.annotation(POD_DELETION_COST) != Some(VICTIM_DELETION_COST)
     }) {
-        let name = pod.name_any();
-        if let Some(uid) = &pod.metadata.uid {
-            victims.uids.insert(name.clone(), uid.clone());
+        let name = pod.name().to_string();
+        if let Some(uid) = pod.uid() {
+            victims.uids.insert(name.clone(), uid.to_string());
         }
         victims.names.push(name);
     }
@@ -190,8 +189,8 @@ impl K8sProvider {
         let mut machines = Vec::with_capacity(pods.len());
         let mut timed_out = Vec::new();
         for pod in pods.iter().map(AsRef::as_ref) {
-            let name = pod.name_any();
-            let mut observation = observe_pod(pod, kind, resource_id.as_deref().unwrap_or(&name));
+            let mut observation =
+                observe_pod(pod, kind, resource_id.as_deref().unwrap_or(pod.name()));
             self.annotate_with_node(&mut observation, pod);
             if policy.apply(pod, &mut observation, now) {
                 timed_out.push(pod);
@@ -210,7 +209,7 @@ impl K8sProvider {
                      stop its running pods; return the request to remove the Job",
                     timed_out
                         .iter()
-                        .map(|p| p.name_any())
+                        .map(|p| p.name())
                         .collect::<Vec<_>>()
                         .join(", ")
                 ));
@@ -309,15 +308,13 @@ impl K8sProvider {
                 Ok(pods) => pods,
                 Err(e) => return Ok(unread(&e)),
             };
-            let by_name: std::collections::HashMap<&str, &k8s_openapi::api::core::v1::Pod> = pods
-                .iter()
-                .filter_map(|p| Some((p.metadata.name.as_deref()?, p.as_ref())))
-                .collect();
+            let by_name: std::collections::HashMap<&str, &Kept> =
+                pods.iter().map(|p| (p.name(), p.as_ref())).collect();
             for m in refs {
                 let current = by_name
                     .get(m.machine_id.as_str())
                     .copied()
-                    .filter(|p| m.uid.is_none() || p.metadata.uid == m.uid);
+                    .filter(|p| m.uid.is_none() || p.uid() == m.uid.as_deref());
                 machines.push(match current {
                     Some(pod) => {
                         let resource = record.controller_name().unwrap_or(&m.machine_id);

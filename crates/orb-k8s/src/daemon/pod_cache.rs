@@ -14,7 +14,7 @@
 //! A read ([`PodCache::pods_of`]) is served only when the loop covering the namespace has
 //! listed at least once and has not been failing for longer than
 //! `stale_cache_timeout_seconds`; otherwise the caller LISTs. Stored pods keep only the
-//! fields readers use ([`kept`]: no `managedFields`, volumes, env, probes, images or IP
+//! fields readers use ([`crate::kept`]: no `managedFields`, volumes, env, probes, images or IP
 //! lists), and LISTs are paginated, so 10,000 pods fit in tens of megabytes.
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,8 +32,8 @@ use crate::config::NamespaceScope;
 use crate::labels::LabelKeys;
 use crate::metrics::{K8sMetrics, ReasonLabels, WatchEventLabels};
 
-mod kept;
-use kept::Kept;
+use crate::kept::Kept;
+use crate::pod_read::PodRead;
 
 /// Server-side timeout of one WATCH call; the loop resumes from its resourceVersion after it.
 const WATCH_TIMEOUT_SECS: u32 = 290;
@@ -41,7 +41,9 @@ const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Pods of one request: `(namespace, request id)` → pod name → what is kept of the pod.
-type Index = HashMap<(String, String), BTreeMap<String, Box<Kept>>>;
+/// Behind an `Arc`: a B-tree node holds eleven values inline, about half of them empty after
+/// a LIST's ascending inserts, and a read hands the pods out without copying them.
+type Index = HashMap<(String, String), BTreeMap<String, Arc<Kept>>>;
 
 /// What one loop (one namespace, or the whole cluster) has achieved.
 #[derive(Debug, Clone, Default)]
@@ -213,7 +215,7 @@ impl PodCache {
     }
 
     /// The live pods of request `request_id` in `namespace`, when the cache may answer.
-    pub fn pods_of(&self, namespace: &str, request_id: &str) -> Result<Vec<Arc<Pod>>, Miss> {
+    pub fn pods_of(&self, namespace: &str, request_id: &str) -> Result<Vec<Arc<Kept>>, Miss> {
         self.pods_of_at(namespace, request_id, Instant::now())
     }
 
@@ -222,7 +224,7 @@ impl PodCache {
         namespace: &str,
         request_id: &str,
         now: Instant,
-    ) -> Result<Vec<Arc<Pod>>, Miss> {
+    ) -> Result<Vec<Arc<Kept>>, Miss> {
         let scope = self.scope_of(namespace).ok_or(Miss::NotWatched)?;
         let state = self.read();
         let health = state.loops.get(scope).ok_or(Miss::NotSynced)?;
@@ -242,7 +244,7 @@ impl PodCache {
         Ok(state
             .index
             .get(&key)
-            .map(|pods| pods.values().map(|k| Arc::new(k.to_pod())).collect())
+            .map(|pods| pods.values().cloned().collect())
             .unwrap_or_default())
     }
 
@@ -342,7 +344,7 @@ impl PodCache {
     }
 
     /// Replaces everything held for `scope` with a LIST's items.
-    fn replace<P: Into<Box<Kept>>>(
+    fn replace<P: Into<Kept>>(
         &self,
         scope: &str,
         items: impl IntoIterator<Item = P>,
@@ -350,12 +352,15 @@ impl PodCache {
     ) {
         let mut fresh: Index = HashMap::new();
         for pod in items {
-            let pod: Box<Kept> = pod.into();
+            let pod = Arc::new(pod.into());
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             if let Some(key) = self.request_key(&pod.metadata) {
-                fresh.entry(key).or_default().insert(pod.name(), pod);
+                fresh
+                    .entry(key)
+                    .or_default()
+                    .insert(pod.name().to_string(), pod);
             }
         }
         let mut state = self.write();
@@ -400,7 +405,11 @@ impl PodCache {
                     }
                 }
             } else {
-                state.index.entry(key).or_default().insert(name, pod.into());
+                state
+                    .index
+                    .entry(key)
+                    .or_default()
+                    .insert(name, Arc::new(pod.into()));
             }
         }
         let health = state.loops.entry(scope.to_string()).or_default();
@@ -487,7 +496,7 @@ impl PodCache {
         let mut next_resync = self.resync_every.map(|every| Instant::now() + every);
         if resource_version.is_some() {
             // Watching from a given point counts as synced from an empty start.
-            self.replace(&scope, Vec::<Box<Kept>>::new(), resource_version.clone());
+            self.replace(&scope, Vec::<Kept>::new(), resource_version.clone());
         }
         loop {
             if *shutdown.borrow() {
@@ -644,7 +653,7 @@ const LIST_PAGE: u32 = 500;
 async fn list_all(
     api: &Api<Pod>,
     selector: &str,
-) -> Result<(Vec<Box<Kept>>, Option<String>), kube::Error> {
+) -> Result<(Vec<Kept>, Option<String>), kube::Error> {
     let mut items = Vec::new();
     let mut params = ListParams::default().labels(selector).limit(LIST_PAGE);
     let mut resource_version = None;
@@ -653,7 +662,7 @@ async fn list_all(
         if resource_version.is_none() {
             resource_version = page.metadata.resource_version.clone();
         }
-        items.extend(page.items.into_iter().map(Box::<Kept>::from));
+        items.extend(page.items.into_iter().map(Kept::from));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok((items, resource_version)),
@@ -704,8 +713,8 @@ mod tests {
         )
     }
 
-    fn names<P: AsRef<Pod>>(pods: &[P]) -> Vec<String> {
-        pods.iter().map(|p| p.as_ref().name_any()).collect()
+    fn names(pods: &[Arc<Kept>]) -> Vec<String> {
+        pods.iter().map(|p| p.name().to_string()).collect()
     }
 
     #[test]
@@ -842,7 +851,7 @@ mod tests {
         let status = Some(serde_json::from_value(serde_json::json!({"phase": "Running"})).unwrap());
         p.status = status.clone();
         c.replace("a", vec![p], None);
-        let kept = &c.pods_of("a", "r").unwrap()[0];
+        let kept = c.pods_of("a", "r").unwrap()[0].to_pod();
         assert!(kept.metadata.managed_fields.is_none());
         let spec = kept.spec.as_ref().unwrap();
         assert_eq!(spec.node_name.as_deref(), Some("n1"));

@@ -114,7 +114,7 @@ impl WorkloadHandler for StatefulSetHandler {
                 .await?
                 .iter()
                 .filter(|p| {
-                    pod_machine_status(p, ProviderApi::StatefulSet).0
+                    pod_machine_status(*p, ProviderApi::StatefulSet).0
                         == orb_core::machine::MachineStatus::Failed
                 })
                 .filter_map(|p| statefulset_ordinal(name, &p.name_any()))

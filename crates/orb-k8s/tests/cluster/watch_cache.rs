@@ -23,6 +23,7 @@ use orb_k8s::daemon::PodCache;
 use orb_k8s::daemon::pod_cache::Miss;
 use orb_k8s::metrics::K8sMetrics;
 use orb_k8s::metrics::ReasonLabels;
+use orb_k8s::pod_read::PodRead;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -139,7 +140,7 @@ async fn the_cache_follows_creates_updates_and_deletes() {
             .pods_of(&ns, r)
             .expect("synced")
             .iter()
-            .map(|p| p.name_any())
+            .map(|p| p.name().to_string())
             .collect();
         names.sort();
         names
