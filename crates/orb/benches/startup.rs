@@ -346,9 +346,11 @@ fn live_request(runtime: &tokio::runtime::Runtime) {
     };
     let cluster = kube_fixture::TestCluster { client, kubeconfig };
     let sizes = counts("BENCH_STARTUP_LIVE", "50");
-    let most = sizes.iter().copied().max().unwrap_or(0);
+    // Every size's pods keep running to the end (nothing is returned), so the node needs room
+    // for all of them at once.
+    let all: u32 = sizes.iter().sum();
     let namespace = runtime.block_on(cluster.namespace("bench-startup"));
-    let node = runtime.block_on(cluster.node_with_room("bench-startup", most + most / 10));
+    let node = runtime.block_on(cluster.node_with_room("bench-startup", all + all / 10));
     for count in sizes {
         measure_live(&cluster, &namespace, &node, count);
     }
