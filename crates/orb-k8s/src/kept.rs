@@ -12,19 +12,104 @@ use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
     ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 use crate::pod_read::{ConditionRead, ContainerRead, PodRead, StateRead};
 
-#[derive(Debug, Clone, PartialEq)]
+/// Also decoded straight from a pod's JSON (a LIST page, a watch event): the fields not kept
+/// are skipped by the parser, never built, which at 5,000 pods is most of a LIST's decoding.
+/// `kept_decodes_as_the_kept_original` holds the two ways to the same value.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Kept {
     /// Less `managedFields`.
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub(crate) metadata: ObjectMeta,
+    #[serde(default)]
     spec: Option<KeptSpec>,
+    #[serde(default)]
     status: Option<KeptStatus>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// `metadata` as the apiserver sends it, less `managedFields` (skipped, not decoded: its
+/// `fieldsV1` trees are the largest part of a pod's metadata).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire {
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+fn meta_without_managed_fields<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<ObjectMeta, D::Error> {
+    let Some(m) = Option::<MetaWire>::deserialize(d)? else {
+        return Ok(ObjectMeta::default());
+    };
+    Ok(ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        managed_fields: None,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: m.self_link,
+        uid: m.uid,
+    })
+}
+
+/// Lets `Api<Kept>` LIST and WATCH pods, decoding each into what is kept.
+impl kube::Resource for Kept {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::KIND.into()
+    }
+
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::GROUP.into()
+    }
+
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::VERSION.into()
+    }
+
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct KeptSpec {
     node_name: Option<String>,
     restart_policy: Option<String>,
@@ -32,40 +117,81 @@ struct KeptSpec {
     priority: Option<i32>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 struct KeptStatus {
     phase: Option<String>,
     reason: Option<String>,
     message: Option<String>,
+    #[serde(rename = "podIP")]
     pod_ip: Option<String>,
+    #[serde(rename = "hostIP")]
     host_ip: Option<String>,
     conditions: Option<Vec<KeptCondition>>,
+    #[serde(rename = "containerStatuses")]
     containers: Option<Vec<KeptContainer>>,
+    #[serde(rename = "initContainerStatuses")]
     init_containers: Option<Vec<KeptContainer>>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 struct KeptCondition {
+    #[serde(rename = "type", default)]
     type_: String,
+    #[serde(default)]
     status: String,
     reason: Option<String>,
     message: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct KeptContainer {
+    #[serde(default)]
     name: String,
+    #[serde(default)]
     restart_count: i32,
     state: Option<KeptState>,
     last_state: Option<KeptState>,
 }
 
 /// A container state: which of the three it is, and the reasons and exit code readers use.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "StateWire")]
 struct KeptState {
     running: bool,
     waiting: Option<(Option<String>, Option<String>)>,
     terminated: Option<(Option<String>, i32)>,
+}
+
+#[derive(Deserialize)]
+struct StateWire {
+    running: Option<IgnoredAny>,
+    waiting: Option<WaitingWire>,
+    terminated: Option<TerminatedWire>,
+}
+
+#[derive(Deserialize)]
+struct WaitingWire {
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TerminatedWire {
+    reason: Option<String>,
+    #[serde(default)]
+    exit_code: i32,
+}
+
+impl From<StateWire> for KeptState {
+    fn from(s: StateWire) -> Self {
+        Self {
+            running: s.running.is_some(),
+            waiting: s.waiting.map(|w| (w.reason, w.message)),
+            terminated: s.terminated.map(|t| (t.reason, t.exit_code)),
+        }
+    }
 }
 
 impl From<Pod> for Kept {
@@ -465,6 +591,30 @@ mod tests {
             assert_eq!(readings(&kept), readings(&pod), "{name}");
             assert_eq!(pod_readings(&kept.to_pod()), pod_readings(&pod), "{name}");
         }
+    }
+
+    #[test]
+    fn kept_decodes_as_the_kept_original() {
+        for pod in examples() {
+            let json = serde_json::to_string(&pod).unwrap();
+            let decoded: Kept = serde_json::from_str(&json).unwrap();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            assert_eq!(decoded, Kept::from(pod), "{name}");
+        }
+        // The apiserver writes `null` for some unset fields; they read as unset.
+        let decoded: Kept = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": null, "managedFields": null},
+            "spec": null,
+            "status": {"phase": "Pending", "conditions": null, "containerStatuses": [
+                {"name": "c", "restartCount": 0, "state": {"running": null, "waiting": {"reason": null}}},
+            ]},
+        }))
+        .unwrap();
+        assert_eq!(decoded.name(), "p");
+        assert_eq!(decoded.phase(), Some("Pending"));
+        let c = decoded.containers(false).next().unwrap();
+        assert_eq!(c.state.waiting, Some((None, None)));
+        assert!(decoded.spec.is_none());
     }
 
     #[test]

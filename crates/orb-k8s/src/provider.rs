@@ -360,9 +360,12 @@ impl K8sProvider {
                 .inc();
         }
         let listed = self
-            .guarded(record.kind, crate::handlers::request_pods(client, record))
+            .guarded(
+                record.kind,
+                crate::handlers::request_pods::<crate::kept::Kept>(client, record),
+            )
             .await?;
-        Ok(listed.into_iter().map(|pod| Arc::new(pod.into())).collect())
+        Ok(listed.into_iter().map(Arc::new).collect())
     }
 
     pub(crate) async fn client(&self) -> Result<&Client, K8sError> {

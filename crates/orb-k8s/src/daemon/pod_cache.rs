@@ -389,7 +389,8 @@ impl PodCache {
 
     /// Applies one ADDED/MODIFIED (or, with `deleted`, DELETED) event. A pod being deleted
     /// counts as gone: status reads report live pods only.
-    fn apply(&self, scope: &str, pod: Pod, deleted: bool) {
+    fn apply(&self, scope: &str, pod: impl Into<Kept>, deleted: bool) {
+        let pod: Kept = pod.into();
         let rv = pod.resource_version();
         let gone = deleted || pod.metadata.deletion_timestamp.is_some();
         let mut state = self.write();
@@ -409,7 +410,7 @@ impl PodCache {
                     .index
                     .entry(key)
                     .or_default()
-                    .insert(name, Arc::new(pod.into()));
+                    .insert(name, Arc::new(pod));
             }
         }
         let health = state.loops.entry(scope.to_string()).or_default();
@@ -467,7 +468,7 @@ impl PodCache {
     /// Runs one loop per scope until `shutdown` turns true. Returns when all have stopped.
     pub async fn run(self: Arc<Self>, client: Client, shutdown: watch::Receiver<bool>) {
         let loops = self.scopes().into_iter().map(|scope| {
-            let api: Api<Pod> = if scope == CLUSTER {
+            let api: Api<Kept> = if scope == CLUSTER {
                 Api::all(client.clone())
             } else {
                 Api::namespaced(client.clone(), &scope)
@@ -486,7 +487,7 @@ impl PodCache {
     pub async fn run_scope(
         self: Arc<Self>,
         scope: String,
-        api: Api<Pod>,
+        api: Api<Kept>,
         start_from: Option<String>,
         mut shutdown: watch::Receiver<bool>,
     ) {
@@ -651,7 +652,7 @@ const LIST_PAGE: u32 = 500;
 /// Every managed pod of `api`'s scope, page by page, and the resourceVersion to watch from
 /// (the first page's: a paginated LIST is one consistent snapshot).
 async fn list_all(
-    api: &Api<Pod>,
+    api: &Api<Kept>,
     selector: &str,
 ) -> Result<(Vec<Kept>, Option<String>), kube::Error> {
     let mut items = Vec::new();
@@ -662,7 +663,7 @@ async fn list_all(
         if resource_version.is_none() {
             resource_version = page.metadata.resource_version.clone();
         }
-        items.extend(page.items.into_iter().map(Kept::from));
+        items.extend(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok((items, resource_version)),

@@ -332,7 +332,7 @@ impl WorkloadHandler for DeploymentHandler {
                 Err(e) => return Err(K8sError::api(format!("reading Deployment {name}"), e)),
             }
             // Only this Deployment's live pods, and only the incarnations orb was asked about.
-            let pods = request_pods(cx.client, record).await?;
+            let pods = request_pods::<Pod>(cx.client, record).await?;
             // A victim whose pod already ended (phase Failed or Succeeded) is no longer one of
             // the ReplicaSet's pods: it has been replaced, and scaling down would remove a
             // healthy one. Its leftover object is deleted; the count stays.

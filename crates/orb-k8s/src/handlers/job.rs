@@ -74,7 +74,9 @@ impl WorkloadHandler for JobHandler {
             );
             let others = match kept {
                 Some(kept) => kept,
-                None => live_pod_names(&request_pods(cx.client, record).await?),
+                None => live_pod_names(
+                    &request_pods::<k8s_openapi::api::core::v1::Pod>(cx.client, record).await?,
+                ),
             };
             let api: Api<Job> = Api::namespaced(cx.client.clone(), &record.namespace);
             cx.status_cache.invalidate("Job", &record.namespace, name);

@@ -213,11 +213,17 @@ where
 }
 
 /// Live (not being deleted) pods of a request.
-pub(crate) async fn request_pods(
+pub(crate) async fn request_pods<K>(
     client: &Client,
     record: &RequestRecord,
-) -> Result<Vec<Pod>, K8sError> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
+) -> Result<Vec<K>, K8sError>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &record.namespace);
     let selector = LabelKeys::new(&record.label_prefix).request_selector(&record.request_id);
     let pods = api
         .list(&ListParams::default().labels(&selector))

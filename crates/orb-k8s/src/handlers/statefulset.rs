@@ -110,15 +110,16 @@ impl WorkloadHandler for StatefulSetHandler {
             let api: Api<StatefulSet> = Api::namespaced(cx.client.clone(), &record.namespace);
             cx.status_cache
                 .invalidate("StatefulSet", &record.namespace, name);
-            let failed: std::collections::BTreeSet<u32> = request_pods(cx.client, record)
-                .await?
-                .iter()
-                .filter(|p| {
-                    pod_machine_status(*p, ProviderApi::StatefulSet).0
-                        == orb_core::machine::MachineStatus::Failed
-                })
-                .filter_map(|p| statefulset_ordinal(name, &p.name_any()))
-                .collect();
+            let failed: std::collections::BTreeSet<u32> =
+                request_pods::<k8s_openapi::api::core::v1::Pod>(cx.client, record)
+                    .await?
+                    .iter()
+                    .filter(|p| {
+                        pod_machine_status(*p, ProviderApi::StatefulSet).0
+                            == orb_core::machine::MachineStatus::Failed
+                    })
+                    .filter_map(|p| statefulset_ordinal(name, &p.name_any()))
+                    .collect();
             for _ in 0..SCALE_CONFLICT_ATTEMPTS {
                 let Some(current) = api
                     .get_opt(name)
