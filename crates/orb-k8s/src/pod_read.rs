@@ -71,11 +71,6 @@ pub trait PodRead {
         self.meta().creation_timestamp.as_ref().map(|t| t.0)
     }
 
-    /// The first condition of `type_`.
-    fn condition(&self, type_: &str) -> Option<ConditionRead<'_>> {
-        self.conditions().find(|c| c.type_ == type_)
-    }
-
     fn condition_true(&self, type_: &str) -> bool {
         self.conditions()
             .any(|c| c.type_ == type_ && c.status == "True")
