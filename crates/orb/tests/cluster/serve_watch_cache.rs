@@ -31,6 +31,19 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
     let ns = cluster.namespace("serve-cache").await;
     let root = install(&ns, "kube", &cluster.kubeconfig, json!({}));
     let server = Server::start(root.path(), None);
+    // Pods that exist when the cache's first LIST runs arrive in that LIST, not as watch
+    // events; the cache must serve before the request so all three are watch events.
+    wait_for(
+        "the watch cache to serve",
+        Duration::from_secs(30),
+        || async {
+            match sample(&metrics(&server), "orb_k8s_cache_serving ") {
+                Some(1.0) => Check::Done(()),
+                other => Check::NotYet(format!("orb_k8s_cache_serving {other:?}")),
+            }
+        },
+    )
+    .await;
 
     let (code, view) = server.call(
         "POST",
