@@ -29,7 +29,7 @@ pub(super) fn new_machine(
         instance_type: None,
         price_type: None,
         tags: Default::default(),
-        provider_data: serde_json::Value::Null,
+        provider_data: serde_json::Value::Null.into(),
         created_at: now,
         updated_at: now,
         version: 0,
@@ -307,12 +307,12 @@ mod tests {
         seen.uid = Some("uid-1".into());
         seen.private_ip = Some("10.0.0.1".into());
         seen.launch_time = Some(t(5));
-        seen.provider_data = serde_json::json!({"node": {"name": "kwok-0"}});
+        seen.provider_data = serde_json::json!({"node": {"name": "kwok-0"}}).into();
         seen.tags.insert("team".into(), "grid".into());
         let mut pending = seen.clone();
         pending.status = MachineStatus::Pending;
         let mut moved = seen.clone();
-        moved.provider_data = serde_json::json!({"node": {"name": "kwok-1"}});
+        moved.provider_data = serde_json::json!({"node": {"name": "kwok-1"}}).into();
         let mut reborn = seen.clone();
         reborn.uid = Some("uid-2".into());
         reborn.private_ip = None;
@@ -327,7 +327,7 @@ mod tests {
         let mut less = seen.clone();
         less.private_ip = None;
         less.tags.clear();
-        less.provider_data = serde_json::Value::Null;
+        less.provider_data = serde_json::Value::Null.into();
         let reads = [
             (&seen, true),
             (&seen, false),

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::RequestId;
+use crate::shared::Shared;
 use crate::template::ProviderApi;
 
 /// One machine-state enum for every path. Running-but-not-Ready is `Pending`, never a word
@@ -111,8 +112,8 @@ pub struct Machine {
     pub launch_time: Option<Timestamp>,
     pub instance_type: Option<String>,
     pub price_type: Option<String>,
-    pub tags: BTreeMap<String, String>,
-    pub provider_data: serde_json::Value,
+    pub tags: Shared<BTreeMap<String, String>>,
+    pub provider_data: Shared<serde_json::Value>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,

@@ -30,6 +30,7 @@ use crate::ids::RequestId;
 use crate::lifecycle::Verdict;
 use crate::machine::MachineStatus;
 use crate::request::RequestType;
+use crate::shared::Shared;
 use crate::template::{ProviderApi, Template};
 
 pub type ProviderFuture<'a, T> =
@@ -96,10 +97,10 @@ pub struct MachineObservation {
     pub launch_time: Option<Timestamp>,
     pub instance_type: Option<String>,
     pub price_type: Option<String>,
-    pub tags: BTreeMap<String, String>,
+    pub tags: Shared<BTreeMap<String, String>>,
     pub resource_id: Option<String>,
     pub uid: Option<String>,
-    pub provider_data: Value,
+    pub provider_data: Shared<Value>,
 }
 
 impl MachineObservation {
@@ -115,10 +116,10 @@ impl MachineObservation {
             launch_time: None,
             instance_type: None,
             price_type: None,
-            tags: BTreeMap::new(),
+            tags: Shared::default(),
             resource_id: None,
             uid: None,
-            provider_data: Value::Null,
+            provider_data: Shared::default(),
         }
     }
 }

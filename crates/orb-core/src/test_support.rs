@@ -200,8 +200,8 @@ pub fn machine(name: &str) -> MachineBuilder {
         launch_time: None,
         instance_type: None,
         price_type: None,
-        tags: BTreeMap::new(),
-        provider_data: Value::Null,
+        tags: BTreeMap::new().into(),
+        provider_data: Value::Null.into(),
         created_at: at(0),
         updated_at: at(0),
         version: 0,
@@ -296,7 +296,7 @@ impl MachineBuilder {
         self
     }
     pub fn provider_data(mut self, data: Value) -> Self {
-        self.0.provider_data = data;
+        self.0.provider_data = data.into();
         self
     }
     pub fn created(mut self, created: Timestamp) -> Self {
@@ -359,7 +359,7 @@ mod tests {
         assert_eq!((m.machine_id.as_str(), m.name.as_str()), ("m-0", "m-0"));
         assert_eq!(m.status, MachineStatus::Running);
         assert_eq!(m.provider_api, Some(ProviderApi::Pod));
-        assert_eq!((m.provider_data, m.version), (Value::Null, 0));
+        assert_eq!((&*m.provider_data, m.version), (&Value::Null, 0));
     }
 
     #[test]

@@ -8,15 +8,20 @@
 //! has no accessor for a field not kept here; [`Kept::to_pod`] rebuilds a `Pod` for the few
 //! callers that want one (tests and the orphan GC).
 
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
     ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use orb_core::shared::Shared;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde_json::Value;
 
-use crate::pod_read::{ConditionRead, ContainerRead, PodRead, StateRead};
+use crate::pod_read::{ConditionRead, ContainerRead, PodRead, StateRead, provider_data_of};
 
 /// Also decoded straight from a pod's JSON (a LIST page, a watch event): the fields not kept
 /// are skipped by the parser, never built, which at 5,000 pods is most of a LIST's decoding.
@@ -30,6 +35,23 @@ pub struct Kept {
     spec: Option<KeptSpec>,
     #[serde(default)]
     status: Option<KeptStatus>,
+    /// The tags and provider data status reads derive from this pod, derived at the first
+    /// read: every status read of a request reads each of its cached pods, and a shared
+    /// copy is a reference count where a fresh one was some thirty allocations.
+    #[serde(skip)]
+    derived: Derived,
+}
+
+/// See [`Kept::derived`]. Equal whatever it holds: it follows from the other fields. A
+/// `Kept` is not changed once read (the cache hands out `Arc<Kept>`); one that was would
+/// have to be a fresh value for this to be right.
+#[derive(Debug, Clone, Default)]
+struct Derived(OnceLock<(Shared<BTreeMap<String, String>>, Shared<Value>)>);
+
+impl PartialEq for Derived {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// `metadata` as the apiserver sends it, less `managedFields` (skipped, not decoded: its
@@ -207,6 +229,7 @@ impl From<Pod> for Kept {
                 priority: spec.priority,
             }),
             status: pod.status.map(KeptStatus::from),
+            derived: Derived::default(),
         }
     }
 }
@@ -355,9 +378,28 @@ impl KeptState {
     }
 }
 
+impl Kept {
+    fn derived(&self) -> &(Shared<BTreeMap<String, String>>, Shared<Value>) {
+        self.derived.0.get_or_init(|| {
+            (
+                self.metadata.labels.clone().unwrap_or_default().into(),
+                provider_data_of(self).into(),
+            )
+        })
+    }
+}
+
 impl PodRead for Kept {
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
+    }
+
+    fn tags(&self) -> Shared<BTreeMap<String, String>> {
+        self.derived().0.clone()
+    }
+
+    fn provider_data(&self) -> Shared<Value> {
+        self.derived().1.clone()
     }
 
     fn node_name(&self) -> Option<&str> {
@@ -590,6 +632,25 @@ mod tests {
             let name = pod.metadata.name.clone().unwrap_or_default();
             assert_eq!(readings(&kept), readings(&pod), "{name}");
             assert_eq!(pod_readings(&kept.to_pod()), pod_readings(&pod), "{name}");
+        }
+    }
+
+    #[test]
+    fn reads_of_a_kept_pod_share_its_tags_and_provider_data() {
+        for pod in examples() {
+            let kept = Kept::from(pod);
+            let first = observe_pod(&kept, ProviderApi::Pod, "res");
+            let again = observe_pod(&kept, ProviderApi::Deployment, "res");
+            assert!(Shared::ptr_eq(&first.tags, &again.tags), "{}", kept.name());
+            assert!(
+                Shared::ptr_eq(&first.provider_data, &again.provider_data),
+                "{}",
+                kept.name()
+            );
+            // A copy of the pod (a fresh value) derives its own, equal.
+            let copy = kept.clone();
+            assert_eq!(copy, kept);
+            assert_eq!(observe_pod(&copy, ProviderApi::Pod, "res"), first);
         }
     }
 

@@ -15,7 +15,6 @@
 use jiff::Timestamp;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::MachineObservation;
-use serde_json::json;
 
 use orb_core::ProviderApi;
 
@@ -159,27 +158,16 @@ pub fn pod_machine_status(
 /// The full observation of one pod: status, IP, node (as `cloud_host_id` in `provider_data`),
 /// creation time as launch time, labels as tags.
 pub fn observe_pod(pod: &impl PodRead, kind: ProviderApi, resource_id: &str) -> MachineObservation {
-    let meta = pod.meta();
     let (status, reason) = pod_machine_status(pod, kind);
-    let node = pod.node_name();
-    let restarts: i32 = pod.containers(false).map(|c| c.restart_count).sum();
     let mut observation = MachineObservation::new(pod.name(), status);
     observation.status_reason = reason;
     observation.private_ip = pod.pod_ip().map(str::to_string);
     observation.launch_time = pod.created();
     observation.instance_type = Some(format!("k8s/{}", kind.as_str()));
-    observation.tags = meta.labels.clone().unwrap_or_default();
+    observation.tags = pod.tags();
     observation.resource_id = Some(resource_id.to_string());
-    observation.uid = meta.uid.clone();
-    observation.provider_data = json!({
-        "namespace": meta.namespace,
-        "node_name": node,
-        "cloud_host_id": node,
-        "host_ip": pod.host_ip(),
-        "phase": pod.phase(),
-        "ready": pod.condition_true("Ready"),
-        "restart_count": restarts,
-    });
+    observation.uid = pod.uid().map(str::to_string);
+    observation.provider_data = pod.provider_data();
     observation
 }
 

@@ -4,9 +4,13 @@
 //! for every read: at 5,000 pods in one request that rebuild was a quarter of a status read
 //! through `orb serve`.
 
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use orb_core::shared::Shared;
+use serde_json::{Value, json};
 
 /// One pod condition, borrowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +79,32 @@ pub trait PodRead {
         self.conditions()
             .any(|c| c.type_ == type_ && c.status == "True")
     }
+
+    /// The pod's labels, as its machine's tags.
+    fn tags(&self) -> Shared<BTreeMap<String, String>> {
+        self.meta().labels.clone().unwrap_or_default().into()
+    }
+
+    /// What its machine's provider data records of the pod: where it runs, its phase, whether
+    /// it is ready, how often its containers restarted.
+    fn provider_data(&self) -> Shared<Value> {
+        provider_data_of(self).into()
+    }
+}
+
+/// [`PodRead::provider_data`], built.
+pub(crate) fn provider_data_of(pod: &(impl PodRead + ?Sized)) -> Value {
+    let node = pod.node_name();
+    let restarts: i32 = pod.containers(false).map(|c| c.restart_count).sum();
+    json!({
+        "namespace": pod.meta().namespace,
+        "node_name": node,
+        "cloud_host_id": node,
+        "host_ip": pod.host_ip(),
+        "phase": pod.phase(),
+        "ready": pod.condition_true("Ready"),
+        "restart_count": restarts,
+    })
 }
 
 fn condition(c: &PodCondition) -> ConditionRead<'_> {

@@ -41,7 +41,8 @@ fn machine(request: &Request, i: u32, now: Timestamp) -> Machine {
             ("orb.io/request-id".into(), request.request_id.to_string()),
             ("orb.io/template-id".into(), "worker".into()),
             ("app".into(), "symphony-worker".into()),
-        ]),
+        ])
+        .into(),
         provider_data: json!({
             "namespace": "default",
             "node_name": format!("kwok-node-{}", i % 8),
@@ -50,7 +51,8 @@ fn machine(request: &Request, i: u32, now: Timestamp) -> Machine {
             "phase": "Running",
             "ready": true,
             "restart_count": 0,
-        }),
+        })
+        .into(),
         created_at: now,
         updated_at: now,
         version: 0,

@@ -355,8 +355,10 @@ async fn awkward_values_survive_a_list_read(store: &Store) {
     odd.tags = BTreeMap::from([
         ("key with \"quotes\"".into(), "line\nbreak".into()),
         ("empty".into(), String::new()),
-    ]);
-    odd.provider_data = json!({"nested": {"list": [1, 2.5, null, true, "x"]}, "big": i64::MAX});
+    ])
+    .into();
+    odd.provider_data =
+        json!({"nested": {"list": [1, 2.5, null, true, "x"]}, "big": i64::MAX}).into();
     odd.launch_time = None;
     odd.private_ip = None;
     odd.price_type = None;

@@ -49,7 +49,8 @@ async fn seed(env: &Env, machines: usize) {
                 m.provider_data = json!({
                     "node_name": format!("kwok-node-{}", n % 50),
                     "namespace": format!("grid-{}", n % 4),
-                });
+                })
+                .into();
                 if status == MachineStatus::Failed {
                     m.status_reason =
                         Some("container worker exited with code 137 (OOMKilled)".into());

@@ -106,7 +106,8 @@ fn status_reply_for_acquire_return_and_unknown_ids() {
         Some("10.0.0.7"),
         None,
     );
-    running.provider_data = json!({"cloud_host_id": "kwok-node-3", "node_name": "kwok-node-3"});
+    running.provider_data =
+        json!({"cloud_host_id": "kwok-node-3", "node_name": "kwok-node-3"}).into();
     let acquired = vec![
         running,
         machine(
@@ -132,10 +133,11 @@ fn status_reply_for_acquire_return_and_unknown_ids() {
         None,
     );
     returned.return_request_id = Some(return_id());
+    let returned = [returned];
     let reply = StatusReply {
         requests: vec![
             request_status_entry(&acquire, &acquired),
-            request_status_entry(&ret, &[returned]),
+            request_status_entry(&ret, &returned),
             unknown_request_entry("req-00000000-0000-4000-8000-000000000000"),
         ],
     };

@@ -157,7 +157,7 @@ fn a_failed_verdict_carries_the_first_reason() {
 fn timed_out(mut m: MachineObservation) -> MachineObservation {
     m.status = MachineStatus::Failed;
     m.status_reason = Some("timed out: pending for more than 300s".into());
-    m.provider_data = json!({"timed_out": true});
+    m.provider_data = json!({"timed_out": true}).into();
     m
 }
 

@@ -234,7 +234,7 @@ impl From<&Machine> for MachineInfo {
             launch_time: m.launch_time.map(time),
             instance_type: m.instance_type.clone(),
             price_type: m.price_type.clone(),
-            tags: m.tags.clone(),
+            tags: (*m.tags).clone(),
             node: m
                 .provider_data
                 .get("node")

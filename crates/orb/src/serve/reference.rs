@@ -124,7 +124,7 @@ impl MachineReference {
             public_ip_address: m.public_ip.clone(),
             instance_type: m.instance_type.clone(),
             price_type: m.price_type.clone(),
-            tags: m.tags.clone(),
+            tags: (*m.tags).clone(),
             cloud_host_id: None,
             launch_time: m.launch_time.map(time),
             request_id: m.request_id.to_string(),
@@ -296,7 +296,7 @@ impl MachineItem {
             provider_api: m.provider_api.map(|api| api.as_str().to_string()),
             provider_name: m.provider_name.clone(),
             provider_type: provider_type.to_string(),
-            tags: m.tags.clone(),
+            tags: (*m.tags).clone(),
             version: m.version,
             uptime_seconds: m
                 .launch_time

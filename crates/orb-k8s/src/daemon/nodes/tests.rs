@@ -314,7 +314,7 @@ fn observations_get_node_facts_and_the_disruption() {
     ));
     let mut o = MachineObservation::new("p-0", MachineStatus::Running);
     o.instance_type = Some("k8s/Pod".into());
-    o.provider_data = json!({"node_name": "n-1"});
+    o.provider_data = json!({"node_name": "n-1"}).into();
     let d = Disruption {
         node: "n-1".into(),
         ..disruption(
