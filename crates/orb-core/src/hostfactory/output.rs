@@ -1,12 +1,14 @@
 //! HostFactory replies. Field names and shapes follow the IBM provider interface; the extras
 //! orb adds are noted on each field.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::mapping::{hf_machine_result, hf_request_status};
+use crate::ids::RequestId;
 use crate::machine::{Machine, MachineStatus};
 use crate::quantity::{cpus_for_hostfactory, mebibytes_for_hostfactory};
 use crate::request::{Request, RequestStatus, RequestType};
@@ -125,49 +127,51 @@ pub fn templates_reply(entries: Vec<Map<String, Value>>) -> TemplatesReply {
     }
 }
 
+/// The getRequestStatus reply. Its entries borrow from the requests and machines they
+/// describe: a 5,000-machine request's reply is written without copying its strings first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StatusReply {
-    pub requests: Vec<RequestStatusEntry>,
+pub struct StatusReply<'a> {
+    pub requests: Vec<RequestStatusEntry<'a>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RequestStatusEntry {
+pub struct RequestStatusEntry<'a> {
     #[serde(rename = "requestId")]
-    pub request_id: String,
+    pub request_id: &'a str,
     pub status: &'static str,
-    pub message: String,
-    pub machines: Vec<MachineEntry>,
+    pub message: Cow<'a, str>,
+    pub machines: Vec<MachineEntry<'a>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MachineEntry {
+pub struct MachineEntry<'a> {
     #[serde(rename = "machineId")]
-    pub machine_id: String,
-    pub name: String,
+    pub machine_id: &'a str,
+    pub name: &'a str,
     pub result: &'static str,
     pub status: &'static str,
     #[serde(rename = "privateIpAddress")]
-    pub private_ip_address: Option<String>,
+    pub private_ip_address: Option<&'a str>,
     #[serde(rename = "publicIpAddress")]
-    pub public_ip_address: Option<String>,
+    pub public_ip_address: Option<&'a str>,
     /// Epoch seconds, UTC; 0 while unknown.
     pub launchtime: i64,
     /// Always present; explains a `fail`.
-    pub message: String,
+    pub message: &'a str,
     #[serde(rename = "cloudHostId")]
-    pub cloud_host_id: Option<String>,
+    pub cloud_host_id: Option<&'a str>,
     #[serde(rename = "instanceType", skip_serializing_if = "Option::is_none")]
-    pub instance_type: Option<String>,
+    pub instance_type: Option<&'a str>,
     #[serde(rename = "priceType", skip_serializing_if = "Option::is_none")]
-    pub price_type: Option<String>,
+    pub price_type: Option<&'a str>,
     #[serde(rename = "instanceTags")]
     pub instance_tags: String,
     /// orb extra: on a return, the acquire request that created the machine.
     #[serde(rename = "requestId", skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
+    pub request_id: Option<&'a str>,
     /// orb extra: on an acquire, the return request once the machine was returned.
     #[serde(rename = "returnRequestId", skip_serializing_if = "Option::is_none")]
-    pub return_request_id: Option<String>,
+    pub return_request_id: Option<&'a str>,
 }
 
 fn default_request_message(request: &Request) -> String {
@@ -192,40 +196,39 @@ fn default_request_message(request: &Request) -> String {
 
 /// The host the machine runs on, as the provider recorded it (`provider_data.cloud_host_id`;
 /// the node name on Kubernetes); `None` before it is placed.
-fn cloud_host_id(machine: &Machine) -> Option<String> {
+fn cloud_host_id(machine: &Machine) -> Option<&str> {
     machine
         .provider_data
         .get("cloud_host_id")
         .and_then(Value::as_str)
-        .map(String::from)
 }
 
-pub fn machine_entry(request_type: RequestType, machine: &Machine) -> MachineEntry {
+pub fn machine_entry(request_type: RequestType, machine: &Machine) -> MachineEntry<'_> {
     let result = hf_machine_result(request_type, machine.status);
     let message = match (&machine.status_reason, result) {
-        (Some(reason), _) => reason.clone(),
-        (None, "fail") => "Machine failed (no detail available)".into(),
-        (None, _) => String::new(),
+        (Some(reason), _) => reason.as_str(),
+        (None, "fail") => "Machine failed (no detail available)",
+        (None, _) => "",
     };
     MachineEntry {
-        machine_id: machine.machine_id.clone(),
-        name: machine.name.clone(),
+        machine_id: &machine.machine_id,
+        name: &machine.name,
         result,
         status: machine.status.as_str(),
-        private_ip_address: machine.private_ip.clone(),
-        public_ip_address: machine.public_ip.clone(),
+        private_ip_address: machine.private_ip.as_deref(),
+        public_ip_address: machine.public_ip.as_deref(),
         launchtime: machine.launch_time.map(|t| t.as_second()).unwrap_or(0),
         message,
         cloud_host_id: cloud_host_id(machine),
-        instance_type: machine.instance_type.clone(),
-        price_type: machine.price_type.clone(),
+        instance_type: machine.instance_type.as_deref(),
+        price_type: machine.price_type.as_deref(),
         instance_tags: tags_to_string(&machine.tags),
         request_id: match request_type {
-            RequestType::Return => Some(machine.request_id.to_string()),
+            RequestType::Return => Some(machine.request_id.as_str()),
             RequestType::Acquire => None,
         },
         return_request_id: match request_type {
-            RequestType::Acquire => machine.return_request_id.as_ref().map(ToString::to_string),
+            RequestType::Acquire => machine.return_request_id.as_ref().map(RequestId::as_str),
             RequestType::Return => None,
         },
     }
@@ -233,21 +236,24 @@ pub fn machine_entry(request_type: RequestType, machine: &Machine) -> MachineEnt
 
 /// One request's status. `machines` are the acquire's machines, or the machines being
 /// returned; names the caller gave that orb never managed appear once as `fail`.
-pub fn request_status_entry(request: &Request, machines: &[Machine]) -> RequestStatusEntry {
-    let mut entries: Vec<MachineEntry> = machines
+pub fn request_status_entry<'a>(
+    request: &'a Request,
+    machines: &'a [Machine],
+) -> RequestStatusEntry<'a> {
+    let mut entries: Vec<MachineEntry<'a>> = machines
         .iter()
         .map(|m| machine_entry(request.request_type, m))
         .collect();
     for unknown in &request.unknown_machines {
         entries.push(MachineEntry {
-            machine_id: unknown.clone(),
-            name: unknown.clone(),
+            machine_id: unknown,
+            name: unknown,
             result: "fail",
             status: MachineStatus::Unknown.as_str(),
             private_ip_address: None,
             public_ip_address: None,
             launchtime: 0,
-            message: "unknown machine: orb does not manage a host with this id or name".into(),
+            message: "unknown machine: orb does not manage a host with this id or name",
             cloud_host_id: None,
             instance_type: None,
             price_type: None,
@@ -257,23 +263,23 @@ pub fn request_status_entry(request: &Request, machines: &[Machine]) -> RequestS
         });
     }
     RequestStatusEntry {
-        request_id: request.request_id.to_string(),
+        request_id: request.request_id.as_str(),
         status: hf_request_status(request.status),
-        message: request
-            .status_message
-            .clone()
-            .unwrap_or_else(|| default_request_message(request)),
+        message: match &request.status_message {
+            Some(message) => Cow::Borrowed(message),
+            None => Cow::Owned(default_request_message(request)),
+        },
         machines: entries,
     }
 }
 
 /// The entry for an id orb has no record of: finished with an error, so HostFactory stops
 /// polling it.
-pub fn unknown_request_entry(request_id: &str) -> RequestStatusEntry {
+pub fn unknown_request_entry(request_id: &str) -> RequestStatusEntry<'_> {
     RequestStatusEntry {
-        request_id: request_id.to_string(),
+        request_id,
         status: "complete_with_error",
-        message: "request not found".into(),
+        message: Cow::Borrowed("request not found"),
         machines: Vec::new(),
     }
 }

@@ -335,15 +335,16 @@ pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String])
 
 /// getRequestStatus: every id gets an answer; an unknown one is finished with an error.
 pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<ScriptReply> {
-    let mut entries = Vec::new();
+    let found = env.broker.statuses(ids).await?;
+    let mut entries = Vec::with_capacity(found.len());
     let mut notes = Vec::new();
-    for found in env.broker.statuses(ids).await? {
-        match found {
+    for lookup in &found {
+        match lookup {
             Lookup::Found(view) => {
-                notes.extend(stale_warning(&view));
+                notes.extend(stale_warning(view));
                 entries.push(request_status_entry(&view.request, &view.machines));
             }
-            Lookup::Unknown(raw) => entries.push(unknown_request_entry(&raw)),
+            Lookup::Unknown(raw) => entries.push(unknown_request_entry(raw)),
         }
     }
     Ok(ScriptReply {
