@@ -106,9 +106,11 @@ pub(super) fn observe_into(
         observation.price_type.as_ref(),
         false,
     );
-    if !observation.tags.is_empty() && machine.tags != observation.tags {
+    // Equal or not, the machine takes the observation's tags and provider data: equal ones
+    // then share one allocation with the cached pod, and the next read compares pointers.
+    if !observation.tags.is_empty() {
+        changed |= machine.tags != observation.tags;
         machine.tags.clone_from(&observation.tags);
-        changed = true;
     }
     changed |= replace(
         &mut machine.resource_id,
@@ -116,9 +118,9 @@ pub(super) fn observe_into(
         false,
     );
     changed |= replace(&mut machine.uid, observation.uid.as_ref(), false);
-    if !observation.provider_data.is_null() && machine.provider_data != observation.provider_data {
+    if !observation.provider_data.is_null() {
+        changed |= machine.provider_data != observation.provider_data;
         machine.provider_data.clone_from(&observation.provider_data);
-        changed = true;
     }
     if changed {
         machine.updated_at = now;
@@ -173,6 +175,7 @@ mod tests {
     use super::*;
     use orb_core::ProviderApi;
     use orb_core::request::RequestType;
+    use orb_core::shared::Shared;
     use orb_core::test_support;
 
     fn t(s: i64) -> Timestamp {
@@ -298,6 +301,24 @@ mod tests {
             "the old pod's address is not the new pod's"
         );
         assert_eq!(m.launch_time, None);
+    }
+
+    #[test]
+    fn an_equal_observation_changes_nothing_and_shares_its_values() {
+        let mut seen = MachineObservation::new("p-0", MachineStatus::Running);
+        seen.provider_data = serde_json::json!({"node_name": "kwok-0"}).into();
+        seen.tags.insert("team".into(), "grid".into());
+        let mut m = new_machine(&seen, &request(), t(1));
+        observe_into(&mut m, &seen, t(2));
+        // The same values in fresh allocations, as the next read brings them.
+        let mut again = seen.clone();
+        again.tags = (*seen.tags).clone().into();
+        again.provider_data = (*seen.provider_data).clone().into();
+        let before = m.clone();
+        assert!(!observe_into(&mut m, &again, t(3)));
+        assert_eq!(m, before);
+        assert!(Shared::ptr_eq(&m.tags, &again.tags));
+        assert!(Shared::ptr_eq(&m.provider_data, &again.provider_data));
     }
 
     #[test]

@@ -20,17 +20,10 @@ pub(crate) const CONFLICT_RETRIES: usize = 3;
 
 impl Broker {
     pub async fn machines_of(&self, request: &Request) -> Result<Vec<Machine>, BrokerError> {
-        let filter = match request.request_type {
-            RequestType::Acquire => MachineFilter {
-                request_id: Some(request.request_id.clone()),
-                ..Default::default()
-            },
-            RequestType::Return => MachineFilter {
-                return_request_id: Some(request.request_id.clone()),
-                ..Default::default()
-            },
-        };
-        Ok(self.store.request_machines(&filter).await?)
+        Ok(self
+            .store
+            .request_machines(&machines_filter(request))
+            .await?)
     }
 
     /// The current state of a request; `None` if orb has no such request. Finished requests
@@ -241,6 +234,11 @@ impl Broker {
             for (i, updated) in changed_at.into_iter().zip(changed) {
                 machines[i] = updated;
             }
+        } else if answered.is_some() {
+            // Unchanged, the machines now share their tags and provider data with the
+            // observation; so does the store's kept list from here on.
+            self.store
+                .share_request_machines(&machines_filter(&request), &machines);
         }
         Ok(Some(RequestView {
             request,
@@ -313,6 +311,20 @@ impl Broker {
             m.updated_at = now;
         }
         freed
+    }
+}
+
+/// The filter for the machines of `request`: an acquire's, or those a return covers.
+fn machines_filter(request: &Request) -> MachineFilter {
+    match request.request_type {
+        RequestType::Acquire => MachineFilter {
+            request_id: Some(request.request_id.clone()),
+            ..Default::default()
+        },
+        RequestType::Return => MachineFilter {
+            return_request_id: Some(request.request_id.clone()),
+            ..Default::default()
+        },
     }
 }
 

@@ -249,9 +249,16 @@ impl K8sProvider {
                 }
             }
         }
-        let seen: std::collections::HashSet<String> =
-            machines.iter().map(|m| m.machine_id.clone()).collect();
-        for name in expected.iter().filter(|name| !seen.contains(**name)) {
+        let missing: Vec<&str> = {
+            let seen: std::collections::HashSet<&str> =
+                machines.iter().map(|m| m.machine_id.as_str()).collect();
+            expected
+                .iter()
+                .copied()
+                .filter(|name| !seen.contains(name))
+                .collect()
+        };
+        for name in missing {
             let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
             gone.status_reason = Some(GONE_REASON.into());
             gone.resource_id = Some(resource_id.clone().unwrap_or_else(|| name.to_string()));

@@ -251,6 +251,27 @@ impl ListCache {
         Some(kept.machines.clone())
     }
 
+    /// Lets the list kept under `key` share the tags and provider data of `machines`, a
+    /// copy of it that a status read folded its observations into, where they are equal:
+    /// the next read's comparison with the provider's observation is then a pointer check.
+    fn share_values(&self, key: &str, machines: &[Machine]) {
+        let mut inner = self.lock();
+        let Some(kept) = inner.lists.get_mut(key) else {
+            return;
+        };
+        for (mine, theirs) in kept.machines.iter_mut().zip(machines) {
+            if mine.machine_id != theirs.machine_id || mine.version != theirs.version {
+                continue;
+            }
+            if mine.tags == theirs.tags {
+                mine.tags.clone_from(&theirs.tags);
+            }
+            if mine.provider_data == theirs.provider_data {
+                mine.provider_data.clone_from(&theirs.provider_data);
+            }
+        }
+    }
+
     fn put(&self, key: String, machines: &[Machine]) {
         let mut inner = self.lock();
         if let Some(old) = inner.lists.remove(&key) {
@@ -282,6 +303,19 @@ impl ListCache {
                 inner.machines -= dropped.machines.len();
             }
         }
+    }
+}
+
+/// The column and request id of a filter for exactly one request's machines (an acquire's
+/// or a return's), the lists [`ListCache`] keeps.
+fn one_request(filter: &MachineFilter) -> Option<(&'static str, &RequestId)> {
+    if filter.live_only || filter.not_returning || filter.template_id.is_some() {
+        return None;
+    }
+    match (&filter.request_id, &filter.return_request_id) {
+        (Some(id), None) => Some(("request_id", id)),
+        (None, Some(id)) => Some(("return_request_id", id)),
+        _ => None,
     }
 }
 
@@ -445,14 +479,9 @@ impl Store {
     /// nothing else set), as [`Store::list_machines`] reads them, reusing this process's
     /// last read of the same list when no machine of it changed since.
     pub async fn request_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>> {
-        let (column, id) = match (&filter.request_id, &filter.return_request_id) {
-            (Some(id), None) => ("request_id", id),
-            (None, Some(id)) => ("return_request_id", id),
-            _ => return self.list_machines(filter).await,
-        };
-        if filter.live_only || filter.not_returning || filter.template_id.is_some() {
+        let Some((column, id)) = one_request(filter) else {
             return self.list_machines(filter).await;
-        }
+        };
         let condition = format!("{column} = $1");
         let key = format!("{column} {id}");
         // With nothing kept to compare with (always so in a one-call process, such as a
@@ -473,6 +502,17 @@ impl Store {
             .await?;
         self.lists.put(key, &machines);
         Ok(machines)
+    }
+
+    /// Hands [`Store::request_machines`] back the list it returned for `filter`, after a
+    /// status read compared it with the provider's observations and changed nothing: where
+    /// a machine's tags or provider data equal those of the kept list, the kept list shares
+    /// them, so the next read's comparison is a pointer check (at 5,000 machines the
+    /// comparison by content was a tenth of a status read through `orb serve`).
+    pub fn share_request_machines(&self, filter: &MachineFilter, machines: &[Machine]) {
+        if let Some((column, id)) = one_request(filter) {
+            self.lists.share_values(&format!("{column} {id}"), machines);
+        }
     }
 
     /// The requests (by id) that own at least one machine whose object may still exist:

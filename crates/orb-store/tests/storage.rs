@@ -8,6 +8,7 @@ use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
+use orb_core::shared::Shared;
 use orb_core::test_support::{self, at};
 use orb_store::{EventFilter, EventKind, MachineFilter, RequestFilter, Store, StoreError};
 use serde_json::json;
@@ -585,6 +586,54 @@ async fn a_kept_machine_list_follows_every_write_of_another_process(store: &Stor
     assert_eq!(after, other.list_machines(&returning).await.unwrap());
 }
 
+/// A list handed back with `share_request_machines` lets the kept list share the tags and
+/// provider data that are equal, and only those: the next read returns the handed-back
+/// values (same allocation), while a value that differs stays the stored one.
+async fn a_kept_list_shares_equal_values_handed_back(store: &Store) {
+    let mut request = acquire(&unique("tpl"), 0);
+    let mut machines = vec![
+        machine(&request, &unique("m"), MachineStatus::Running),
+        machine(&request, &unique("m"), MachineStatus::Running),
+    ];
+    for m in &mut machines {
+        m.tags.insert("team".into(), "grid".into());
+        m.provider_data = json!({"node_name": "kwok-node-0"}).into();
+    }
+    store
+        .insert_request(&mut request, &mut machines)
+        .await
+        .unwrap();
+    let mine = MachineFilter {
+        request_id: Some(request.request_id.clone()),
+        ..Default::default()
+    };
+    let read = store.request_machines(&mine).await.unwrap();
+    let mut observed = read.clone();
+    for m in &mut observed {
+        // Equal values in fresh allocations, as a provider's observation brings them.
+        m.tags = (*m.tags).clone().into();
+        m.provider_data = (*m.provider_data).clone().into();
+    }
+    // Not equal: must never be shared into the kept list.
+    observed[1].provider_data = json!({"node_name": "kwok-node-9"}).into();
+    store.share_request_machines(&mine, &observed);
+
+    let again = store.request_machines(&mine).await.unwrap();
+    assert_eq!(again, read, "sharing changes no value");
+    assert!(Shared::ptr_eq(&again[0].tags, &observed[0].tags));
+    assert!(Shared::ptr_eq(
+        &again[0].provider_data,
+        &observed[0].provider_data
+    ));
+    assert!(Shared::ptr_eq(&again[1].tags, &observed[1].tags));
+    assert!(!Shared::ptr_eq(
+        &again[1].provider_data,
+        &observed[1].provider_data
+    ));
+    assert_eq!(again[1].provider_data["node_name"], "kwok-node-0");
+    assert_eq!(again, store.list_machines(&mine).await.unwrap());
+}
+
 /// The names a template listing reports are exactly those of the live machines a full list
 /// read gives, in the same order, without decoding whole machines.
 async fn live_machine_names_match_the_live_list(store: &Store) {
@@ -666,6 +715,7 @@ async fn request_counts_by_status_match_the_list(store: &Store) {
 async fn whole_suite(store: &Store) {
     request_counts_by_status_match_the_list(store).await;
     live_machine_names_match_the_live_list(store).await;
+    a_kept_list_shares_equal_values_handed_back(store).await;
     round_trip(store).await;
     each_status_change_is_one_event_of_the_history(store).await;
     awkward_values_survive_a_list_read(store).await;
@@ -693,7 +743,7 @@ async fn storage_suite_on_sqlite() {
         .unwrap();
     assert_eq!(
         all.len(),
-        17,
+        18,
         "every request written by the suite survived a reopen"
     );
 }
