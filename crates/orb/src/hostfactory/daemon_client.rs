@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::daemon_target::DaemonTarget;
-use super::operations::{Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply};
+use super::operations::{Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptOutputReader, ScriptReply};
 
 /// Why a forward did not produce a reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,6 +103,13 @@ struct Exchange<'a> {
     reply_timeout: Duration,
 }
 
+/// A daemon's reply as read: a compact script reply (read as it arrived), or any other
+/// status or form, whole.
+enum Received {
+    Compact(ScriptOutputReader),
+    Other(StatusCode, Bytes),
+}
+
 async fn exchange<S>(
     stream: S,
     how: &Exchange<'_>,
@@ -150,25 +157,42 @@ where
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with(SCRIPT_OUTPUT_MEDIA_TYPE));
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ForwardError::Unanswered(format!("the reply broke off: {e}")))?
-            .to_bytes();
-        Ok::<_, ForwardError>((status, compact, bytes))
+        let size = response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = response.into_body();
+        let broke = |e: hyper::Error| ForwardError::Unanswered(format!("the reply broke off: {e}"));
+        if status == StatusCode::OK && compact {
+            let mut reader = ScriptOutputReader::with_size(size);
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame.map_err(broke)?.into_data() {
+                    reader.push(&data);
+                }
+            }
+            return Ok(Received::Compact(reader));
+        }
+        let bytes = body.collect().await.map_err(broke)?.to_bytes();
+        Ok::<_, ForwardError>(Received::Other(status, bytes))
     })
     .await;
     driver.abort();
-    let (status, compact, bytes) = reply.map_err(|_| {
+    let received = reply.map_err(|_| {
         ForwardError::Unanswered(format!("no reply within {} s", reply_timeout.as_secs()))
     })??;
+    let (status, bytes) = match received {
+        Received::Compact(reader) => {
+            return reader.finish().map_err(|e| {
+                ForwardError::Unanswered(format!("the reply is not a script reply ({e})"))
+            });
+        }
+        Received::Other(status, bytes) => (status, bytes),
+    };
     let text = || String::from_utf8_lossy(&bytes);
     match status {
         // A daemon that predates the compact form answers with the JSON one.
-        StatusCode::OK if compact => ScriptReply::from_script_output(&bytes).map_err(|e| {
-            ForwardError::Unanswered(format!("the reply is not a script reply ({e})"))
-        }),
         StatusCode::OK => serde_json::from_slice(&bytes).map_err(|e| {
             ForwardError::Unanswered(format!("the reply is not a script reply ({e}): {}", text()))
         }),
