@@ -1,7 +1,7 @@
 //! Status: read a request, ask the provider how its machines are doing, let the lifecycle
 //! decide, and store the result if anything changed.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};

@@ -109,7 +109,7 @@ impl K8sProvider {
                         continue;
                     }
                 };
-            let expected: std::collections::HashSet<&str> =
+            let expected: foldhash::HashSet<&str> =
                 refs.iter().map(|m| m.machine_id.as_str()).collect();
             let pods = self.live_pods(client, &record, &expected).await?;
             // By name, once: a scan per machine is quadratic in one request of thousands.

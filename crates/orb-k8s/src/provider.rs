@@ -334,7 +334,7 @@ impl K8sProvider {
         &self,
         client: &Client,
         record: &RequestRecord,
-        expected: &std::collections::HashSet<&str>,
+        expected: &foldhash::HashSet<&str>,
     ) -> Result<Vec<Arc<crate::kept::Kept>>, K8sError> {
         use crate::metrics::ReasonLabels;
         use crate::pod_read::PodRead;
@@ -342,8 +342,7 @@ impl K8sProvider {
             && record.label_prefix == self.resolved.config.label_prefix
             && let Ok(pods) = cache.pods_of(&record.namespace, &record.request_id)
             && {
-                let cached: std::collections::HashSet<&str> =
-                    pods.iter().map(|p| p.name()).collect();
+                let cached: foldhash::HashSet<&str> = pods.iter().map(|p| p.name()).collect();
                 expected.iter().all(|name| cached.contains(name))
             }
         {

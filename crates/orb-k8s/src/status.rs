@@ -85,8 +85,8 @@ pub const GONE_REASON: &str =
 pub(crate) fn expected_pods<'a>(
     input: &'a StatusInput,
     record: &'a RequestRecord,
-) -> std::collections::HashSet<&'a str> {
-    let stored: std::collections::HashSet<&str> = input
+) -> foldhash::HashSet<&'a str> {
+    let stored: foldhash::HashSet<&str> = input
         .machines
         .iter()
         .map(|m| m.machine_id.as_str())
@@ -250,7 +250,7 @@ impl K8sProvider {
             }
         }
         let missing: Vec<&str> = {
-            let seen: std::collections::HashSet<&str> =
+            let seen: foldhash::HashSet<&str> =
                 machines.iter().map(|m| m.machine_id.as_str()).collect();
             expected
                 .iter()
@@ -306,7 +306,7 @@ impl K8sProvider {
                 continue;
             };
             let kind = record.kind;
-            let expected: std::collections::HashSet<&str> = refs
+            let expected: foldhash::HashSet<&str> = refs
                 .iter()
                 .filter(|m| m.status.is_live())
                 .map(|m| m.machine_id.as_str())

@@ -322,7 +322,7 @@ fn one_request(filter: &MachineFilter) -> Option<(&'static str, &RequestId)> {
 /// Whether `versions` (`id version` pairs joined by commas, in any order) names exactly the
 /// machines of `machines` at their versions.
 fn same_versions(machines: &[Machine], versions: &str) -> bool {
-    let expected: HashMap<&str, i64> = machines
+    let expected: foldhash::HashMap<&str, i64> = machines
         .iter()
         .map(|m| (m.machine_id.as_str(), m.version))
         .collect();
