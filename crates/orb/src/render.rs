@@ -50,9 +50,19 @@ impl Table {
 }
 
 pub fn json<T: Serialize + ?Sized>(value: &T) -> CliResult<String> {
-    serde_json::to_string_pretty(value)
-        .map(|s| s + "\n")
-        .map_err(|e| Failure::generic(format!("cannot render the reply as JSON: {e}")))
+    json_sized(value, 128)
+}
+
+/// [`json`] into a buffer of `capacity` bytes to start with: a reply of megabytes (the
+/// status of thousands of machines) then grows without being copied over and over.
+pub fn json_sized<T: Serialize + ?Sized>(value: &T, capacity: usize) -> CliResult<String> {
+    let failed = |e: &dyn std::fmt::Display| {
+        Failure::generic(format!("cannot render the reply as JSON: {e}"))
+    };
+    let mut out = Vec::with_capacity(capacity);
+    serde_json::to_writer_pretty(&mut out, value).map_err(|e| failed(&e))?;
+    out.push(b'\n');
+    String::from_utf8(out).map_err(|e| failed(&e))
 }
 
 /// Renders `value` as asked; `table` is only built for table output.

@@ -447,7 +447,19 @@ async fn a_hostfactory_call_answers_in_json_or_in_the_compact_form_when_asked() 
             .to_str()
             .unwrap()
             .to_string();
+        let length = response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        // The forwarding script sizes its buffer by it.
+        if kind == SCRIPT_OUTPUT_MEDIA_TYPE {
+            assert_eq!(
+                length,
+                Some(bytes.len()),
+                "the compact reply says its length"
+            );
+        }
         (kind, bytes)
     };
 

@@ -101,6 +101,18 @@ pub enum ScriptOutputError {
 impl ScriptReply {
     /// The compact form (see [`SCRIPT_OUTPUT_MEDIA_TYPE`]).
     pub fn to_script_output(&self) -> Vec<u8> {
+        let mut bytes = self.script_output_head();
+        bytes.extend_from_slice(self.stdout.as_bytes());
+        bytes
+    }
+
+    /// The compact form in its two parts, the head line and stdout, so that a reply body
+    /// can send stdout (megabytes for thousands of machines) without copying it.
+    pub fn into_script_output(self) -> (Vec<u8>, String) {
+        (self.script_output_head(), self.stdout)
+    }
+
+    fn script_output_head(&self) -> Vec<u8> {
         let head = ScriptOutputHead {
             stderr: self.stderr.clone(),
             exit_code: self.exit_code,
@@ -108,7 +120,6 @@ impl ScriptReply {
         // Compact JSON never holds a raw newline, so the first one ends the head.
         let mut bytes = serde_json::to_vec(&head).unwrap_or_else(|_| b"{}".to_vec());
         bytes.push(b'\n');
-        bytes.extend_from_slice(self.stdout.as_bytes());
         bytes
     }
 
@@ -391,8 +402,10 @@ pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Sc
             Lookup::Unknown(raw) => entries.push(unknown_request_entry(raw)),
         }
     }
+    // About 700 bytes a machine; room for a little more, so the buffer is not copied.
+    let size = 256 + 1024 * entries.iter().map(|e| e.machines.len()).sum::<usize>();
     Ok(ScriptReply {
-        stdout: render::json(&StatusReply { requests: entries })?,
+        stdout: render::json_sized(&StatusReply { requests: entries }, size)?,
         stderr: notes,
         exit_code: 0,
     })

@@ -5,7 +5,7 @@
 //! [`super::template_file`]), so the reply is byte for byte what the script would print.
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
@@ -65,9 +65,17 @@ pub async fn hostfactory_call(
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains(SCRIPT_OUTPUT_MEDIA_TYPE));
     Ok(if compact {
+        let (head, stdout) = reply.into_script_output();
+        let length = head.len() + stdout.len();
+        let parts = [Bytes::from(head), Bytes::from(stdout)];
         (
-            [(header::CONTENT_TYPE, SCRIPT_OUTPUT_MEDIA_TYPE)],
-            reply.to_script_output(),
+            [
+                (header::CONTENT_TYPE, SCRIPT_OUTPUT_MEDIA_TYPE.to_string()),
+                (header::CONTENT_LENGTH, length.to_string()),
+            ],
+            Body::from_stream(futures::stream::iter(
+                parts.map(Ok::<_, std::convert::Infallible>),
+            )),
         )
             .into_response()
     } else {
