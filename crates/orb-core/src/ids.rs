@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -41,9 +42,23 @@ impl FromStr for RequestType {
 
 /// An acquire or return request id. Construct with [`RequestId::new_acquire`],
 /// [`RequestId::new_return`] or [`RequestId::parse`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RequestId(String);
+///
+/// Shared, not owned: every machine of a request carries its id, and a status read of
+/// thousands of machines copies them several times over, each copy a reference count.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(Arc<str>);
+
+impl Serialize for RequestId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(|id| Self(id.into()))
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestIdError {
@@ -70,7 +85,7 @@ impl RequestId {
             RequestType::Acquire => "req",
             RequestType::Return => "ret",
         };
-        Self(format!("{prefix}-{}", uuid.hyphenated()))
+        Self(format!("{prefix}-{}", uuid.hyphenated()).into())
     }
 
     /// Accepts any id orb may have stored: printable ASCII, no whitespace or `/`, at most 128
@@ -87,7 +102,7 @@ impl RequestId {
         if !acceptable {
             return Err(RequestIdError::Malformed(raw.to_string()));
         }
-        Ok(Self(trimmed.to_string()))
+        Ok(Self(trimmed.into()))
     }
 
     /// The request type the prefix names; `None` for foreign or legacy ids.
@@ -127,6 +142,16 @@ impl fmt::Display for RequestId {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    #[test]
+    fn an_id_is_a_plain_json_string_and_copies_share_it() {
+        let id = RequestId::new_acquire();
+        let text = serde_json::to_string(&id).unwrap();
+        assert_eq!(text, format!("\"{id}\""));
+        assert_eq!(serde_json::from_str::<RequestId>(&text).unwrap(), id);
+        let copy = id.clone();
+        assert!(std::ptr::eq(copy.as_str(), id.as_str()));
+    }
 
     #[test]
     fn minted_ids_carry_their_type_prefix_and_a_lowercase_uuid() {
