@@ -437,6 +437,24 @@ fn measure_live(
         &input,
         &daemon_env,
     );
+    // The floor under any way of answering: a process that only prints the same reply (3.4 MB
+    // at 5,000 machines), started and read the way the calls above are.
+    let reply = root.join("status-live.out");
+    std::fs::write(&reply, &answered.stdout).unwrap();
+    let label = format!(
+        "  cat of the same reply ({} KB, the floor of printing it)",
+        answered.stdout.len() / 1000
+    );
+    let times = (0..runs())
+        .map(|_| {
+            let started = Instant::now();
+            let out = Command::new("cat").arg(&reply).output().expect("run cat");
+            let elapsed = started.elapsed();
+            assert_eq!(out.stdout.len(), answered.stdout.len(), "{label}");
+            elapsed
+        })
+        .collect();
+    report(&label, times);
 }
 
 /// `orb --config … server start --foreground --api-only --socket-path S`, the SDKs' managed
