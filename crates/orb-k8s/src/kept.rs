@@ -27,26 +27,44 @@ use crate::pod_read::{ConditionRead, ContainerRead, PodRead, StateRead, provider
 /// are skipped by the parser, never built, which at 5,000 pods is most of a LIST's decoding.
 /// `kept_decodes_as_the_kept_original` holds the two ways to the same value.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "KeptWire")]
 pub struct Kept {
+    /// Less `managedFields`, and less `labels`, which are kept in [`Kept::labels`].
+    pub(crate) metadata: ObjectMeta,
+    spec: Option<KeptSpec>,
+    status: Option<KeptStatus>,
+    /// The pod's labels, shared as they are with the tags of every observation of it (and,
+    /// through the store's kept machine lists, with its machine): a status read copies a
+    /// reference count where it copied a map of strings.
+    pub(crate) labels: Shared<BTreeMap<String, String>>,
+    /// The provider data status reads derive from this pod, derived at the first read and
+    /// shared the same way.
+    derived: Derived,
+}
+
+/// A pod's JSON as decoded, before its labels move out of its metadata.
+#[derive(Deserialize)]
+struct KeptWire {
     /// Less `managedFields`.
     #[serde(default, deserialize_with = "meta_without_managed_fields")]
-    pub(crate) metadata: ObjectMeta,
+    metadata: ObjectMeta,
     #[serde(default)]
     spec: Option<KeptSpec>,
     #[serde(default)]
     status: Option<KeptStatus>,
-    /// The tags and provider data status reads derive from this pod, derived at the first
-    /// read: every status read of a request reads each of its cached pods, and a shared
-    /// copy is a reference count where a fresh one was some thirty allocations.
-    #[serde(skip)]
-    derived: Derived,
+}
+
+impl From<KeptWire> for Kept {
+    fn from(wire: KeptWire) -> Self {
+        Self::new(wire.metadata, wire.spec, wire.status)
+    }
 }
 
 /// See [`Kept::derived`]. Equal whatever it holds: it follows from the other fields. A
 /// `Kept` is not changed once read (the cache hands out `Arc<Kept>`); one that was would
 /// have to be a fresh value for this to be right.
 #[derive(Debug, Clone, Default)]
-struct Derived(OnceLock<(Shared<BTreeMap<String, String>>, Shared<Value>)>);
+struct Derived(OnceLock<Shared<Value>>);
 
 impl PartialEq for Derived {
     fn eq(&self, _: &Self) -> bool {
@@ -220,17 +238,16 @@ impl From<Pod> for Kept {
     fn from(pod: Pod) -> Self {
         let mut metadata = pod.metadata;
         metadata.managed_fields = None;
-        Self {
+        Self::new(
             metadata,
-            spec: pod.spec.map(|spec| KeptSpec {
+            pod.spec.map(|spec| KeptSpec {
                 node_name: spec.node_name,
                 restart_policy: spec.restart_policy,
                 termination_grace_period_seconds: spec.termination_grace_period_seconds,
                 priority: spec.priority,
             }),
-            status: pod.status.map(KeptStatus::from),
-            derived: Derived::default(),
-        }
+            pod.status.map(KeptStatus::from),
+        )
     }
 }
 
@@ -285,8 +302,10 @@ impl From<ContainerState> for KeptState {
 impl Kept {
     /// The pod with the kept fields, everything else unset.
     pub(crate) fn to_pod(&self) -> Pod {
+        let mut metadata = self.metadata.clone();
+        metadata.labels = (!self.labels.is_empty()).then(|| (*self.labels).clone());
         Pod {
-            metadata: self.metadata.clone(),
+            metadata,
             spec: self.spec.as_ref().map(|s| PodSpec {
                 node_name: s.node_name.clone(),
                 restart_policy: s.restart_policy.clone(),
@@ -379,13 +398,20 @@ impl KeptState {
 }
 
 impl Kept {
-    fn derived(&self) -> &(Shared<BTreeMap<String, String>>, Shared<Value>) {
-        self.derived.0.get_or_init(|| {
-            (
-                self.metadata.labels.clone().unwrap_or_default().into(),
-                provider_data_of(self).into(),
-            )
-        })
+    fn new(mut metadata: ObjectMeta, spec: Option<KeptSpec>, status: Option<KeptStatus>) -> Self {
+        let labels = metadata.labels.take().unwrap_or_default().into();
+        Self {
+            metadata,
+            spec,
+            status,
+            labels,
+            derived: Derived::default(),
+        }
+    }
+
+    /// The value of the label `key`.
+    pub(crate) fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
     }
 }
 
@@ -395,11 +421,14 @@ impl PodRead for Kept {
     }
 
     fn tags(&self) -> Shared<BTreeMap<String, String>> {
-        self.derived().0.clone()
+        self.labels.clone()
     }
 
     fn provider_data(&self) -> Shared<Value> {
-        self.derived().1.clone()
+        self.derived
+            .0
+            .get_or_init(|| provider_data_of(self).into())
+            .clone()
     }
 
     fn node_name(&self) -> Option<&str> {
@@ -594,7 +623,12 @@ mod tests {
                     .collect::<Vec<_>>(),
                 pending_reason(pod),
                 pod_age(pod, now),
-                pod.meta(),
+                // A `Kept` keeps its labels out of its metadata; both read them as tags.
+                ObjectMeta {
+                    labels: None,
+                    ..pod.meta().clone()
+                },
+                pod.tags(),
                 (pod.node_name(), pod.restart_policy()),
                 pod.termination_grace_period_seconds(),
                 (pod.phase(), pod.status_reason(), pod.status_message()),

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
@@ -320,13 +319,9 @@ impl PodCache {
         })
     }
 
-    fn request_key(&self, metadata: &ObjectMeta) -> Option<(String, String)> {
-        let request = metadata
-            .labels
-            .as_ref()?
-            .get(&self.keys.request_id())?
-            .clone();
-        Some((metadata.namespace.clone().unwrap_or_default(), request))
+    fn request_key(&self, pod: &Kept) -> Option<(String, String)> {
+        let request = pod.label(&self.keys.request_id())?.to_string();
+        Some((pod.metadata.namespace.clone().unwrap_or_default(), request))
     }
 }
 
@@ -356,7 +351,7 @@ impl PodCache {
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            if let Some(key) = self.request_key(&pod.metadata) {
+            if let Some(key) = self.request_key(&pod) {
                 fresh
                     .entry(key)
                     .or_default()
@@ -394,7 +389,7 @@ impl PodCache {
         let rv = pod.resource_version();
         let gone = deleted || pod.metadata.deletion_timestamp.is_some();
         let mut state = self.write();
-        let key = self.request_key(&pod.metadata);
+        let key = self.request_key(&pod);
         let request = key.as_ref().map(|(_, request)| request.clone());
         if let Some(key) = key {
             let name = pod.name_any();
