@@ -339,6 +339,6 @@ mod tests {
             .version(1)
             .build();
         let entry = machine_entry(RequestType::Acquire, &machine);
-        assert_eq!(entry.cloud_host_id.as_deref(), expected);
+        assert_eq!(entry.cloud_host_id, expected);
     }
 }
