@@ -90,7 +90,9 @@ impl Store {
             // dropped. A SQLite connection is a file this process holds open: the ping can
             // only pass, and it cost a round trip to the connection's worker thread before
             // every statement (a third of the statements of a HostFactory status call).
-            options = options.test_before_acquire(false);
+            options = options
+                .test_before_acquire(false)
+                .after_connect(|connection, _| Box::pin(machines::mark_connection(connection)));
         }
         if backend == Backend::Postgres {
             // Pooled connections are pinged before use (sqlx's default), so connections the
@@ -156,6 +158,37 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orb_core::request::RequestType;
+    use orb_core::test_support;
+
+    /// The SQLite commit token changes with every commit, whoever makes it, and with a new
+    /// connection; it stays put while nothing is committed.
+    #[tokio::test]
+    async fn the_commit_token_changes_exactly_when_something_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("orb.db");
+        let store = Store::open_sqlite_file(&path).await.unwrap();
+        let token = store.commit_token().await.expect("SQLite has a token");
+        assert_eq!(store.commit_token().await.as_ref(), Some(&token));
+        let mut request = test_support::request(RequestType::Acquire).build();
+        store.insert_request(&mut request, &mut []).await.unwrap();
+        let after_own = store.commit_token().await.unwrap();
+        assert_ne!(after_own, token, "a commit of this store");
+        assert_eq!(store.commit_token().await.as_ref(), Some(&after_own));
+        // Another process's handle on the same file.
+        let other = Store::open_sqlite_file(&path).await.unwrap();
+        let mut theirs = test_support::request(RequestType::Acquire).build();
+        other.insert_request(&mut theirs, &mut []).await.unwrap();
+        let after_other = store.commit_token().await.unwrap();
+        assert_ne!(after_other, after_own, "a commit of another connection");
+        // A read changes nothing.
+        store.get_request(&theirs.request_id).await.unwrap();
+        assert_eq!(store.commit_token().await.as_ref(), Some(&after_other));
+        // Two connections never share a token.
+        assert_ne!(other.commit_token().await.unwrap(), after_other);
+        other.close().await;
+        store.close().await;
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

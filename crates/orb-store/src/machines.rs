@@ -225,6 +225,10 @@ struct ListCacheInner {
 struct KeptList {
     machines: Vec<Machine>,
     last_used: u64,
+    /// The [`Store::commit_token`] read just before this list was last read or proven
+    /// current: while the database's token still equals it, nothing was committed since and
+    /// the list needs no scan of versions.
+    proven: Option<String>,
 }
 
 impl ListCache {
@@ -238,13 +242,28 @@ impl ListCache {
     }
 
     /// A copy of the list kept under `key` if `versions` (the database's `id version` pairs)
-    /// match it exactly.
-    fn get(&self, key: &str, versions: &str) -> Option<Vec<Machine>> {
+    /// match it exactly; it is then proven current as of `token`.
+    fn get(&self, key: &str, versions: &str, token: Option<String>) -> Option<Vec<Machine>> {
         let mut inner = self.lock();
         inner.clock += 1;
         let now = inner.clock;
         let kept = inner.lists.get_mut(key)?;
         if !same_versions(&kept.machines, versions) {
+            return None;
+        }
+        kept.last_used = now;
+        kept.proven = token;
+        Some(kept.machines.clone())
+    }
+
+    /// A copy of the list kept under `key` if it was proven current as of `token` (nothing
+    /// was committed since).
+    fn get_unchanged(&self, key: &str, token: &str) -> Option<Vec<Machine>> {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        let kept = inner.lists.get_mut(key)?;
+        if kept.proven.as_deref() != Some(token) {
             return None;
         }
         kept.last_used = now;
@@ -272,7 +291,7 @@ impl ListCache {
         }
     }
 
-    fn put(&self, key: String, machines: &[Machine]) {
+    fn put(&self, key: String, machines: &[Machine], token: Option<String>) {
         let mut inner = self.lock();
         if let Some(old) = inner.lists.remove(&key) {
             inner.machines -= old.machines.len();
@@ -288,6 +307,7 @@ impl ListCache {
             KeptList {
                 machines: machines.to_vec(),
                 last_used: now,
+                proven: token,
             },
         );
         while inner.machines > LIST_CACHE_MACHINES {
@@ -303,6 +323,48 @@ impl ListCache {
                 inner.machines -= dropped.machines.len();
             }
         }
+    }
+}
+
+/// Marks a fresh SQLite connection with an id of its own (a temporary table only it sees),
+/// so that a [`Store::commit_token`] read on one connection never equals one read on another.
+pub(crate) async fn mark_connection(
+    connection: &mut sqlx::AnyConnection,
+) -> std::result::Result<(), sqlx::Error> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    sqlx::query("CREATE TEMP TABLE IF NOT EXISTS orb_connection (id BIGINT NOT NULL)")
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query("DELETE FROM temp.orb_connection")
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO temp.orb_connection (id) VALUES ({id})"
+    )))
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
+impl Store {
+    /// On SQLite, a token that changes whenever anything is committed to the database: by
+    /// another connection (`PRAGMA data_version`, which also sees other processes' commits),
+    /// by this one (`total_changes()`: the pool has one connection), or when the pool has
+    /// opened a new connection (its mark). Equal tokens mean nothing was committed in between,
+    /// so a machine list proven current at the first is still current. `None` on PostgreSQL,
+    /// and whenever the token cannot be read (the list is then checked by its versions).
+    pub(crate) async fn commit_token(&self) -> Option<String> {
+        if self.backend != Backend::Sqlite {
+            return None;
+        }
+        sqlx::query_scalar::<_, String>(
+            "SELECT (SELECT id FROM temp.orb_connection) || ' ' || \
+             (SELECT data_version FROM pragma_data_version) || ' ' || total_changes()",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .ok()
     }
 }
 
@@ -485,22 +547,37 @@ impl Store {
         let condition = format!("{column} = $1");
         let key = format!("{column} {id}");
         // With nothing kept to compare with (always so in a one-call process, such as a
-        // HostFactory script's), the scan of versions would only cost a round trip.
-        if self.lists.holds(&key) {
+        // HostFactory script's), neither the token nor the scan of versions would help.
+        let holds = self.lists.holds(&key);
+        let token = if holds {
+            self.commit_token().await
+        } else {
+            None
+        };
+        if let Some(kept) = token
+            .as_deref()
+            .and_then(|token| self.lists.get_unchanged(&key, token))
+        {
+            return Ok(kept);
+        }
+        if holds {
             let versions: Option<String> =
                 sqlx::query_scalar(AssertSqlSafe(versions_sql(self.backend, &condition)))
                     .bind(id.to_string())
                     .fetch_one(&self.pool)
                     .await
                     .map_err(StoreError::db("list machine versions"))?;
-            if let Some(kept) = self.lists.get(&key, &versions.unwrap_or_default()) {
+            if let Some(kept) = self
+                .lists
+                .get(&key, &versions.unwrap_or_default(), token.clone())
+            {
                 return Ok(kept);
             }
         }
         let machines = self
             .select_machines(&condition, &[id.to_string()], "list machines")
             .await?;
-        self.lists.put(key, &machines);
+        self.lists.put(key, &machines, token);
         Ok(machines)
     }
 

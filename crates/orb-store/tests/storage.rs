@@ -553,6 +553,19 @@ async fn a_kept_machine_list_follows_every_write_of_another_process(store: &Stor
     assert_eq!(second[1].version, first[1].version + 1);
     assert_eq!(second[0], first[0]);
 
+    // A change this process makes itself is read too (nothing else committed meanwhile).
+    let mut mine_changed = vec![second[0].clone()];
+    mine_changed[0].status_reason = Some("changed here".into());
+    store
+        .update_request(&mut request, &mut mine_changed)
+        .await
+        .unwrap();
+    let own = read(store).await;
+    assert_eq!(own[0].status_reason.as_deref(), Some("changed here"));
+    assert_eq!(own[0].version, second[0].version + 1);
+    assert_eq!(own, other.list_machines(&mine).await.unwrap());
+    assert_eq!(read(store).await, own, "and reads the same again");
+
     // ... and a machine it adds (a replacement pod) is read too.
     let mut added = vec![machine(&request, &unique("m"), MachineStatus::Pending)];
     other
