@@ -328,22 +328,25 @@ impl ListCache {
 
 /// Marks a fresh SQLite connection with an id of its own (a temporary table only it sees),
 /// so that a [`Store::commit_token`] read on one connection never equals one read on another.
+/// Never fails the connection: without the mark there is no token, and kept lists are
+/// checked by their versions as before.
 pub(crate) async fn mark_connection(
     connection: &mut sqlx::AnyConnection,
 ) -> std::result::Result<(), sqlx::Error> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    sqlx::query("CREATE TEMP TABLE IF NOT EXISTS orb_connection (id BIGINT NOT NULL)")
-        .execute(&mut *connection)
-        .await?;
-    sqlx::query("DELETE FROM temp.orb_connection")
-        .execute(&mut *connection)
-        .await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO temp.orb_connection (id) VALUES ({id})"
-    )))
-    .execute(&mut *connection)
-    .await?;
+    for statement in [
+        "CREATE TEMP TABLE IF NOT EXISTS orb_connection (id BIGINT NOT NULL)".to_string(),
+        "DELETE FROM temp.orb_connection".to_string(),
+        format!("INSERT INTO temp.orb_connection (id) VALUES ({id})"),
+    ] {
+        let done = sqlx::query(AssertSqlSafe(statement))
+            .execute(&mut *connection)
+            .await;
+        if done.is_err() {
+            break;
+        }
+    }
     Ok(())
 }
 
