@@ -91,21 +91,47 @@ impl Pretty {
             }
         }
     }
-}
 
-impl serde_json::ser::Formatter for Pretty {
-    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+    /// `[` or `{`: one level deeper, nothing in it yet.
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
         self.depth += 1;
         self.has_value = false;
-        writer.write_all(b"[")
+        writer.write_all(bracket)
     }
 
-    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+    /// `]` or `}`, on a line of its own unless the array or object is empty.
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
         self.depth -= 1;
         if self.has_value {
             self.line(writer)?;
         }
-        writer.write_all(b"]")
+        writer.write_all(bracket)
+    }
+
+    /// Before an array value or an object key: a comma after the first, then a new line.
+    fn next<W: ?Sized + std::io::Write>(&self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            writer.write_all(b",")?;
+        }
+        self.line(writer)
+    }
+}
+
+impl serde_json::ser::Formatter for Pretty {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"]")
     }
 
     fn begin_array_value<W: ?Sized + std::io::Write>(
@@ -113,10 +139,7 @@ impl serde_json::ser::Formatter for Pretty {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if !first {
-            writer.write_all(b",")?;
-        }
-        self.line(writer)
+        self.next(writer, first)
     }
 
     fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
@@ -125,17 +148,11 @@ impl serde_json::ser::Formatter for Pretty {
     }
 
     fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
-        self.depth += 1;
-        self.has_value = false;
-        writer.write_all(b"{")
+        self.open(writer, b"{")
     }
 
     fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
-        self.depth -= 1;
-        if self.has_value {
-            self.line(writer)?;
-        }
-        writer.write_all(b"}")
+        self.close(writer, b"}")
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -143,10 +160,7 @@ impl serde_json::ser::Formatter for Pretty {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if !first {
-            writer.write_all(b",")?;
-        }
-        self.line(writer)
+        self.next(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
