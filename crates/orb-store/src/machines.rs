@@ -244,26 +244,32 @@ impl ListCache {
     /// A copy of the list kept under `key` if `versions` (the database's `id version` pairs)
     /// match it exactly; it is then proven current as of `token`.
     fn get(&self, key: &str, versions: &str, token: Option<String>) -> Option<Vec<Machine>> {
-        let mut inner = self.lock();
-        inner.clock += 1;
-        let now = inner.clock;
-        let kept = inner.lists.get_mut(key)?;
-        if !same_versions(&kept.machines, versions) {
-            return None;
-        }
-        kept.last_used = now;
-        kept.proven = token;
-        Some(kept.machines.clone())
+        self.copy_if(key, |kept| {
+            let current = same_versions(&kept.machines, versions);
+            if current {
+                kept.proven = token;
+            }
+            current
+        })
     }
 
     /// A copy of the list kept under `key` if it was proven current as of `token` (nothing
     /// was committed since).
     fn get_unchanged(&self, key: &str, token: &str) -> Option<Vec<Machine>> {
+        self.copy_if(key, |kept| kept.proven.as_deref() == Some(token))
+    }
+
+    /// A copy of the list kept under `key` if `current` says it is, which counts as a use.
+    fn copy_if(
+        &self,
+        key: &str,
+        current: impl FnOnce(&mut KeptList) -> bool,
+    ) -> Option<Vec<Machine>> {
         let mut inner = self.lock();
         inner.clock += 1;
         let now = inner.clock;
         let kept = inner.lists.get_mut(key)?;
-        if kept.proven.as_deref() != Some(token) {
+        if !current(kept) {
             return None;
         }
         kept.last_used = now;
@@ -371,17 +377,18 @@ impl Store {
     }
 }
 
-/// The column and request id of a filter for exactly one request's machines (an acquire's
-/// or a return's), the lists [`ListCache`] keeps.
-fn one_request(filter: &MachineFilter) -> Option<(&'static str, &RequestId)> {
+/// The column, request id and [`ListCache`] key of a filter for exactly one request's
+/// machines (an acquire's or a return's): the only lists kept.
+fn one_request(filter: &MachineFilter) -> Option<(&'static str, &RequestId, String)> {
     if filter.live_only || filter.not_returning || filter.template_id.is_some() {
         return None;
     }
-    match (&filter.request_id, &filter.return_request_id) {
-        (Some(id), None) => Some(("request_id", id)),
-        (None, Some(id)) => Some(("return_request_id", id)),
-        _ => None,
-    }
+    let (column, id) = match (&filter.request_id, &filter.return_request_id) {
+        (Some(id), None) => ("request_id", id),
+        (None, Some(id)) => ("return_request_id", id),
+        _ => return None,
+    };
+    Some((column, id, format!("{column} {id}")))
 }
 
 /// Whether `versions` (`id version` pairs joined by commas, in any order) names exactly the
@@ -544,11 +551,10 @@ impl Store {
     /// nothing else set), as [`Store::list_machines`] reads them, reusing this process's
     /// last read of the same list when no machine of it changed since.
     pub async fn request_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>> {
-        let Some((column, id)) = one_request(filter) else {
+        let Some((column, id, key)) = one_request(filter) else {
             return self.list_machines(filter).await;
         };
         let condition = format!("{column} = $1");
-        let key = format!("{column} {id}");
         // With nothing kept to compare with (always so in a one-call process, such as a
         // HostFactory script's), neither the token nor the scan of versions would help.
         let holds = self.lists.holds(&key);
@@ -590,8 +596,8 @@ impl Store {
     /// them, so the next read's comparison is a pointer check (at 5,000 machines the
     /// comparison by content was a tenth of a status read through `orb serve`).
     pub fn share_request_machines(&self, filter: &MachineFilter, machines: &[Machine]) {
-        if let Some((column, id)) = one_request(filter) {
-            self.lists.share_values(&format!("{column} {id}"), machines);
+        if let Some((_, _, key)) = one_request(filter) {
+            self.lists.share_values(&key, machines);
         }
     }
 
