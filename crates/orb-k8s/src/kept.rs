@@ -300,6 +300,22 @@ impl From<ContainerState> for KeptState {
 }
 
 impl Kept {
+    fn new(mut metadata: ObjectMeta, spec: Option<KeptSpec>, status: Option<KeptStatus>) -> Self {
+        let labels = metadata.labels.take().unwrap_or_default().into();
+        Self {
+            metadata,
+            spec,
+            status,
+            labels,
+            derived: Derived::default(),
+        }
+    }
+
+    /// The value of the label `key`.
+    pub(crate) fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+
     /// The pod with the kept fields, everything else unset.
     pub(crate) fn to_pod(&self) -> Pod {
         let mut metadata = self.metadata.clone();
@@ -394,24 +410,6 @@ impl KeptState {
                 .as_ref()
                 .map(|(reason, code)| (reason.as_deref(), *code)),
         }
-    }
-}
-
-impl Kept {
-    fn new(mut metadata: ObjectMeta, spec: Option<KeptSpec>, status: Option<KeptStatus>) -> Self {
-        let labels = metadata.labels.take().unwrap_or_default().into();
-        Self {
-            metadata,
-            spec,
-            status,
-            labels,
-            derived: Derived::default(),
-        }
-    }
-
-    /// The value of the label `key`.
-    pub(crate) fn label(&self, key: &str) -> Option<&str> {
-        self.labels.get(key).map(String::as_str)
     }
 }
 

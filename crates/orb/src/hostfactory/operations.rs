@@ -99,7 +99,9 @@ pub enum ScriptOutputError {
 }
 
 impl ScriptReply {
-    /// The compact form (see [`SCRIPT_OUTPUT_MEDIA_TYPE`]).
+    /// The compact form (see [`SCRIPT_OUTPUT_MEDIA_TYPE`]) in one buffer, for tests: orb
+    /// serve sends it as [`ScriptReply::into_script_output`]'s two parts.
+    #[cfg(test)]
     pub fn to_script_output(&self) -> Vec<u8> {
         let mut bytes = self.script_output_head();
         bytes.extend_from_slice(self.stdout.as_bytes());
