@@ -361,7 +361,7 @@ impl K8sProvider {
         let listed = self
             .guarded(
                 record.kind,
-                crate::handlers::request_pods::<crate::kept::Kept>(client, record),
+                crate::handlers::request_kept_pods(client, record),
             )
             .await?;
         Ok(listed.into_iter().map(Arc::new).collect())

@@ -654,12 +654,12 @@ async fn list_all(
     let mut params = ListParams::default().labels(selector).limit(LIST_PAGE);
     let mut resource_version = None;
     loop {
-        let page = api.list(&params).await?;
+        let page = crate::pod_list::list_kept(api, &params).await?;
         if resource_version.is_none() {
-            resource_version = page.metadata.resource_version.clone();
+            resource_version = page.resource_version;
         }
         items.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+        match page.continue_token {
             Some(token) => params = params.continue_token(&token),
             None => return Ok((items, resource_version)),
         }

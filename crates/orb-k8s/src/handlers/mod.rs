@@ -232,6 +232,20 @@ where
     Ok(pods.items)
 }
 
+/// The request's pods as kept ([`crate::kept::Kept`]), read as protobuf when the apiserver
+/// offers it: what every status read lists.
+pub(crate) async fn request_kept_pods(
+    client: &Client,
+    record: &RequestRecord,
+) -> Result<Vec<crate::kept::Kept>, K8sError> {
+    let api = Api::namespaced(client.clone(), &record.namespace);
+    let selector = LabelKeys::new(&record.label_prefix).request_selector(&record.request_id);
+    crate::pod_list::list_kept(&api, &ListParams::default().labels(&selector))
+        .await
+        .map(|page| page.items)
+        .map_err(|e| K8sError::api(format!("listing pods of {}", record.request_id), e))
+}
+
 /// Sets `spec.replicas` guarded by `resource_version` (a 409 means someone changed it first).
 pub(crate) async fn patch_replicas<K>(
     api: &Api<K>,

@@ -23,6 +23,8 @@ use serde_json::Value;
 
 use crate::pod_read::{ConditionRead, ContainerRead, PodRead, StateRead, provider_data_of};
 
+pub(crate) mod protobuf;
+
 /// Also decoded straight from a pod's JSON (a LIST page, a watch event): the fields not kept
 /// are skipped by the parser, never built, which at 5,000 pods is most of a LIST's decoding.
 /// `kept_decodes_as_the_kept_original` holds the two ways to the same value.
@@ -511,10 +513,10 @@ mod tests {
 
     fn recorded() -> Vec<Pod> {
         [
-            include_str!("../tests/data/pod_image_pull_backoff.json"),
-            include_str!("../tests/data/pod_init_create_config_error.json"),
-            include_str!("../tests/data/pod_crash_looping.json"),
-            include_str!("../tests/data/pod_unschedulable.json"),
+            include_str!("../../tests/data/pod_image_pull_backoff.json"),
+            include_str!("../../tests/data/pod_init_create_config_error.json"),
+            include_str!("../../tests/data/pod_crash_looping.json"),
+            include_str!("../../tests/data/pod_unschedulable.json"),
         ]
         .into_iter()
         .map(|text| serde_json::from_str(text).expect("recorded pod parses"))

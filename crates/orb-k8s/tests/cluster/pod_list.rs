@@ -1,0 +1,186 @@
+//! Pods read as protobuf against the real apiserver: the same pods, in every state the
+//! simulated nodes can put them in, read the same as from JSON, whole and page by page.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_fixture::{Check, TestCluster, wait_for};
+use orb_k8s::kept::Kept;
+use orb_k8s::pod_list::{Encoding, list_kept};
+use orb_k8s::pod_read::PodRead;
+use serde_json::json;
+
+use crate::common::WAIT;
+
+const FINALIZER: &str = "orb-rs.io/test-hold";
+
+fn pod(name: &str, annotations: serde_json::Value, node_selector: Option<&str>) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": name, "labels": {"orb-rs.io/list": "yes", "empty": ""},
+            "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}],
+            "initContainers": [{"name": "init", "image": "busybox:1.36"}],
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}]},
+    });
+    if let Some(pool) = node_selector {
+        pod["spec"]["nodeSelector"] = json!({"pool": pool});
+    }
+    serde_json::from_value(pod).unwrap()
+}
+
+async fn read_both(api: &Api<Kept>) -> (Vec<Kept>, Vec<Kept>, Vec<Kept>) {
+    let params = ListParams::default().labels("orb-rs.io/list=yes");
+    let json = api.list(&params).await.unwrap().items;
+    let whole = list_kept(api, &params).await.unwrap();
+    assert_eq!(
+        whole.encoding,
+        Encoding::Protobuf,
+        "the apiserver answers pods in protobuf"
+    );
+    let mut paged = Vec::new();
+    let mut page_params = params.clone().limit(2);
+    loop {
+        let page = list_kept(api, &page_params).await.unwrap();
+        assert!(page.items.len() <= 2);
+        paged.extend(page.items);
+        match page.continue_token {
+            Some(token) => page_params = page_params.continue_token(&token),
+            None => break,
+        }
+    }
+    (json, whole.items, paged)
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn the_protobuf_and_json_lists_read_alike() {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("pod-list").await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
+    let owner: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), ns.name());
+    let owner = owner
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    // Off the simulated nodes, whose kubelet would drop the finalizer once it is deleted.
+    let mut held = pod("held", json!({}), Some("does-not-exist"));
+    held.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    held.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner.metadata.uid, "controller": false, "blockOwnerDeletion": false,
+        }))
+        .unwrap(),
+    ]);
+    let all = [
+        pod("running", json!({"note": "", "orb.io/x": "y"}), None),
+        pod(
+            "image-pull",
+            json!({"kwok.orb-rs.io/waiting-reason": "ErrImagePull"}),
+            None,
+        ),
+        pod(
+            "crash-loop",
+            json!({"kwok.orb-rs.io/crash-loop": "true"}),
+            None,
+        ),
+        pod(
+            "failed",
+            json!({"kwok.orb-rs.io/fail-after": "1s", "kwok.orb-rs.io/exit-code": "137"}),
+            None,
+        ),
+        pod(
+            "succeeded",
+            json!({"kwok.orb-rs.io/succeed-after": "1s"}),
+            None,
+        ),
+        pod("unschedulable", json!({}), Some("does-not-exist")),
+        held,
+    ];
+
+    for p in &all {
+        pods.create(&PostParams::default(), p).await.unwrap();
+    }
+    pods.delete("held", &DeleteParams::default()).await.unwrap();
+
+    let kept: Api<Kept> = Api::namespaced(cluster.client.clone(), ns.name());
+    let phase_of = |pods: &[Kept], name: &str| {
+        pods.iter()
+            .find(|p| p.name() == name)
+            .and_then(|p| p.phase().map(str::to_string))
+    };
+    // Every state reached, then two JSON reads around the protobuf ones that agree, so
+    // nothing moved meanwhile.
+    let (json, whole, paged) = wait_for("the pods in their states, read alike", WAIT, || async {
+        let (json, whole, paged) = read_both(&kept).await;
+        let crash_looping = json
+            .iter()
+            .find(|p| p.name() == "crash-loop")
+            .is_some_and(|p| p.containers(false).any(|c| c.restart_count >= 3));
+        let settled = phase_of(&json, "failed").as_deref() == Some("Failed")
+            && phase_of(&json, "succeeded").as_deref() == Some("Succeeded")
+            && phase_of(&json, "running").as_deref() == Some("Running")
+            && crash_looping
+            && json
+                .iter()
+                .any(|p| p.name() == "held" && p.meta().deletion_timestamp.is_some());
+        if !settled {
+            return Check::NotYet(format!(
+                "{:?}",
+                json.iter()
+                    .map(|p| (p.name(), p.phase()))
+                    .collect::<Vec<_>>()
+            ));
+        }
+        let again = kept
+            .list(&ListParams::default().labels("orb-rs.io/list=yes"))
+            .await
+            .unwrap()
+            .items;
+        if again != json {
+            return Check::NotYet("a pod changed between the reads".into());
+        }
+        Check::Done((json, whole, paged))
+    })
+    .await;
+    assert_eq!(json.len(), all.len());
+    assert_eq!(whole, json, "protobuf reads as JSON does");
+    assert_eq!(paged, json, "page by page too");
+    let failed = whole.iter().find(|p| p.name() == "failed").unwrap();
+    assert!(
+        failed
+            .containers(false)
+            .any(|c| c.state.terminated.is_some_and(|(_, code)| code == 137)),
+        "the exit code is read: {failed:?}"
+    );
+
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_refused_protobuf_list_says_why_as_a_json_one_does() {
+    let cluster = TestCluster::connect().await;
+    let kept: Api<Kept> = Api::namespaced(cluster.client.clone(), "default");
+    let params = ListParams::default().labels("not a selector!");
+    let from_json = kept.list(&params).await.unwrap_err();
+    let from_protobuf = list_kept(&kept, &params).await.unwrap_err();
+    let (kube::Error::Api(a), kube::Error::Api(b)) = (&from_json, &from_protobuf) else {
+        panic!("{from_json:?} / {from_protobuf:?}");
+    };
+    assert_eq!(
+        (a.code, &a.reason, &a.message),
+        (b.code, &b.reason, &b.message)
+    );
+    assert_eq!(b.code, 400, "{b:?}");
+}
