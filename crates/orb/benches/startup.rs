@@ -9,7 +9,9 @@
 //! - With a control plane (`KUBECONFIG`, else the dev one): a completed acquire of 50 pods
 //!   that run. Every status call of it follows the live pods on the cluster, so direct it
 //!   costs a connection and a LIST per call, and through `orb serve` the watch cache answers.
-//!   Each is timed alternating with `--version`. Skipped, with a line saying so, without one.
+//!   Each is timed alternating with `--version`. Beside the direct figure, the floor under it:
+//!   the same LIST sent bare from this process, as protobuf (what orb asks for) and as JSON.
+//!   Skipped, with a line saying so, without a control plane.
 //!
 //! A benchmark that reports figures, not a pass/fail test. Run: `cargo bench -p orb --bench
 //! startup` (release build). `BENCH_STARTUP_RUNS` (default 60) sets the runs per figure,
@@ -352,13 +354,14 @@ fn live_request(runtime: &tokio::runtime::Runtime) {
     let namespace = runtime.block_on(cluster.namespace("bench-startup"));
     let node = runtime.block_on(cluster.node_with_room("bench-startup", all + all / 10));
     for count in sizes {
-        measure_live(&cluster, &namespace, &node, count);
+        measure_live(runtime, &cluster, &namespace, &node, count);
     }
 }
 
 /// A completed acquire of `count` running pods in `namespace` on `node`, its status direct
 /// and through a fresh `orb serve`, each alternating with `--version`.
 fn measure_live(
+    runtime: &tokio::runtime::Runtime,
     cluster: &kube_fixture::TestCluster,
     namespace: &kube_fixture::TestNamespace,
     node: &kube_fixture::TestNode,
@@ -413,6 +416,7 @@ fn measure_live(
         &input,
         &direct_env,
     );
+    measure_bare_list(runtime, &cluster.client, namespace.name(), &request_id);
     let daemon = start_daemon(root);
     // Its watch cache LISTs the namespace first (about a second at 5,000 pods); reads before
     // that are LISTs of their own, not what is measured.
@@ -455,6 +459,52 @@ fn measure_live(
         })
         .collect();
     report(&label, times);
+}
+
+/// The floor under a direct status read: the LIST it sends, alone, in this process (no
+/// process start, no store, nothing decoded), as protobuf (what orb asks for) and as JSON.
+fn measure_bare_list(
+    runtime: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    namespace: &str,
+    request_id: &str,
+) {
+    use http_body_util::BodyExt;
+    let url = format!(
+        "/api/v1/namespaces/{namespace}/pods?labelSelector=orb.io%2Frequest-id%3D{request_id}"
+    );
+    for (encoding, accept) in [
+        ("protobuf", "application/vnd.kubernetes.protobuf"),
+        ("JSON", "application/json"),
+    ] {
+        let mut size = 0;
+        let times = (0..runs())
+            .map(|_| {
+                let request = hyper::Request::get(&url)
+                    .header(hyper::header::ACCEPT, accept)
+                    .body(kube::client::Body::empty())
+                    .unwrap();
+                let started = Instant::now();
+                let body = runtime.block_on(async {
+                    let response = client.send(request).await.expect("bare LIST");
+                    assert!(response.status().is_success(), "bare LIST: {response:?}");
+                    response
+                        .into_body()
+                        .collect()
+                        .await
+                        .expect("bare LIST body")
+                        .to_bytes()
+                });
+                let elapsed = started.elapsed();
+                size = body.len();
+                elapsed
+            })
+            .collect();
+        report(
+            &format!("  bare LIST of the pods, {encoding} ({} KB)", size / 1000),
+            times,
+        );
+    }
 }
 
 /// `orb --config … server start --foreground --api-only --socket-path S`, the SDKs' managed
