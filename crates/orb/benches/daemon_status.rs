@@ -350,10 +350,10 @@ fn bare_list_protobuf(namespace: &str, pods: usize) -> Duration {
             .limit(500);
         let mut seen = 0;
         loop {
-            let page = orb_k8s::pod_list::list_kept(&api, &params)
+            let page = orb_k8s::protobuf_list::list_kept(&api, &params)
                 .await
                 .expect("listing pods");
-            assert_eq!(page.encoding, orb_k8s::pod_list::Encoding::Protobuf);
+            assert_eq!(page.encoding, orb_k8s::protobuf_list::Encoding::Protobuf);
             seen += page.items.len();
             match page.continue_token {
                 Some(token) => params = params.continue_token(&token),

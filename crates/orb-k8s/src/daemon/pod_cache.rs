@@ -654,7 +654,7 @@ async fn list_all(
     let mut params = ListParams::default().labels(selector).limit(LIST_PAGE);
     let mut resource_version = None;
     loop {
-        let page = crate::pod_list::list_kept(api, &params).await?;
+        let page = crate::protobuf_list::list_kept(api, &params).await?;
         if resource_version.is_none() {
             resource_version = page.resource_version;
         }

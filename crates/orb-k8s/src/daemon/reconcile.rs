@@ -16,14 +16,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Preconditions, PropagationPolicy};
 use kube::{Api, Client, Resource};
 use orb_core::ProviderApi;
 use orb_core::machine::Machine;
 use orb_core::request::{Request, RequestStatus, RequestType};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 use crate::config::NamespaceScope;
 use crate::error::{K8sError, is_conflict, is_not_found};
@@ -275,47 +275,7 @@ pub fn request_ids(objects: &[ManagedObject]) -> BTreeSet<String> {
         .collect()
 }
 
-/// One page of a metadata LIST, decoded to the fields reconciliation reads. Everything else
-/// is skipped unparsed: kube's `PartialObjectMeta` would build each object's
-/// `managedFields`, tens of kilobytes of nested JSON maps once parsed, only to drop them.
-#[derive(Debug, Default, Deserialize)]
-struct MetaPage {
-    #[serde(default)]
-    metadata: MetaPageInfo,
-    /// `null` when the list is empty.
-    items: Option<Vec<MetaItem>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct MetaPageInfo {
-    #[serde(rename = "continue")]
-    continue_: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct MetaItem {
-    #[serde(default)]
-    metadata: ItemMeta,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ItemMeta {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    creation_timestamp: Option<Time>,
-    deletion_timestamp: Option<Time>,
-    owner_references: Option<Vec<ItemOwner>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct ItemOwner {
-    controller: Option<bool>,
-}
-
-fn to_object(kind: ProviderApi, meta: ItemMeta, keys: &LabelKeys) -> ManagedObject {
+fn to_object(kind: ProviderApi, meta: ObjectMeta, keys: &LabelKeys) -> ManagedObject {
     ManagedObject {
         kind,
         namespace: meta.namespace.unwrap_or_default(),
@@ -353,26 +313,21 @@ where
             namespace.unwrap_or("all namespaces")
         )
     };
-    let request = kube::core::Request::new(K::url_path(&(), namespace));
+    let url = K::url_path(&(), namespace);
     let mut params = ListParams::default()
         .labels(&keys.managed_selector())
         .limit(500);
     let mut objects = Vec::new();
     loop {
-        let call = request
-            .list_metadata(&params)
-            .map_err(|e| K8sError::api(context(), kube::Error::BuildRequest(e)))?;
-        let page: MetaPage = client
-            .request(call)
+        let page = crate::protobuf_list::list_metadata(client, &url, &params)
             .await
             .map_err(|e| K8sError::api(context(), e))?;
         objects.extend(
             page.items
-                .unwrap_or_default()
                 .into_iter()
-                .map(|item| to_object(kind, item.metadata, keys)),
+                .map(|meta| to_object(kind, meta, keys)),
         );
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+        match page.continue_token {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(objects),
         }

@@ -240,7 +240,7 @@ pub(crate) async fn request_kept_pods(
 ) -> Result<Vec<crate::kept::Kept>, K8sError> {
     let api = Api::namespaced(client.clone(), &record.namespace);
     let selector = LabelKeys::new(&record.label_prefix).request_selector(&record.request_id);
-    crate::pod_list::list_kept(&api, &ListParams::default().labels(&selector))
+    crate::protobuf_list::list_kept(&api, &ListParams::default().labels(&selector))
         .await
         .map(|page| page.items)
         .map_err(|e| K8sError::api(format!("listing pods of {}", record.request_id), e))

@@ -95,7 +95,7 @@ struct MetaWire {
     uid: Option<String>,
 }
 
-fn meta_without_managed_fields<'de, D: serde::Deserializer<'de>>(
+pub(crate) fn meta_without_managed_fields<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<ObjectMeta, D::Error> {
     let Some(m) = Option::<MetaWire>::deserialize(d)? else {

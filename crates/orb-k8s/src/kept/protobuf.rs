@@ -50,6 +50,53 @@ pub(crate) fn decode_pod_list(body: &[u8]) -> Result<PodListRead, WireError> {
     Ok(read)
 }
 
+/// What a `PartialObjectMetadataList` body holds that orb reads.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct MetadataListRead {
+    /// Less `managedFields`.
+    pub items: Vec<ObjectMeta>,
+    pub continue_token: Option<String>,
+}
+
+pub(crate) fn decode_metadata_list(body: &[u8]) -> Result<MetadataListRead, WireError> {
+    let (kind, list) = unwrap_kubernetes(body)?;
+    if kind != "PartialObjectMetadataList" {
+        return Err(WireError::Envelope(format!(
+            "expected a PartialObjectMetadataList, the apiserver sent a {kind:?}"
+        )));
+    }
+    let mut read = MetadataListRead::default();
+    for field in Fields::new(list) {
+        let field = field?;
+        match field.number {
+            1 => read.continue_token = list_continue(field.message()?)?,
+            2 => {
+                let mut meta = ObjectMeta::default();
+                for item in field.message()? {
+                    let item = item?;
+                    if item.number == 1 {
+                        meta = object_meta(item.message()?)?;
+                    }
+                }
+                read.items.push(meta);
+            }
+            _ => {}
+        }
+    }
+    Ok(read)
+}
+
+fn list_continue(fields: Fields<'_>) -> Result<Option<String>, WireError> {
+    let mut token = None;
+    for field in fields {
+        let field = field?;
+        if field.number == 3 {
+            token = field.non_empty()?;
+        }
+    }
+    Ok(token)
+}
+
 fn pod(fields: Fields<'_>) -> Result<Kept, WireError> {
     let (mut metadata, mut spec, mut status) = (ObjectMeta::default(), None, None);
     for field in fields {
@@ -469,6 +516,35 @@ mod tests {
             Some("2025-12-05T16:00:30Z".to_string())
         );
         assert_eq!(meta.deletion_grace_period_seconds, Some(30));
+    }
+
+    #[test]
+    fn a_metadata_list_reads_as_its_json_would() {
+        let W::M(meta) = failed_pod().remove(0).1 else {
+            unreachable!()
+        };
+        let body = kubernetes_body(
+            "PartialObjectMetadataList",
+            encode(&[
+                (1, W::M(vec![(2, W::S("9")), (3, W::S("next"))])),
+                (2, W::M(vec![(1, W::M(meta))])),
+                (2, W::M(vec![])),
+            ]),
+        );
+        let read = decode_metadata_list(&body).unwrap();
+        let pod: serde_json::Value = serde_json::from_str(FAILED_POD_JSON).unwrap();
+        let json = serde_json::json!({"metadata": {"continue": "next"},
+            "items": [{"metadata": pod["metadata"]}, {}]});
+        let page =
+            crate::protobuf_list::json_metadata_page(&serde_json::to_vec(&json).unwrap()).unwrap();
+        assert_eq!(read.items, page.items);
+        assert_eq!(read.continue_token.as_deref(), Some("next"));
+        assert_eq!(read.items[0].labels.as_ref().unwrap().len(), 2);
+        assert!(read.items[0].managed_fields.is_none());
+        assert_eq!(
+            decode_metadata_list(&list(vec![])).unwrap_err().to_string(),
+            "expected a PartialObjectMetadataList, the apiserver sent a \"PodList\""
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ mod native_acquire;
 mod native_spec;
 mod node_watch;
 mod pod;
-mod pod_list;
+mod protobuf_list;
 mod rbac;
 mod resilience;
 mod settings;

@@ -279,7 +279,7 @@ fn a_gc_pass_over_a_finished_request_keeps_exactly_the_pods_of_machines_still_he
 /// and all: decoded to what reconciliation reads, with the continue token of the next page.
 #[test]
 fn a_metadata_page_decodes_to_managed_objects_without_its_managed_fields() {
-    let page: MetaPage = serde_json::from_value(serde_json::json!({
+    let page = crate::protobuf_list::json_metadata_page(&serde_json::to_vec(&serde_json::json!({
         "kind": "PartialObjectMetadataList",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": "812", "continue": "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"},
@@ -301,18 +301,18 @@ fn a_metadata_page_decodes_to_managed_objects_without_its_managed_fields() {
             },
             {"metadata": {"name": "orb-2-0", "namespace": "batch", "labels": {"orb.io/request-id": ""}}},
         ],
-    }))
+    })).unwrap())
     .unwrap();
     assert_eq!(
-        page.metadata.continue_.as_deref(),
+        page.continue_token.as_deref(),
         Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ")
     );
     let keys = LabelKeys::new("orb.io");
+    assert!(page.items.iter().all(|m| m.managed_fields.is_none()));
     let objects: Vec<ManagedObject> = page
         .items
-        .unwrap_or_default()
         .into_iter()
-        .map(|item| to_object(ProviderApi::Pod, item.metadata, &keys))
+        .map(|meta| to_object(ProviderApi::Pod, meta, &keys))
         .collect();
     assert_eq!(
         objects,
@@ -344,10 +344,10 @@ fn a_metadata_page_decodes_to_managed_objects_without_its_managed_fields() {
 /// The apiserver writes an empty list's items as `null`.
 #[test]
 fn an_empty_metadata_page_has_no_items_and_no_next_page() {
-    let page: MetaPage = serde_json::from_str(
-        r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"9"},"items":null}"#,
+    let page = crate::protobuf_list::json_metadata_page(
+        br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"9"},"items":null}"#,
     )
     .unwrap();
-    assert!(page.items.unwrap_or_default().is_empty());
-    assert_eq!(page.metadata.continue_, None);
+    assert!(page.items.is_empty());
+    assert_eq!(page.continue_token, None);
 }

@@ -6,8 +6,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_fixture::{Check, TestCluster, wait_for};
 use orb_k8s::kept::Kept;
-use orb_k8s::pod_list::{Encoding, list_kept};
 use orb_k8s::pod_read::PodRead;
+use orb_k8s::protobuf_list::{Encoding, list_kept, list_metadata};
 use serde_json::json;
 
 use crate::common::WAIT;
@@ -157,6 +157,37 @@ async fn the_protobuf_and_json_lists_read_alike() {
             .any(|c| c.state.terminated.is_some_and(|(_, code)| code == 137)),
         "the exit code is read: {failed:?}"
     );
+
+    // The metadata of the same pods, as reconciliation LISTs it, reads as the JSON one.
+    let url = <Pod as kube::Resource>::url_path(&(), Some(ns.name()));
+    let params = ListParams::default().labels("orb-rs.io/list=yes");
+    let page = list_metadata(&cluster.client, &url, &params).await.unwrap();
+    assert_eq!(page.encoding, Encoding::Protobuf);
+    let json: Vec<_> = pods
+        .list_metadata(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let mut meta = p.metadata;
+            meta.managed_fields = None;
+            meta
+        })
+        .collect();
+    let mut read = page.items;
+    read.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut json = json;
+    json.sort_by(|a, b| a.name.cmp(&b.name));
+    // Status updates may move resource versions between the two reads; names, labels,
+    // owners, finalizers and deletion do not.
+    let strip = |m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.resource_version = None
+    };
+    read.iter_mut().for_each(strip);
+    json.iter_mut().for_each(strip);
+    assert_eq!(read, json, "protobuf metadata reads as JSON metadata does");
+    assert_eq!(read.len(), all.len());
 
     pods.patch(
         "held",
