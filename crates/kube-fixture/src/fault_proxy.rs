@@ -122,6 +122,8 @@ struct Shared {
     rng: Mutex<u64>,
     /// Open client connections, so a test can cut them (a watch in flight included).
     connections: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Acts as a proxy that speaks JSON only: protobuf is struck from every `Accept`.
+    json_only: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -227,10 +229,30 @@ async fn forward(
         .method(parts.method.clone())
         .uri(path)
         .body(kube::client::Body::from(bytes))?;
+    let json_only = shared.json_only.load(std::sync::atomic::Ordering::Relaxed);
     for (name, value) in &parts.headers {
-        if !HOP_BY_HOP.contains(name) {
-            upstream.headers_mut().append(name.clone(), value.clone());
+        if HOP_BY_HOP.contains(name) {
+            continue;
         }
+        if json_only && name == http::header::ACCEPT {
+            let kept: Vec<&str> = value
+                .to_str()
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|media| !media.contains("protobuf"))
+                .collect();
+            let accept = if kept.is_empty() {
+                "application/json".to_string()
+            } else {
+                kept.join(", ")
+            };
+            upstream
+                .headers_mut()
+                .append(name.clone(), http::HeaderValue::from_str(&accept)?);
+            continue;
+        }
+        upstream.headers_mut().append(name.clone(), value.clone());
     }
     match shared.upstream.send(upstream).await {
         Ok(answer) => {
@@ -335,6 +357,7 @@ impl FaultProxy {
             log: Mutex::new(Vec::new()),
             rng: Mutex::new(seed),
             connections: Mutex::new(Vec::new()),
+            json_only: std::sync::atomic::AtomicBool::new(false),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -390,6 +413,14 @@ impl FaultProxy {
     /// A kubeconfig file naming the proxy, for spawning `orb`; removed with the proxy.
     pub fn kubeconfig_path(&self) -> &std::path::Path {
         &self.kubeconfig
+    }
+
+    /// From now on, strikes protobuf from every request's `Accept`, as a proxy that only
+    /// passes JSON would (`false` forwards them untouched again).
+    pub fn set_json_only(&self, json_only: bool) {
+        self.shared
+            .json_only
+            .store(json_only, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Replaces the random fault plan.

@@ -198,6 +198,71 @@ async fn the_protobuf_and_json_lists_read_alike() {
     .unwrap();
 }
 
+/// Behind a proxy that passes JSON only, the same calls fall back to JSON and read alike.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn behind_a_json_only_proxy_the_lists_read_json_alike() {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("pod-list-json").await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
+    for (name, annotations) in [
+        ("running", json!({})),
+        ("crash-loop", json!({"kwok.orb-rs.io/crash-loop": "true"})),
+    ] {
+        pods.create(&PostParams::default(), &pod(name, annotations, None))
+            .await
+            .unwrap();
+    }
+    let proxy = kube_fixture::fault_proxy::FaultProxy::start(&cluster).await;
+    proxy.set_json_only(true);
+    let direct: Api<Kept> = Api::namespaced(cluster.client.clone(), ns.name());
+    let proxied: Api<Kept> = Api::namespaced(proxy.client(), ns.name());
+    let params = ListParams::default().labels("orb-rs.io/list=yes");
+    let url = <Pod as kube::Resource>::url_path(&(), Some(ns.name()));
+    wait_for(
+        "both pods read alike through the JSON-only proxy",
+        WAIT,
+        || async {
+            let json = list_kept(&proxied, &params).await.unwrap();
+            let protobuf = list_kept(&direct, &params).await.unwrap();
+            assert_eq!(json.encoding, Encoding::Json, "the proxy passes JSON only");
+            assert_eq!(protobuf.encoding, Encoding::Protobuf);
+            let restarted = json
+                .items
+                .iter()
+                .any(|p| p.containers(false).any(|c| c.restart_count >= 3));
+            if json.items.len() != 2 || !restarted {
+                return Check::NotYet(format!("{} pods, crash loop not yet", json.items.len()));
+            }
+            if json.items != protobuf.items {
+                return Check::NotYet("a pod changed between the reads".into());
+            }
+            let meta_json = list_metadata(&proxy.client(), &url, &params).await.unwrap();
+            let meta_protobuf = list_metadata(&cluster.client, &url, &params).await.unwrap();
+            assert_eq!(meta_json.encoding, Encoding::Json);
+            assert_eq!(meta_protobuf.encoding, Encoding::Protobuf);
+            // Resource versions may move between the two reads; nothing else does.
+            let settled = |page: orb_k8s::protobuf_list::MetadataPage| {
+                let mut items: Vec<_> = page
+                    .items
+                    .into_iter()
+                    .map(|mut m| {
+                        m.resource_version = None;
+                        m
+                    })
+                    .collect();
+                items.sort_by(|a, b| a.name.cmp(&b.name));
+                items
+            };
+            assert_eq!(settled(meta_json), settled(meta_protobuf));
+            Check::Done(())
+        },
+    )
+    .await;
+    let seen = proxy.requests();
+    assert!(seen.iter().any(|r| r.path.contains("/pods")), "{seen:?}");
+}
+
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_refused_protobuf_list_says_why_as_a_json_one_does() {
