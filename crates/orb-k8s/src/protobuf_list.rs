@@ -187,10 +187,7 @@ fn error_status(code: u16, body: &[u8], protobuf: bool) -> Status {
 }
 
 fn protobuf_status(body: &[u8]) -> Result<Status, WireError> {
-    let (kind, raw) = unwrap_kubernetes(body)?;
-    if kind != "Status" {
-        return Err(WireError::Envelope(format!("a {kind} is not a Status")));
-    }
+    let raw = unwrap_kubernetes(body, "Status")?;
     let (mut message, mut reason, mut code) = ("", "", 0);
     for field in Fields::new(raw) {
         let field = field?;

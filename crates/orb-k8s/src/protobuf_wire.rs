@@ -179,9 +179,12 @@ impl<'a> Field<'a> {
     }
 }
 
-/// A Kubernetes protobuf body: the object's own bytes and its kind, after checking the
-/// magic and that the object is not compressed or in another encoding.
-pub(crate) fn unwrap_kubernetes(body: &[u8]) -> Result<(&str, &[u8]), WireError> {
+/// A Kubernetes protobuf body: the object's own bytes, after checking the magic, that the
+/// object is an `expected_kind` and that it is not compressed or in another encoding.
+pub(crate) fn unwrap_kubernetes<'a>(
+    body: &'a [u8],
+    expected_kind: &str,
+) -> Result<&'a [u8], WireError> {
     let message = body.strip_prefix(KUBERNETES_MAGIC).ok_or_else(|| {
         WireError::Envelope("the body does not start with the Kubernetes protobuf magic".into())
     })?;
@@ -209,7 +212,12 @@ pub(crate) fn unwrap_kubernetes(body: &[u8]) -> Result<(&str, &[u8]), WireError>
             _ => {}
         }
     }
-    Ok((kind, raw))
+    if kind != expected_kind {
+        return Err(WireError::Envelope(format!(
+            "expected a {expected_kind}, the apiserver sent a {kind:?}"
+        )));
+    }
+    Ok(raw)
 }
 
 #[cfg(test)]
@@ -357,14 +365,18 @@ pub(crate) mod tests {
     fn the_kubernetes_envelope_gives_kind_and_object() {
         let body = kubernetes_body("PodList", vec![1, 2, 3]);
         assert_eq!(
-            unwrap_kubernetes(&body).unwrap(),
-            ("PodList", &[1u8, 2, 3][..])
+            unwrap_kubernetes(&body, "PodList").unwrap(),
+            &[1u8, 2, 3][..]
         );
-        assert!(unwrap_kubernetes(b"{\"kind\":\"PodList\"}").is_err());
+        assert_eq!(
+            unwrap_kubernetes(&body, "Status").unwrap_err().to_string(),
+            "expected a Status, the apiserver sent a \"PodList\""
+        );
+        assert!(unwrap_kubernetes(b"{\"kind\":\"PodList\"}", "PodList").is_err());
         let mut gzip = KUBERNETES_MAGIC.to_vec();
         gzip.extend(encode(&[(2, W::Raw(vec![1])), (3, W::S("gzip"))]));
         assert_eq!(
-            unwrap_kubernetes(&gzip).unwrap_err().to_string(),
+            unwrap_kubernetes(&gzip, "PodList").unwrap_err().to_string(),
             "the object is wrapped as \"gzip\", which orb does not read"
         );
     }

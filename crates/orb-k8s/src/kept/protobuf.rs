@@ -23,26 +23,12 @@ pub(crate) struct PodListRead {
 }
 
 pub(crate) fn decode_pod_list(body: &[u8]) -> Result<PodListRead, WireError> {
-    let (kind, list) = unwrap_kubernetes(body)?;
-    if kind != "PodList" {
-        return Err(WireError::Envelope(format!(
-            "expected a PodList, the apiserver sent a {kind:?}"
-        )));
-    }
+    let list = unwrap_kubernetes(body, "PodList")?;
     let mut read = PodListRead::default();
     for field in Fields::new(list) {
         let field = field?;
         match field.number {
-            1 => {
-                for meta in field.message()? {
-                    let meta = meta?;
-                    match meta.number {
-                        2 => read.resource_version = meta.non_empty()?,
-                        3 => read.continue_token = meta.non_empty()?,
-                        _ => {}
-                    }
-                }
-            }
+            1 => (read.resource_version, read.continue_token) = list_meta(field.message()?)?,
             2 => read.items.push(pod(field.message()?)?),
             _ => {}
         }
@@ -59,17 +45,12 @@ pub(crate) struct MetadataListRead {
 }
 
 pub(crate) fn decode_metadata_list(body: &[u8]) -> Result<MetadataListRead, WireError> {
-    let (kind, list) = unwrap_kubernetes(body)?;
-    if kind != "PartialObjectMetadataList" {
-        return Err(WireError::Envelope(format!(
-            "expected a PartialObjectMetadataList, the apiserver sent a {kind:?}"
-        )));
-    }
+    let list = unwrap_kubernetes(body, "PartialObjectMetadataList")?;
     let mut read = MetadataListRead::default();
     for field in Fields::new(list) {
         let field = field?;
         match field.number {
-            1 => read.continue_token = list_continue(field.message()?)?,
+            1 => read.continue_token = list_meta(field.message()?)?.1,
             2 => {
                 let mut meta = ObjectMeta::default();
                 for item in field.message()? {
@@ -86,15 +67,18 @@ pub(crate) fn decode_metadata_list(body: &[u8]) -> Result<MetadataListRead, Wire
     Ok(read)
 }
 
-fn list_continue(fields: Fields<'_>) -> Result<Option<String>, WireError> {
-    let mut token = None;
+/// A list's `ListMeta`: its resourceVersion and continue token.
+fn list_meta(fields: Fields<'_>) -> Result<(Option<String>, Option<String>), WireError> {
+    let (mut resource_version, mut continue_token) = (None, None);
     for field in fields {
         let field = field?;
-        if field.number == 3 {
-            token = field.non_empty()?;
+        match field.number {
+            2 => resource_version = field.non_empty()?,
+            3 => continue_token = field.non_empty()?,
+            _ => {}
         }
     }
-    Ok(token)
+    Ok((resource_version, continue_token))
 }
 
 fn pod(fields: Fields<'_>) -> Result<Kept, WireError> {
