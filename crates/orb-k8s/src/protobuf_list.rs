@@ -42,11 +42,17 @@ pub async fn list_kept(api: &Api<Kept>, params: &ListParams) -> Result<KeptPage,
     let request = kube::core::Request::new(api.resource_url())
         .list(params)
         .map_err(kube::Error::BuildRequest)?;
-    let (encoding, body) = send(&api.clone().into_client(), request, PROTOBUF_OR_JSON).await?;
+    let (encoding, mut body) = open(&api.clone().into_client(), request, PROTOBUF_OR_JSON).await?;
     match encoding {
         Encoding::Protobuf => {
-            let list = crate::kept::protobuf::decode_pod_list(&body)
-                .map_err(|e| unreadable("pod list", e))?;
+            // Read pod by pod as the body arrives (see `kept::protobuf::PodListStream`).
+            let mut stream = crate::kept::protobuf::PodListStream::new();
+            while let Some(frame) = body.frame().await {
+                if let Ok(piece) = frame?.into_data() {
+                    stream.push(&piece).map_err(|e| unreadable("pod list", e))?;
+                }
+            }
+            let list = stream.finish().map_err(|e| unreadable("pod list", e))?;
             Ok(KeptPage {
                 items: list.items,
                 encoding,
@@ -55,6 +61,7 @@ pub async fn list_kept(api: &Api<Kept>, params: &ListParams) -> Result<KeptPage,
             })
         }
         Encoding::Json => {
+            let body = body.collect().await?.to_bytes();
             let list: ObjectList<Kept> =
                 serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
             Ok(KeptPage {
@@ -136,9 +143,19 @@ struct JsonMetadataItem {
 /// status becomes kube's `Error::Api` with the apiserver's `Status`, in either encoding.
 async fn send(
     client: &Client,
-    mut request: http::Request<Vec<u8>>,
+    request: http::Request<Vec<u8>>,
     accept: &'static str,
 ) -> Result<(Encoding, bytes::Bytes), kube::Error> {
+    let (encoding, body) = open(client, request, accept).await?;
+    Ok((encoding, body.collect().await?.to_bytes()))
+}
+
+/// As [`send`], the body left to be read as it arrives.
+async fn open(
+    client: &Client,
+    mut request: http::Request<Vec<u8>>,
+    accept: &'static str,
+) -> Result<(Encoding, kube::client::Body), kube::Error> {
     request
         .headers_mut()
         .insert(ACCEPT, HeaderValue::from_static(accept));
@@ -152,8 +169,9 @@ async fn send(
         Some(v) if v.starts_with(PROTOBUF) => Encoding::Protobuf,
         _ => Encoding::Json,
     };
-    let body = response.into_body().collect().await?.to_bytes();
+    let body = response.into_body();
     if code.is_client_error() || code.is_server_error() {
+        let body = body.collect().await?.to_bytes();
         return Err(kube::Error::Api(Box::new(error_status(
             code.as_u16(),
             &body,

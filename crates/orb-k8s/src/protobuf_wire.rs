@@ -107,6 +107,53 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// How a field begins: its number, wire type, the bytes of its key (and length), and for a
+/// length-delimited field the length it declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub number: u32,
+    pub wire_type: u8,
+    pub header_len: usize,
+    pub declared: Option<u64>,
+}
+
+/// The header of the field `buf` starts with, `None` when `buf` ends inside it: for a
+/// message that arrives in pieces, where "not yet" and "broken" must be told apart.
+pub(crate) fn header(buf: &[u8]) -> Result<Option<Header>, WireError> {
+    let mut fields = Fields::new(buf);
+    let key = match fields.varint() {
+        Err(WireError::Truncated(_)) => return Ok(None),
+        other => other?,
+    };
+    let number = u32::try_from(key >> 3).map_err(|_| WireError::VarintTooLong)?;
+    let wire_type = (key & 7) as u8;
+    let declared = if wire_type == 2 {
+        match fields.varint() {
+            Err(WireError::Truncated(_)) => return Ok(None),
+            other => Some(other?),
+        }
+    } else {
+        None
+    };
+    Ok(Some(Header {
+        number,
+        wire_type,
+        header_len: buf.len() - fields.rest.len(),
+        declared,
+    }))
+}
+
+/// The first field of `buf` and how many bytes it takes, `None` when `buf` ends before the
+/// field does (more is to come); a field that cannot be framed at all is an error.
+pub(crate) fn first_field(buf: &[u8]) -> Result<Option<(Field<'_>, usize)>, WireError> {
+    let mut fields = Fields::new(buf);
+    match fields.field() {
+        Ok(field) => Ok(Some((field, buf.len() - fields.rest.len()))),
+        Err(WireError::Truncated(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<Field<'a>, WireError>;
 
@@ -185,39 +232,61 @@ pub(crate) fn unwrap_kubernetes<'a>(
     body: &'a [u8],
     expected_kind: &str,
 ) -> Result<&'a [u8], WireError> {
-    let message = body.strip_prefix(KUBERNETES_MAGIC).ok_or_else(|| {
-        WireError::Envelope("the body does not start with the Kubernetes protobuf magic".into())
-    })?;
+    let message = strip_magic(body)?;
     let (mut kind, mut raw) = ("", &[][..]);
     for field in Fields::new(message) {
         let field = field?;
         match field.number {
-            1 => {
-                for meta in field.message()? {
-                    let meta = meta?;
-                    if meta.number == 2 {
-                        kind = meta.str()?;
-                    }
-                }
-            }
+            1 => kind = envelope_kind(&field)?,
             2 => raw = field.bytes()?,
-            3 | 4 => {
-                let value = field.str()?;
-                if !value.is_empty() && value != "application/vnd.kubernetes.protobuf" {
-                    return Err(WireError::Envelope(format!(
-                        "the object is wrapped as {value:?}, which orb does not read"
-                    )));
-                }
-            }
+            3 | 4 => check_envelope_encoding(&field)?,
             _ => {}
         }
     }
+    check_kind(kind, expected_kind)?;
+    Ok(raw)
+}
+
+/// The `runtime.Unknown` message after the magic.
+pub(crate) fn strip_magic(body: &[u8]) -> Result<&[u8], WireError> {
+    body.strip_prefix(KUBERNETES_MAGIC).ok_or_else(no_magic)
+}
+
+pub(crate) fn no_magic() -> WireError {
+    WireError::Envelope("the body does not start with the Kubernetes protobuf magic".into())
+}
+
+/// The kind the envelope's `typeMeta` (field 1) names.
+pub(crate) fn envelope_kind<'a>(type_meta: &Field<'a>) -> Result<&'a str, WireError> {
+    let mut kind = "";
+    for meta in type_meta.message()? {
+        let meta = meta?;
+        if meta.number == 2 {
+            kind = meta.str()?;
+        }
+    }
+    Ok(kind)
+}
+
+/// The envelope's `contentEncoding` or `contentType` (fields 3 and 4) must be empty or plain
+/// protobuf.
+pub(crate) fn check_envelope_encoding(field: &Field<'_>) -> Result<(), WireError> {
+    let value = field.str()?;
+    if !value.is_empty() && value != "application/vnd.kubernetes.protobuf" {
+        return Err(WireError::Envelope(format!(
+            "the object is wrapped as {value:?}, which orb does not read"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_kind(kind: &str, expected_kind: &str) -> Result<(), WireError> {
     if kind != expected_kind {
         return Err(WireError::Envelope(format!(
             "expected a {expected_kind}, the apiserver sent a {kind:?}"
         )));
     }
-    Ok(raw)
+    Ok(())
 }
 
 #[cfg(test)]

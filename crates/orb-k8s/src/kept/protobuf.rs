@@ -14,6 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use super::{Kept, KeptCondition, KeptContainer, KeptSpec, KeptState, KeptStatus};
 use crate::protobuf_wire::{Fields, WireError, unwrap_kubernetes};
 
+mod stream;
+pub(crate) use stream::PodListStream;
+
 /// What a `PodList` body holds that orb reads.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct PodListRead {
@@ -22,18 +25,12 @@ pub(crate) struct PodListRead {
     pub continue_token: Option<String>,
 }
 
+/// A whole body read at once, as a stream of one piece.
+#[cfg(test)]
 pub(crate) fn decode_pod_list(body: &[u8]) -> Result<PodListRead, WireError> {
-    let list = unwrap_kubernetes(body, "PodList")?;
-    let mut read = PodListRead::default();
-    for field in Fields::new(list) {
-        let field = field?;
-        match field.number {
-            1 => (read.resource_version, read.continue_token) = list_meta(field.message()?)?,
-            2 => read.items.push(pod(field.message()?)?),
-            _ => {}
-        }
-    }
-    Ok(read)
+    let mut stream = PodListStream::new();
+    stream.push(body)?;
+    stream.finish()
 }
 
 /// What a `PartialObjectMetadataList` body holds that orb reads.
@@ -318,7 +315,7 @@ mod tests {
     use crate::pod_read::PodRead;
     use crate::protobuf_wire::tests::{W, encode, kubernetes_body};
 
-    fn list(items: Vec<Vec<(u32, W)>>) -> Vec<u8> {
+    pub(super) fn list(items: Vec<Vec<(u32, W)>>) -> Vec<u8> {
         let mut fields = vec![(
             1,
             W::M(vec![(1, W::S("")), (2, W::S("4711")), (3, W::S("next"))]),
@@ -329,7 +326,7 @@ mod tests {
 
     /// A failed pod as the apiserver writes it: empty strings and zeros present, a
     /// managedFields entry to pass over, a terminated container.
-    fn failed_pod() -> Vec<(u32, W)> {
+    pub(super) fn failed_pod() -> Vec<(u32, W)> {
         vec![
             (
                 1,

@@ -198,6 +198,54 @@ async fn the_protobuf_and_json_lists_read_alike() {
     .unwrap();
 }
 
+/// A list of a few megabytes arrives in many pieces, and pods split across pieces; read as
+/// it arrives, it reads as its JSON does.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_list_read_as_it_arrives_reads_as_its_json() {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("pod-list-many").await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
+    // Pending off the simulated nodes, so nothing changes between the reads; each with an
+    // odd-sized annotation so pods end at every offset of the pieces.
+    let count = 400;
+    futures::future::try_join_all((0..count).map(|i| {
+        let filler = "x".repeat(4_000 + 37 * i);
+        let pods = pods.clone();
+        async move {
+            let p = pod(
+                &format!("many-{i:03}"),
+                json!({"orb-rs.io/filler": filler}),
+                Some("does-not-exist"),
+            );
+            pods.create(&PostParams::default(), &p).await
+        }
+    }))
+    .await
+    .unwrap();
+    let kept: Api<Kept> = Api::namespaced(cluster.client.clone(), ns.name());
+    let params = ListParams::default().labels("orb-rs.io/list=yes");
+    let (json, streamed) = wait_for("the pods read alike", WAIT, || async {
+        let json = kept.list(&params).await.unwrap().items;
+        let streamed = list_kept(&kept, &params).await.unwrap();
+        assert_eq!(streamed.encoding, Encoding::Protobuf);
+        let again = kept.list(&params).await.unwrap().items;
+        if json.len() != count || again != json {
+            return Check::NotYet(format!(
+                "{} pods, or a pod changed between the reads",
+                json.len()
+            ));
+        }
+        Check::Done((json, streamed.items))
+    })
+    .await;
+    assert_eq!(streamed.len(), count);
+    assert_eq!(
+        streamed, json,
+        "read as it arrives, protobuf reads as JSON does"
+    );
+}
+
 /// Behind a proxy that passes JSON only, the same calls fall back to JSON and read alike.
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
