@@ -1,12 +1,18 @@
 //! Status: read a request, ask the provider how its machines are doing, let the lifecycle
 //! decide, and store the result if anything changed.
 
+use std::future::Future;
+use std::task::Poll;
+
 use foldhash::{HashMap, HashSet, HashSetExt};
 
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::machine::Machine;
-use orb_core::provider::{AbandonInput, MachineObservation, StatusInput, StatusReport};
+use orb_core::provider::{
+    AbandonInput, MachineObservation, Provider, ReadAhead, ReadAheadFuture, StatusInput,
+    StatusReport,
+};
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::{MachineFilter, StoreError};
 
@@ -17,6 +23,52 @@ use super::{Broker, BrokerError, RequestView};
 
 /// Concurrent pollers may race; a conflicting write is retried on fresh data this many times.
 pub(crate) const CONFLICT_RETRIES: usize = 3;
+
+/// A provider read started before the request's machines were read
+/// ([`Provider::read_ahead`](orb_core::provider::Provider::read_ahead)): it makes progress
+/// while the broker awaits other work alongside it, and is dropped unfinished if the status
+/// call it was for does not happen.
+struct Ahead<'a> {
+    running: Option<ReadAheadFuture<'a>>,
+    read: Option<ReadAhead>,
+}
+
+impl<'a> Ahead<'a> {
+    fn start(provider: Option<&'a dyn Provider>, request: &Request) -> Self {
+        Self {
+            running: provider.and_then(|p| {
+                p.read_ahead(
+                    &request.request_id,
+                    request.request_type,
+                    &request.provider_data,
+                )
+            }),
+            read: None,
+        }
+    }
+
+    /// Awaits `work`, the read ahead going on meanwhile.
+    async fn alongside<T>(&mut self, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(|cx| {
+            if let Some(running) = self.running.as_mut()
+                && let Poll::Ready(read) = running.as_mut().poll(cx)
+            {
+                self.read = Some(read);
+                self.running = None;
+            }
+            work.as_mut().poll(cx)
+        })
+        .await
+    }
+
+    async fn finish(self) -> Option<ReadAhead> {
+        match self.running {
+            Some(running) => Some(running.await),
+            None => self.read,
+        }
+    }
+}
 
 impl Broker {
     pub async fn machines_of(&self, request: &Request) -> Result<Vec<Machine>, BrokerError> {
@@ -87,7 +139,11 @@ impl Broker {
         let Some(mut stored) = self.store.get_request(request_id).await? else {
             return Ok(None);
         };
-        let mut stored_machines = self.machines_of(&stored).await?;
+        // The provider's own reads (a LIST of the request's pods) run while the machines are
+        // read from storage; a retry folds the report it already has, so it reads nothing.
+        let provider = self.provider.get().ok().filter(|_| seen.is_none());
+        let mut ahead = Ahead::start(provider.as_deref(), &stored);
+        let mut stored_machines = ahead.alongside(self.machines_of(&stored)).await?;
         if self.refreshed.is_cancelling(request_id) {
             // The cancel records what it deleted; asking the provider now would only see its
             // deletions under way.
@@ -182,7 +238,8 @@ impl Broker {
                             template,
                             machines: self.machine_refs_knowing(&machines, Some(&stored)).await?,
                         };
-                        provider.status(input).await
+                        let ahead = ahead.finish().await;
+                        provider.status_after(input, ahead).await
                     }
                 };
                 match answer {

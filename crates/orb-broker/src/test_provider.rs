@@ -34,6 +34,32 @@ pub struct ScriptedProvider {
     pub cancel_gate: Mutex<Option<CancelGate>>,
     /// When set, every pre-flight check (`check_acquire`) refuses with this error.
     pub preflight_error: Mutex<Option<ProviderError>>,
+    /// When set, status reads of acquires are read ahead (see [`ReadAheadMode`]).
+    pub read_ahead: Mutex<Option<ReadAheadMode>>,
+}
+
+/// How [`ScriptedProvider`] reads ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAheadMode {
+    /// At once; the status call says what it was handed.
+    Finish,
+    /// Never finishes; dropping the read is recorded.
+    Never,
+}
+
+/// Records that a read ahead was dropped before it finished.
+struct DroppedUnfinished<'a> {
+    calls: &'a Mutex<Vec<String>>,
+    request_id: String,
+}
+
+impl Drop for DroppedUnfinished<'_> {
+    fn drop(&mut self) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("read-ahead {} dropped", self.request_id));
+    }
 }
 
 /// See [`ScriptedProvider::cancel_gate`].
@@ -165,6 +191,45 @@ impl Provider for ScriptedProvider {
             }
             next.unwrap_or_else(|| Ok(report(Verdict::InProgress, &[])))
         })
+    }
+
+    fn read_ahead(
+        &self,
+        request_id: &orb_core::ids::RequestId,
+        request_type: orb_core::request::RequestType,
+        _provider_data: &serde_json::Value,
+    ) -> Option<ReadAheadFuture<'_>> {
+        let mode = (*self.read_ahead.lock().unwrap())
+            .filter(|_| request_type == orb_core::request::RequestType::Acquire)?;
+        self.record(format!("read-ahead {request_id}"));
+        let request_id = request_id.to_string();
+        Some(match mode {
+            ReadAheadMode::Finish => {
+                Box::pin(async move { ReadAhead::new(format!("read ahead for {request_id}")) })
+            }
+            ReadAheadMode::Never => {
+                let guard = DroppedUnfinished {
+                    calls: &self.calls,
+                    request_id,
+                };
+                Box::pin(async move {
+                    std::future::pending::<()>().await;
+                    drop(guard);
+                    unreachable!("a read that never finishes")
+                })
+            }
+        })
+    }
+
+    fn status_after(
+        &self,
+        input: StatusInput,
+        ahead: Option<ReadAhead>,
+    ) -> ProviderFuture<'_, StatusReport> {
+        if let Some(read) = ahead.and_then(ReadAhead::take::<String>) {
+            self.record(format!("status {} with {read}", input.request_id));
+        }
+        self.status(input)
     }
 
     fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome> {

@@ -15,7 +15,7 @@ use rstest::rstest;
 use serde_json::json;
 
 use super::UnknownNames;
-use super::test_provider::{ScriptedProvider, report};
+use super::test_provider::{ReadAheadMode, ScriptedProvider, report};
 use super::*;
 use crate::catalog::{Catalog, RefusedTemplate};
 
@@ -324,6 +324,61 @@ async fn verdicts_drive_the_request_to_complete() {
             .machines
             .iter()
             .all(|m| m.status == MachineStatus::Terminated)
+    );
+}
+
+#[tokio::test]
+async fn a_status_read_hands_the_provider_its_read_ahead_and_drops_an_unneeded_one() {
+    let f = fixture().await;
+    *f.provider.read_ahead.lock().unwrap() = Some(ReadAheadMode::Finish);
+    let view = f.broker.request_machines("worker", 2).await.unwrap();
+    let id = view.request.request_id.clone();
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    f.provider.statuses.lock().unwrap().extend([
+        Ok(report(
+            Verdict::Fulfilled,
+            &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
+        )),
+        Ok(report(
+            Verdict::Failed {
+                reason: "gone".into(),
+            },
+            &[
+                (a, MachineStatus::Terminated),
+                (b, MachineStatus::Terminated),
+            ],
+        )),
+    ]);
+    let done = f.broker.refresh(&id).await.unwrap().unwrap();
+    assert_eq!(done.request.status, RequestStatus::Complete);
+    let calls = f.provider.calls();
+    assert!(
+        calls.contains(&format!("read-ahead {id}"))
+            && calls.contains(&format!("status {id} with read ahead for {id}")),
+        "{calls:?}"
+    );
+    // Both machines gone: the next read of the finished request is answered from storage;
+    // a read ahead that never finishes is dropped rather than awaited.
+    f.broker.refresh(&id).await.unwrap().unwrap();
+    *f.provider.read_ahead.lock().unwrap() = Some(ReadAheadMode::Never);
+    let before = f.provider.calls().len();
+    let settled = tokio::time::timeout(std::time::Duration::from_secs(10), f.broker.refresh(&id))
+        .await
+        .expect("the refresh does not wait for a read it does not need")
+        .unwrap()
+        .unwrap();
+    assert!(
+        settled
+            .machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated)
+    );
+    assert_eq!(
+        f.provider.calls()[before..],
+        [
+            format!("read-ahead {id}"),
+            format!("read-ahead {id} dropped")
+        ]
     );
 }
 

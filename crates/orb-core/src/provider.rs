@@ -248,6 +248,32 @@ pub struct ReclaimNotice {
     pub reason: String,
 }
 
+/// What a provider read for a status call before the broker had read the request's
+/// machines ([`Provider::read_ahead`]). Opaque to the broker: only the provider that made it
+/// reads it, in [`Provider::status_after`].
+pub struct ReadAhead(Box<dyn std::any::Any + Send>);
+
+impl ReadAhead {
+    pub fn new<T: std::any::Any + Send>(read: T) -> Self {
+        Self(Box::new(read))
+    }
+
+    /// The read, if it is a `T`.
+    pub fn take<T: std::any::Any>(self) -> Option<T> {
+        self.0.downcast::<T>().ok().map(|read| *read)
+    }
+}
+
+impl std::fmt::Debug for ReadAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadAhead(..)")
+    }
+}
+
+/// A read started by [`Provider::read_ahead`]; it never fails (a failed read is handed to
+/// the status call, which reports it as its own).
+pub type ReadAheadFuture<'a> = Pin<Box<dyn Future<Output = ReadAhead> + Send + 'a>>;
+
 /// A cluster back end. See the module docs for the design.
 pub trait Provider: Send + Sync {
     /// The config `type` this provider serves (e.g. `k8s`).
@@ -266,6 +292,32 @@ pub trait Provider: Send + Sync {
     /// Observe a request's machines now. Transient cluster errors should come back as
     /// `Verdict::InProgress` with a message, not as `Err`, so polls keep going.
     fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport>;
+
+    /// Starts the part of a status read of a stored request that does not depend on its
+    /// machines, so the broker can read those from storage meanwhile; `None` when there is
+    /// nothing to gain. The broker hands what was read to [`Provider::status_after`], or drops
+    /// the read, finished or not, when the request needs no status call after all. The read
+    /// is taken before the machines are, so a machine recorded in between is missing from it:
+    /// the provider must check that before trusting it.
+    fn read_ahead(
+        &self,
+        request_id: &RequestId,
+        request_type: RequestType,
+        provider_data: &Value,
+    ) -> Option<ReadAheadFuture<'_>> {
+        let _ = (request_id, request_type, provider_data);
+        None
+    }
+
+    /// [`Provider::status`], with what [`Provider::read_ahead`] read for this request.
+    fn status_after(
+        &self,
+        input: StatusInput,
+        ahead: Option<ReadAhead>,
+    ) -> ProviderFuture<'_, StatusReport> {
+        let _ = ahead;
+        self.status(input)
+    }
 
     /// Delete everything created for a request.
     fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome>;

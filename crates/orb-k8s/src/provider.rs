@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use kube::Client;
 use orb_core::ProviderApi;
+use orb_core::ids::RequestId;
 use orb_core::provider::{
     AbandonInput, AcquireInput, AcquireOutcome, CancelInput, CancelOutcome, MachineFailure,
-    Provider, ProviderError, ProviderFuture, ReclaimNotice, ReclaimQuery, ReleaseInput,
-    ReleaseOutcome, StatusInput, StatusReport,
+    Provider, ProviderError, ProviderFuture, ReadAhead, ReadAheadFuture, ReclaimNotice,
+    ReclaimQuery, ReleaseInput, ReleaseOutcome, StatusInput, StatusReport,
 };
+use orb_core::request::RequestType;
 use orb_core::template::Template;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -641,7 +643,29 @@ impl Provider for K8sProvider {
     }
 
     fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport> {
-        Box::pin(async move { self.status_inner(input).await.map_err(ProviderError::from) })
+        self.status_after(input, None)
+    }
+
+    fn read_ahead(
+        &self,
+        request_id: &RequestId,
+        request_type: RequestType,
+        provider_data: &Value,
+    ) -> Option<ReadAheadFuture<'_>> {
+        self.read_pods_ahead(request_id, request_type, provider_data)
+    }
+
+    fn status_after(
+        &self,
+        input: StatusInput,
+        ahead: Option<ReadAhead>,
+    ) -> ProviderFuture<'_, StatusReport> {
+        let ahead = ahead.and_then(ReadAhead::take::<crate::status::PodsAhead>);
+        Box::pin(async move {
+            self.status_inner(input, ahead)
+                .await
+                .map_err(ProviderError::from)
+        })
     }
 
     fn cancel(&self, input: CancelInput) -> ProviderFuture<'_, CancelOutcome> {

@@ -3,12 +3,16 @@
 //! controller does not recreate them), and let the pure verdict decide.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use orb_core::ProviderApi;
+use orb_core::ids::RequestId;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
-use orb_core::provider::{MachineObservation, MachineRef, StatusInput, StatusReport};
+use orb_core::provider::{
+    MachineObservation, MachineRef, ReadAhead, ReadAheadFuture, StatusInput, StatusReport,
+};
 use orb_core::request::RequestType;
 
 use crate::error::K8sError;
@@ -106,11 +110,97 @@ pub(crate) fn expected_pods<'a>(
         .collect()
 }
 
+/// An acquire's pods LISTed before the broker read its machines
+/// ([`Provider::read_ahead`](orb_core::provider::Provider::read_ahead)): a direct status read
+/// of 5,000 pods spends as long reading the machine rows as waiting for the apiserver, and
+/// this way does both at once.
+pub(crate) struct PodsAhead {
+    namespace: String,
+    request_id: String,
+    label_prefix: String,
+    pods: Result<Vec<Kept>, K8sError>,
+}
+
+impl PodsAhead {
+    /// Whether this read was of `record`'s pods.
+    fn covers(&self, record: &RequestRecord) -> bool {
+        self.namespace == record.namespace
+            && self.request_id == record.request_id
+            && self.label_prefix == record.label_prefix
+    }
+
+    /// The pods, if the read holds every pod the status read expects. A machine recorded
+    /// after the LIST was taken (by an acquire in another process) is missing from it
+    /// without being gone, so then the pods are LISTed again (`None`); a failed read is
+    /// the read's answer.
+    pub(crate) fn answer(
+        self,
+        record: &RequestRecord,
+        expected: &foldhash::HashSet<&str>,
+    ) -> Option<Result<Vec<Kept>, K8sError>> {
+        if !self.covers(record) {
+            return None;
+        }
+        let pods = match self.pods {
+            Ok(pods) => pods,
+            Err(e) => return Some(Err(e)),
+        };
+        let listed: foldhash::HashSet<&str> = pods.iter().map(|p| p.name()).collect();
+        if !expected.iter().all(|name| listed.contains(name)) {
+            tracing::debug!(
+                request_id = record.request_id,
+                "a pod recorded after the read-ahead LIST is missing from it: listing again"
+            );
+            return None;
+        }
+        Some(Ok(pods))
+    }
+}
+
 impl K8sProvider {
-    pub(crate) async fn status_inner(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
+    /// Starts the LIST of an acquire's pods that its status read will need, unless the
+    /// watch cache answers those reads.
+    pub(crate) fn read_pods_ahead(
+        &self,
+        request_id: &RequestId,
+        request_type: RequestType,
+        provider_data: &serde_json::Value,
+    ) -> Option<ReadAheadFuture<'_>> {
+        if request_type != RequestType::Acquire || self.pod_cache().is_some() {
+            return None;
+        }
+        // Data that is not a record is reported by the status read itself.
+        let record = RequestRecord::from_stored(request_id.as_str(), provider_data)
+            .ok()
+            .flatten()?;
+        Some(Box::pin(async move {
+            let pods = match self.client().await {
+                Ok(client) => {
+                    self.guarded(
+                        record.kind,
+                        crate::handlers::request_kept_pods(client, &record),
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            ReadAhead::new(PodsAhead {
+                namespace: record.namespace,
+                request_id: record.request_id,
+                label_prefix: record.label_prefix,
+                pods,
+            })
+        }))
+    }
+
+    pub(crate) async fn status_inner(
+        &self,
+        input: StatusInput,
+        ahead: Option<PodsAhead>,
+    ) -> Result<StatusReport, K8sError> {
         let note = self.stale_view_note(&input);
         let mut report = match input.request_type {
-            RequestType::Acquire => self.acquire_status(input).await,
+            RequestType::Acquire => self.acquire_status(input, ahead).await,
             RequestType::Return => self.return_status(input).await,
         }?;
         report.note = note;
@@ -149,7 +239,11 @@ impl K8sProvider {
         ))
     }
 
-    async fn acquire_status(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
+    async fn acquire_status(
+        &self,
+        input: StatusInput,
+        ahead: Option<PodsAhead>,
+    ) -> Result<StatusReport, K8sError> {
         let Some(record) =
             RequestRecord::from_stored(input.request_id.as_str(), &input.provider_data)?
         else {
@@ -167,7 +261,11 @@ impl K8sProvider {
         let client = self.client().await?;
         let cx = self.cx(client);
         let expected = expected_pods(&input, &record);
-        let pods = match self.live_pods(client, &record, &expected).await {
+        let pods = match ahead.and_then(|ahead| ahead.answer(&record, &expected)) {
+            Some(read) => read.map(|pods| pods.into_iter().map(Arc::new).collect()),
+            None => self.live_pods(client, &record, &expected).await,
+        };
+        let pods = match pods {
             Ok(pods) => pods,
             Err(e) => return Ok(unread(&e)),
         };

@@ -24,6 +24,7 @@ mod node_watch;
 mod pod;
 mod protobuf_list;
 mod rbac;
+mod read_ahead;
 mod resilience;
 mod settings;
 mod watch_cache;

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 /// A harness whose provider talks to the apiserver only through `proxy`, with orb's retry
 /// layer and breakers set by `settings`.
-async fn harness_through(prefix: &str, settings: Value) -> (Harness, FaultProxy) {
+pub(crate) async fn harness_through(prefix: &str, settings: Value) -> (Harness, FaultProxy) {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace(prefix).await;
     let proxy = FaultProxy::start(&cluster).await;
