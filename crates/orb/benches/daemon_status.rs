@@ -763,6 +763,7 @@ fn run(namespace: &str, sizes: Sizes) {
             "bare_list_rounds_s": bare.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
             "serving_over_bare_list": serving_ratio,
             "bare_list_protobuf_seconds": bare_protobuf_s,
+            "bare_list_protobuf_rounds_s": bare_protobuf.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
             "serving_over_bare_list_protobuf": serving_protobuf_ratio,
             "restart_reconciled_seconds": reconciled,
             "reconcile_pass_seconds": reconcile_s,
