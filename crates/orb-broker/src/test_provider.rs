@@ -213,9 +213,8 @@ impl Provider for ScriptedProvider {
                     request_id,
                 };
                 Box::pin(async move {
-                    std::future::pending::<()>().await;
-                    drop(guard);
-                    unreachable!("a read that never finishes")
+                    let _dropped_with_the_read = guard;
+                    std::future::pending::<ReadAhead>().await
                 })
             }
         })

@@ -111,7 +111,7 @@ impl K8sProvider {
                 };
             let expected: foldhash::HashSet<&str> =
                 refs.iter().map(|m| m.machine_id.as_str()).collect();
-            let pods = self.live_pods(client, &record, &expected).await?;
+            let pods = self.live_pods(client, &record, &expected, None).await?;
             // By name, once: a scan per machine is quadratic in one request of thousands.
             let by_name: std::collections::HashMap<&str, _> = pods
                 .iter()

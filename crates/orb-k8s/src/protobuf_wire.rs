@@ -107,12 +107,11 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// How a field begins: its number, wire type, the bytes of its key (and length), and for a
+/// How a field begins: its number, the bytes of its key (and length), and for a
 /// length-delimited field the length it declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
     pub number: u32,
-    pub wire_type: u8,
     pub header_len: usize,
     pub declared: Option<u64>,
 }
@@ -137,7 +136,6 @@ pub(crate) fn header(buf: &[u8]) -> Result<Option<Header>, WireError> {
     };
     Ok(Some(Header {
         number,
-        wire_type,
         header_len: buf.len() - fields.rest.len(),
         declared,
     }))

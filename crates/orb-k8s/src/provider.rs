@@ -327,26 +327,27 @@ impl K8sProvider {
         self.client().await.cloned()
     }
 
-    /// Live pods of a request for a status read: from the watch cache when it may answer,
-    /// else a LIST. When a pod orb `expects` (a stored machine not known gone) is missing from
-    /// the cache, the read LISTs to confirm: the cache may not have seen a pod created a
-    /// moment ago by another process, and a machine is only called gone on the apiserver's
-    /// word.
+    /// Live pods of a request for a status read: the LIST read `ahead` of the machine rows,
+    /// or the watch cache when it may answer, else a LIST. When a pod orb `expects` (a stored
+    /// machine not known gone) is missing from the read ahead or the cache, the read LISTs to
+    /// confirm: neither may have seen a pod created a moment ago by another process, and a
+    /// machine is only called gone on the apiserver's word.
     pub(crate) async fn live_pods(
         &self,
         client: &Client,
         record: &RequestRecord,
         expected: &foldhash::HashSet<&str>,
+        ahead: Option<crate::status::PodsAhead>,
     ) -> Result<Vec<Arc<crate::kept::Kept>>, K8sError> {
         use crate::metrics::ReasonLabels;
         use crate::pod_read::PodRead;
+        if let Some(read) = ahead.and_then(|ahead| ahead.answer(record, expected)) {
+            return read.map(|pods| pods.into_iter().map(Arc::new).collect());
+        }
         if let Some(cache) = &self.views.pods
             && record.label_prefix == self.resolved.config.label_prefix
             && let Ok(pods) = cache.pods_of(&record.namespace, &record.request_id)
-            && {
-                let cached: foldhash::HashSet<&str> = pods.iter().map(|p| p.name()).collect();
-                expected.iter().all(|name| cached.contains(name))
-            }
+            && crate::status::holds_every(pods.iter().map(|p| p.name()), expected)
         {
             self.metrics
                 .status_reads

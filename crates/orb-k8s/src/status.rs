@@ -3,7 +3,6 @@
 //! controller does not recreate them), and let the pure verdict decide.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use jiff::Timestamp;
 use orb_core::ProviderApi;
@@ -110,6 +109,17 @@ pub(crate) fn expected_pods<'a>(
         .collect()
 }
 
+/// Whether `names` (the pods a view holds) include every pod in `expected`. A view that lacks
+/// one (a watch cache not yet told of it, a LIST taken before its machine was recorded) is not
+/// trusted to call that machine gone.
+pub(crate) fn holds_every<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    expected: &foldhash::HashSet<&str>,
+) -> bool {
+    let held: foldhash::HashSet<&str> = names.into_iter().collect();
+    expected.iter().all(|name| held.contains(name))
+}
+
 /// An acquire's pods LISTed before the broker read its machines
 /// ([`Provider::read_ahead`](orb_core::provider::Provider::read_ahead)): a direct status read
 /// of 5,000 pods spends as long reading the machine rows as waiting for the apiserver, and
@@ -145,8 +155,7 @@ impl PodsAhead {
             Ok(pods) => pods,
             Err(e) => return Some(Err(e)),
         };
-        let listed: foldhash::HashSet<&str> = pods.iter().map(|p| p.name()).collect();
-        if !expected.iter().all(|name| listed.contains(name)) {
+        if !holds_every(pods.iter().map(|p| p.name()), expected) {
             tracing::debug!(
                 request_id = record.request_id,
                 "a pod recorded after the read-ahead LIST is missing from it: listing again"
@@ -261,11 +270,7 @@ impl K8sProvider {
         let client = self.client().await?;
         let cx = self.cx(client);
         let expected = expected_pods(&input, &record);
-        let pods = match ahead.and_then(|ahead| ahead.answer(&record, &expected)) {
-            Some(read) => read.map(|pods| pods.into_iter().map(Arc::new).collect()),
-            None => self.live_pods(client, &record, &expected).await,
-        };
-        let pods = match pods {
+        let pods = match self.live_pods(client, &record, &expected, ahead).await {
             Ok(pods) => pods,
             Err(e) => return Ok(unread(&e)),
         };
@@ -409,7 +414,7 @@ impl K8sProvider {
                 .filter(|m| m.status.is_live())
                 .map(|m| m.machine_id.as_str())
                 .collect();
-            let pods = match self.live_pods(client, &record, &expected).await {
+            let pods = match self.live_pods(client, &record, &expected, None).await {
                 Ok(pods) => pods,
                 Err(e) => return Ok(unread(&e)),
             };
