@@ -316,24 +316,13 @@ fn with_client<T>(work: impl AsyncFnOnce(kube::Client) -> T) -> T {
 fn bare_list(namespace: &str, pods: usize) -> Duration {
     with_client(async |client| {
         use k8s_openapi::api::core::v1::Pod;
-        use kube::api::{Api, ListParams};
-        let api: Api<Pod> = Api::namespaced(client, namespace);
-        let t0 = Instant::now();
-        let mut params = ListParams::default()
-            .labels("orb.io/managed=true")
-            .limit(500);
-        let mut seen = 0;
-        loop {
-            let page = api.list(&params).await.expect("listing pods");
-            seen += page.items.len();
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        let took = t0.elapsed();
-        assert!(seen >= pods, "the bare LIST saw {seen} of {pods} pods");
-        took
+        let api: kube::Api<Pod> = kube::Api::namespaced(client, namespace);
+        timed_pages(pods, async |params| {
+            let page = api.list(params).await.expect("listing pods");
+            let token = page.metadata.continue_.filter(|c| !c.is_empty());
+            (page.items.len(), token)
+        })
+        .await
     })
 }
 
@@ -341,29 +330,41 @@ fn bare_list(namespace: &str, pods: usize) -> Duration {
 /// decoded into what the cache keeps, and not kept: the limit for the cache's own LIST.
 fn bare_list_protobuf(namespace: &str, pods: usize) -> Duration {
     with_client(async |client| {
-        use kube::api::{Api, ListParams};
         use orb_k8s::kept::Kept;
-        let api: Api<Kept> = Api::namespaced(client, namespace);
-        let t0 = Instant::now();
-        let mut params = ListParams::default()
-            .labels("orb.io/managed=true")
-            .limit(500);
-        let mut seen = 0;
-        loop {
-            let page = orb_k8s::protobuf_list::list_kept(&api, &params)
+        let api: kube::Api<Kept> = kube::Api::namespaced(client, namespace);
+        timed_pages(pods, async |params| {
+            let page = orb_k8s::protobuf_list::list_kept(&api, params)
                 .await
                 .expect("listing pods");
             assert_eq!(page.encoding, orb_k8s::protobuf_list::Encoding::Protobuf);
-            seen += page.items.len();
-            match page.continue_token {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        let took = t0.elapsed();
-        assert!(seen >= pods, "the bare LIST saw {seen} of {pods} pods");
-        took
+            (page.items.len(), page.continue_token)
+        })
+        .await
     })
+}
+
+/// Times a paginated LIST of the managed pods, 500 a page: `page` reads one and gives how
+/// many pods it held and the next page's token. Checks that at least `pods` were seen.
+async fn timed_pages(
+    pods: usize,
+    mut page: impl AsyncFnMut(&kube::api::ListParams) -> (usize, Option<String>),
+) -> Duration {
+    let t0 = Instant::now();
+    let mut params = kube::api::ListParams::default()
+        .labels("orb.io/managed=true")
+        .limit(500);
+    let mut seen = 0;
+    loop {
+        let (count, token) = page(&params).await;
+        seen += count;
+        match token {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    let took = t0.elapsed();
+    assert!(seen >= pods, "the bare LIST saw {seen} of {pods} pods");
+    took
 }
 
 /// Rows the store has written so far: every insert counts version 1 and every update adds

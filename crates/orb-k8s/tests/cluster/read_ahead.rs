@@ -11,9 +11,10 @@ use kube::Api;
 use kube::api::PostParams;
 use kube_fixture::fault_proxy::{Fault, RequestMatch};
 use kube_fixture::{Check, wait_for};
+use orb_core::ids::RequestId;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
-use orb_core::provider::Provider;
+use orb_core::provider::{AcquireOutcome, Provider, StatusInput};
 use orb_core::request::RequestType;
 use orb_core::template::ProviderApi;
 use orb_k8s::status::GONE_REASON;
@@ -29,19 +30,26 @@ fn pod_lists() -> RequestMatch {
     }
 }
 
-#[tokio::test]
-#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
-async fn a_read_ahead_holding_every_expected_pod_answers_with_one_list() {
-    let (h, proxy) = harness_through("ahead-used", json!({})).await;
+/// A fulfilled acquire of `count` bare pods, and a status input that expects each of its
+/// machines.
+async fn fulfilled(h: &Harness, count: u32) -> (RequestId, AcquireOutcome, StatusInput) {
     let t = template("ahead", Some(ProviderApi::Pod));
-    let (req, outcome) = acquire(&h, &t, 3).await;
-    let mut input = status_input(&req, &t, 3, &outcome);
-    wait_verdict(&h, &input, "fulfilled").await;
+    let (req, outcome) = acquire(h, &t, count).await;
+    let mut input = status_input(&req, &t, count, &outcome);
+    wait_verdict(h, &input, "fulfilled").await;
     input.machines = outcome
         .resource_ids
         .iter()
         .map(|name| machine_ref(&req, name, &outcome, "Pod"))
         .collect();
+    (req, outcome, input)
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_read_ahead_holding_every_expected_pod_answers_with_one_list() {
+    let (h, proxy) = harness_through("ahead-used", json!({})).await;
+    let (req, outcome, input) = fulfilled(&h, 3).await;
 
     let before = proxy.requests_matching(&pod_lists()).len();
     let ahead = h
@@ -72,10 +80,7 @@ async fn a_read_ahead_holding_every_expected_pod_answers_with_one_list() {
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_machine_recorded_after_the_read_ahead_is_listed_again_not_called_gone() {
     let (h, proxy) = harness_through("ahead-late", json!({})).await;
-    let t = template("ahead", Some(ProviderApi::Pod));
-    let (req, outcome) = acquire(&h, &t, 2).await;
-    let mut input = status_input(&req, &t, 2, &outcome);
-    wait_verdict(&h, &input, "fulfilled").await;
+    let (req, outcome, mut input) = fulfilled(&h, 2).await;
 
     let before = proxy.requests_matching(&pod_lists()).len();
     let ahead = h
@@ -128,15 +133,7 @@ async fn a_read_ahead_that_failed_is_the_status_reads_answer() {
         json!({"max_retries": 2, "retry_base_delay": 0.05, "retry_max_delay": 0.2}),
     )
     .await;
-    let t = template("ahead", Some(ProviderApi::Pod));
-    let (req, outcome) = acquire(&h, &t, 2).await;
-    let mut input = status_input(&req, &t, 2, &outcome);
-    wait_verdict(&h, &input, "fulfilled").await;
-    input.machines = outcome
-        .resource_ids
-        .iter()
-        .map(|name| machine_ref(&req, name, &outcome, "Pod"))
-        .collect();
+    let (req, outcome, input) = fulfilled(&h, 2).await;
 
     // Every pod LIST fails with a server error (more than the retries).
     proxy.script(pod_lists(), [Fault::ServerError; 20]);
