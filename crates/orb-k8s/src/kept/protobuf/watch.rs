@@ -42,33 +42,51 @@ impl WatchFrames {
     /// Reads the events `piece` completes into `out`. Errors are final.
     pub(crate) fn push(
         &mut self,
-        piece: &[u8],
+        mut piece: &[u8],
         out: &mut Vec<WatchFrame>,
     ) -> Result<(), WireError> {
-        if self.pending.is_empty() {
-            let used = frames(piece, out)?;
-            self.pending.extend_from_slice(&piece[used..]);
-        } else {
-            let mut pending = std::mem::take(&mut self.pending);
-            pending.extend_from_slice(piece);
-            let used = frames(&pending, out)?;
-            pending.drain(..used);
-            self.pending = pending;
+        if !self.pending.is_empty() {
+            // Complete the frame in flight from the front of `piece`; the whole frames after
+            // it are read in place, not copied.
+            let head = self.pending.len().min(4);
+            let take = (4 - head).min(piece.len());
+            self.pending.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+            let Some(prefix) = self.pending.get(..4) else {
+                return Ok(());
+            };
+            let whole = 4 + frame_len(prefix)?;
+            let take = (whole - self.pending.len()).min(piece.len());
+            self.pending.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+            if self.pending.len() < whole {
+                return Ok(());
+            }
+            out.push(event(&self.pending[4..])?);
+            self.pending.clear();
         }
+        let used = frames(piece, out)?;
+        self.pending.extend_from_slice(&piece[used..]);
         Ok(())
     }
+}
+
+/// The length a frame's four-byte prefix declares, refused past [`MAX_FRAME`].
+fn frame_len(prefix: &[u8]) -> Result<usize, WireError> {
+    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    if len > MAX_FRAME {
+        return Err(WireError::Envelope(format!(
+            "a watch frame claims {len} bytes, more than the {MAX_FRAME} orb reads"
+        )));
+    }
+    Ok(len)
 }
 
 /// Reads every whole frame at the start of `buf`; gives how many bytes it read.
 fn frames(buf: &[u8], out: &mut Vec<WatchFrame>) -> Result<usize, WireError> {
     let mut at = 0;
     while let Some(prefix) = buf.get(at..at + 4) {
-        let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
-        if len > MAX_FRAME {
-            return Err(WireError::Envelope(format!(
-                "a watch frame claims {len} bytes, more than the {MAX_FRAME} orb reads"
-            )));
-        }
+        let len = frame_len(prefix)?;
         let Some(frame) = buf.get(at + 4..at + 4 + len) else {
             break;
         };
@@ -250,6 +268,8 @@ pub(crate) mod tests {
         // A length of 4 GiB is refused before anything is buffered for it.
         let huge = [0xff, 0xff, 0xff, 0xff, 1, 2, 3];
         assert!(matches!(read_in(&[&huge]), Err(WireError::Envelope(e)) if e.contains("claims")));
+        let bytes: Vec<&[u8]> = huge.chunks(1).collect();
+        assert!(matches!(read_in(&bytes), Err(WireError::Envelope(e)) if e.contains("claims")));
         // An event without an object, of an unknown type, or wrapping another kind.
         let empty = {
             let event = encode(&[(1, W::S("ADDED"))]);
