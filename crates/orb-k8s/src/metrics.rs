@@ -59,9 +59,6 @@ pub struct K8sMetrics {
     /// Pod watch restarts: `relist` (410 Gone or a desync), `error` (transport or apiserver
     /// error), `resync` (the periodic full LIST).
     pub watch_reconnects: Family<ReasonLabels, Counter>,
-    /// Full reads of the managed pods by the watch cache (its first, relists and resyncs),
-    /// by how: `watch_list` (streamed by the apiserver) or `list` (paginated LIST).
-    pub cache_syncs: Family<ReasonLabels, Counter>,
     /// Pods held by the watch cache.
     pub cache_pods: Gauge,
     /// 1 while status reads are served from the cache, 0 while they fall back to LIST.
@@ -105,11 +102,6 @@ impl K8sMetrics {
             "watch_reconnects",
             "Pod watch restarts, by reason (relist, error, resync)",
             self.watch_reconnects.clone(),
-        );
-        registry.register(
-            "cache_syncs",
-            "Full reads of the managed pods by the watch cache, by how (watch_list or list)",
-            self.cache_syncs.clone(),
         );
         registry.register(
             "cache_pods",

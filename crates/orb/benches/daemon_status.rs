@@ -17,11 +17,10 @@
 //!   then retries 10,000 pods on the same two cores while the reads are timed.
 //!
 //! Then it restarts the server `BENCH_RESTARTS` times with every pod in place and times, from
-//! spawn, a serving cache (its first read of every pod: a watch list) and the end of the
-//! start-up reconciliation, each restart next to a bare paginated kube-rs LIST of the same
-//! pods (the limit), the same pages as protobuf decoded as the cache decodes them
-//! (its read where watch lists are declined), and a bare watch list of them (its own read
-//! without the cache). It also counts the store rows the timed reads wrote (request and machine
+//! spawn, a serving cache (its initial paginated LIST) and the end of the start-up
+//! reconciliation, each restart next to a bare paginated kube-rs LIST of the same pods, and
+//! next to the same pages as protobuf decoded as the cache decodes them (the cache's own
+//! LIST without the cache: the limit). It also counts the store rows the timed reads wrote (request and machine
 //! versions): reads of unchanged requests should write none.
 //!
 //! Last, it deletes `BENCH_CHANGED` pods of the first request outside orb and counts the rows
@@ -33,9 +32,6 @@
 //! (3), BENCH_CHANGED (10), BENCH_PENDING, BENCH_STORAGE_URL (the measured server's store,
 //! e.g. an empty PostgreSQL database `postgres://…`; default SQLite in its root directory;
 //! the LIST-per-read server always keeps its own SQLite).
-
-// The figures printed as one JSON object nest deeper than `json!` expands by default.
-#![recursion_limit = "256"]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -347,35 +343,6 @@ fn bare_list_protobuf(namespace: &str, pods: usize) -> Duration {
     })
 }
 
-/// The same pods as one watch list, the way the cache now reads them first
-/// (`orb_k8s::protobuf_list::watch_list_kept`), decoded into what the cache keeps, and not
-/// kept.
-fn bare_watch_list(namespace: &str, pods: usize) -> Duration {
-    with_client(async |client| {
-        use orb_k8s::kept::Kept;
-        use orb_k8s::protobuf_list::WatchList;
-        let api: kube::Api<Kept> = kube::Api::namespaced(client, namespace);
-        let t0 = Instant::now();
-        let read = orb_k8s::protobuf_list::watch_list_kept(
-            &api,
-            "orb.io/managed=true",
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("a watch list of the pods");
-        let took = t0.elapsed();
-        match read {
-            WatchList::Synced { items, .. } => assert!(
-                items.len() >= pods,
-                "the bare watch list saw {} of {pods} pods",
-                items.len()
-            ),
-            WatchList::Declined { reason, .. } => panic!("the watch list was declined: {reason}"),
-        }
-        took
-    })
-}
-
 /// Times a paginated LIST of the managed pods, 500 a page: `page` reads one and gives how
 /// many pods it held and the next page's token. Checks that at least `pods` were seen.
 async fn timed_pages(
@@ -669,19 +636,16 @@ fn run(namespace: &str, sizes: Sizes) {
     let mut restarts = Vec::new();
     let mut bare = Vec::new();
     let mut bare_protobuf = Vec::new();
-    let mut bare_watch = Vec::new();
     for round in 0..restart_rounds {
         if round % 2 == 1 {
             bare.push(bare_list(namespace, pods));
             bare_protobuf.push(bare_list_protobuf(namespace, pods));
-            bare_watch.push(bare_watch_list(namespace, pods));
         }
         let spawned = server.restart();
         restarts.push(time_restart(&server, spawned, pods));
         if round % 2 == 0 {
             bare.push(bare_list(namespace, pods));
             bare_protobuf.push(bare_list_protobuf(namespace, pods));
-            bare_watch.push(bare_watch_list(namespace, pods));
         }
     }
     let restart_rss = rss_mib(server.child.id());
@@ -748,17 +712,12 @@ fn run(namespace: &str, sizes: Sizes) {
     let serving_ratio = serving / bare_s;
     let bare_protobuf_s = median(bare_protobuf.iter().map(|d| secs(*d)).collect());
     let serving_protobuf_ratio = serving / bare_protobuf_s;
-    let bare_watch_s = median(bare_watch.iter().map(|d| secs(*d)).collect());
-    let serving_watch_ratio = serving / bare_watch_s;
     let rows_per_read = written as f64 / reads as f64;
     println!(
         "| restart -> serving cache (median of {restart_rounds}) | {serving:.2} s | bare paginated LIST of the {pods} pods {bare_s:.2} s | ratio {serving_ratio:.2} |"
     );
     println!(
-        "| restart -> serving cache, against the same pages as protobuf (the cache's LIST where watch lists are declined, decoded as kept) | {serving:.2} s | {bare_protobuf_s:.2} s | ratio {serving_protobuf_ratio:.2} |"
-    );
-    println!(
-        "| restart -> serving cache, against a bare watch list of the same pods (the cache's own first read, decoded as kept) | {serving:.2} s | {bare_watch_s:.2} s | ratio {serving_watch_ratio:.2} |"
+        "| restart -> serving cache, against the same pages as protobuf (the cache's own LIST, decoded as kept) | {serving:.2} s | {bare_protobuf_s:.2} s | ratio {serving_protobuf_ratio:.2} |"
     );
     println!(
         "p50 ratio LIST/cache {:.1}x; resident memory with {pods} cached pods: {rss:.1} MiB (after a restart: {restart_rss:.1} MiB; a server without the cache: {list_rss:.1} MiB; peaks: {peak:.1} MiB over the acquire, {restart_peak:.1} MiB over the last restart); acquire of {pods} pods took {:.1} s, cache complete after {:.1} s",
@@ -807,9 +766,6 @@ fn run(namespace: &str, sizes: Sizes) {
             "bare_list_protobuf_seconds": bare_protobuf_s,
             "bare_list_protobuf_rounds_s": bare_protobuf.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
             "serving_over_bare_list_protobuf": serving_protobuf_ratio,
-            "bare_watch_list_seconds": bare_watch_s,
-            "bare_watch_list_rounds_s": bare_watch.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
-            "serving_over_bare_watch_list": serving_watch_ratio,
             "restart_reconciled_seconds": reconciled,
             "reconcile_pass_seconds": reconcile_s,
             "rows_written_by_reads": written,

@@ -2,13 +2,9 @@
 //!
 //! One list-then-watch loop per managed namespace (one cluster-scoped loop for
 //! `namespaces: ["*"]`), selecting `<label_prefix>/managed=true`. Each loop:
-//! - reads every selected pod, and replaces everything it holds for its scope in one step
-//!   (a relist can neither lose a pod nor keep a deleted one, and never duplicates one). It
-//!   reads them as a watch list ([`crate::protobuf_list::watch_list_kept`]), which the
-//!   apiserver streams from its watch cache, and as paginated LIST pages where the
-//!   apiserver declines watch lists (the first refusal that says "never" makes it LIST
-//!   from then on);
-//! - WATCHes from that read's resourceVersion with bookmarks on, so a quiet watch still
+//! - LISTs, and replaces everything it holds for its scope in one step (a relist can neither
+//!   lose a pod nor keep a deleted one, and never duplicates one);
+//! - WATCHes from the LIST's resourceVersion with bookmarks on, so a quiet watch still
 //!   advances its resourceVersion;
 //! - on 410 Gone (the resourceVersion was compacted) LISTs again and resumes;
 //! - on any other error backs off (1 s doubling to 30 s) and resumes from the last
@@ -37,14 +33,10 @@ use crate::metrics::{K8sMetrics, ReasonLabels, WatchEventLabels};
 
 use crate::kept::Kept;
 use crate::pod_read::PodRead;
-use crate::protobuf_list::WatchList;
 
 /// Server-side timeout of one WATCH call; the loop resumes from its resourceVersion after it.
 const WATCH_TIMEOUT_SECS: u32 = 290;
 const BACKOFF_START: Duration = Duration::from_secs(1);
-/// How long a watch list may go without sending anything before the loop reads a LIST
-/// instead (an apiserver that does not know watch lists never ends their initial events).
-const WATCH_LIST_QUIET: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Pods of one request: `(namespace, request id)` → pod name → what is kept of the pod.
@@ -108,8 +100,6 @@ pub struct PodCache {
     /// can record what happened to them without anyone polling.
     changed: std::sync::Mutex<std::collections::BTreeSet<String>>,
     changed_notify: tokio::sync::Notify,
-    /// Cleared once the apiserver made clear it will not send watch lists.
-    watch_lists: std::sync::atomic::AtomicBool,
 }
 
 impl PodCache {
@@ -129,7 +119,6 @@ impl PodCache {
             metrics,
             changed: Default::default(),
             changed_notify: tokio::sync::Notify::new(),
-            watch_lists: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -514,7 +503,7 @@ impl PodCache {
                 if resync_due {
                     self.count_restart("resync");
                 }
-                match self.read_all(&scope, &api, &selector).await {
+                match list_all(&api, &selector).await {
                     Ok((items, rv)) => {
                         self.replace(&scope, items, rv.clone());
                         resource_version = rv;
@@ -648,60 +637,6 @@ impl PodCache {
             .loops
             .get(scope)
             .and_then(|h| h.resource_version.clone())
-    }
-}
-
-impl PodCache {
-    /// Every pod of `scope` that `selector` picks, and the resourceVersion to watch from: a
-    /// watch list while the apiserver sends them, else paginated LIST pages.
-    async fn read_all(
-        &self,
-        scope: &str,
-        api: &Api<Kept>,
-        selector: &str,
-    ) -> Result<(Vec<Kept>, Option<String>), kube::Error> {
-        use std::sync::atomic::Ordering;
-        let started = Instant::now();
-        let read = |how: &'static str, items: &[Kept]| {
-            self.count_sync(how);
-            tracing::info!(
-                scope,
-                "read {} managed pods ({how}) in {} ms",
-                items.len(),
-                started.elapsed().as_millis()
-            );
-        };
-        if self.watch_lists.load(Ordering::Relaxed) {
-            match crate::protobuf_list::watch_list_kept(api, selector, WATCH_LIST_QUIET).await? {
-                WatchList::Synced {
-                    items,
-                    resource_version,
-                } => {
-                    read("watch_list", &items);
-                    return Ok((items, resource_version));
-                }
-                WatchList::Declined { reason, lasting } => {
-                    if lasting {
-                        self.watch_lists.store(false, Ordering::Relaxed);
-                    }
-                    let from_now = if lasting { " from now on" } else { "" };
-                    tracing::info!(
-                        scope,
-                        "no watch list of the managed pods ({reason}); reading LIST pages{from_now}"
-                    );
-                }
-            }
-        }
-        let listed = list_all(api, selector).await?;
-        read("list", &listed.0);
-        Ok(listed)
-    }
-
-    fn count_sync(&self, how: &'static str) {
-        self.metrics
-            .cache_syncs
-            .get_or_create(&ReasonLabels { reason: how })
-            .inc();
     }
 }
 

@@ -15,11 +15,7 @@ use super::{Kept, KeptCondition, KeptContainer, KeptSpec, KeptState, KeptStatus}
 use crate::protobuf_wire::{Fields, WireError, unwrap_kubernetes};
 
 mod stream;
-mod watch;
 pub(crate) use stream::PodListStream;
-#[cfg(test)]
-pub(crate) use watch::tests as watch_tests;
-pub(crate) use watch::{WatchFrame, WatchFrames};
 
 /// What a `PodList` body holds that orb reads.
 #[derive(Debug, Default, PartialEq)]

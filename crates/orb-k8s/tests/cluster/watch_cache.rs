@@ -279,105 +279,6 @@ async fn status_from_the_cache_equals_status_from_list() {
     task.await.unwrap();
 }
 
-fn syncs(metrics: &K8sMetrics, how: &'static str) -> u64 {
-    metrics
-        .cache_syncs
-        .get_or_create(&ReasonLabels { reason: how })
-        .get()
-}
-
-/// The requests of a cache for `ns` that read every pod: watch lists, and LIST pages.
-fn watch_lists_and_lists(proxy: &FaultProxy, ns: &str) -> (usize, usize) {
-    let seen = proxy.requests_matching(&RequestMatch::path(&format!("/namespaces/{ns}/pods?")));
-    let watch_lists = seen
-        .iter()
-        .filter(|r| r.path.contains("sendInitialEvents=true"))
-        .count();
-    let lists = seen
-        .iter()
-        .filter(|r| !r.path.contains("watch=true"))
-        .count();
-    (watch_lists, lists)
-}
-
-/// The cache reads its pods as a watch list (one request, no LIST), and a watch from the
-/// list's bookmark misses nothing after it; where the answer is JSON (a proxy that will not
-/// pass protobuf) it reads LIST pages, and keeps to them at the next relist.
-#[tokio::test]
-#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
-async fn the_cache_reads_a_watch_list_and_lists_where_one_is_declined() {
-    let h = harness("cache-watch-list", json!({})).await;
-    let ns = h.ns.name().to_string();
-    let api: Api<Pod> = Api::namespaced(h.cluster.client.clone(), &ns);
-    for i in 0..5 {
-        api.create(
-            &PostParams::default(),
-            &managed_pod(&format!("p-{i}"), "req-w"),
-        )
-        .await
-        .unwrap();
-    }
-    let proxy = FaultProxy::start(&h.cluster).await;
-    let metrics = K8sMetrics::new();
-    let cache = new_cache(&ns, None, &metrics);
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(cache.clone().run(proxy.client(), stopped));
-    wait_cache_equals_list(&cache, &api, &ns, "the cache after its watch list").await;
-    api.create(&PostParams::default(), &managed_pod("after", "req-w"))
-        .await
-        .unwrap();
-    wait_cache_equals_list(&cache, &api, &ns, "a pod created after the watch list").await;
-    assert_eq!(
-        watch_lists_and_lists(&proxy, &ns),
-        (1, 0),
-        "{:?}",
-        proxy.requests()
-    );
-    assert_eq!(
-        (syncs(&metrics, "watch_list"), syncs(&metrics, "list")),
-        (1, 0)
-    );
-    let _ = stop.send(true);
-    task.await.unwrap();
-
-    // Through a proxy that strips protobuf from Accept, the watch comes back as JSON.
-    let proxy = FaultProxy::start(&h.cluster).await;
-    proxy.set_json_only(true);
-    proxy.script(
-        RequestMatch::path("allowWatchBookmarks=true&resourceVersion="),
-        [Fault::Gone],
-    );
-    let metrics = K8sMetrics::new();
-    let cache = new_cache(&ns, None, &metrics);
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(cache.clone().run(proxy.client(), stopped));
-    wait_cache_equals_list(&cache, &api, &ns, "the cache after LIST pages").await;
-    wait_for("the relist after the 410", WAIT, || async {
-        match restarts(&metrics, "relist") {
-            0 => Check::NotYet("no relist yet".to_string()),
-            _ => Check::Done(()),
-        }
-    })
-    .await;
-    api.create(&PostParams::default(), &managed_pod("later", "req-w"))
-        .await
-        .unwrap();
-    wait_cache_equals_list(&cache, &api, &ns, "a pod created after the relist").await;
-    // One watch list, declined; both reads (the first, the relist) were LISTs.
-    assert_eq!(
-        watch_lists_and_lists(&proxy, &ns),
-        (1, 2),
-        "{:?}",
-        proxy.requests()
-    );
-    assert_eq!(
-        (syncs(&metrics, "watch_list"), syncs(&metrics, "list")),
-        (0, 2)
-    );
-    let _ = stop.send(true);
-    task.await.unwrap();
-}
-
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
@@ -396,11 +297,9 @@ async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
     // this namespace with 410 Gone, as for a compacted resourceVersion.
     let proxy = FaultProxy::start(&h.cluster).await;
     let watches = RequestMatch::path(&format!("/namespaces/{ns}/pods?"));
-    // (A plain watch asks from a resourceVersion; the watch list that reads the pods asks
-    // for its initial events instead.)
     proxy.script(
         RequestMatch {
-            path_contains: Some("allowWatchBookmarks=true&resourceVersion=".into()),
+            path_contains: Some("watch=true".into()),
             ..watches.clone()
         },
         [Fault::Gone],
@@ -415,16 +314,12 @@ async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
         .unwrap();
     wait_cache_equals_list(&cache, &api, &ns, "a pod created after the relist").await;
     assert_eq!(restarts(&metrics, "relist"), 1, "one 410, one relist");
-    let full_reads = proxy
+    let lists = proxy
         .requests_matching(&watches)
         .iter()
-        .filter(|r| r.path.contains("sendInitialEvents=true") || !r.path.contains("watch=true"))
+        .filter(|r| !r.path.contains("watch=true"))
         .count();
-    assert_eq!(full_reads, 2, "the first read and the one after the 410");
-    assert_eq!(
-        (syncs(&metrics, "watch_list"), syncs(&metrics, "list")),
-        (2, 0)
-    );
+    assert_eq!(lists, 2, "the first LIST and the one after the 410");
     assert_eq!(proxy.counts().gone, 1);
     let _ = stop.send(true);
     task.await.unwrap();
