@@ -1,6 +1,7 @@
 //! Criterion benches for the pure decisions that run per pod or per request: release planning
-//! over 10,000 pods, pod → machine translation of 10,000 realistic pods, and config layering
-//! (full file block + env + template overrides).
+//! over 10,000 pods, pod → machine translation of 10,000 realistic pods, config layering
+//! (full file block + env + template overrides), and the HostFactory status reply of a
+//! 5,000-machine request (entries and their JSON, as `orb serve` writes it per call).
 //!
 //! Run: `cargo bench -p orb-k8s --bench hot_paths` (bench/run.sh collects the figures).
 
@@ -244,7 +245,7 @@ fn config_merge(c: &mut Criterion) {
             "orphan_min_age_seconds": 600,
             "periodic_resync_interval_seconds": 300,
             "audit_high_risk_pod_fields": true,
-            "reject_high_risk_pod_fields": false,
+            "reject_high_risk_pod_fields": true,
             "controller_status_cache_ttl_seconds": 2.5,
             "circuit_breaker_failure_threshold": 5,
             "circuit_breaker_reset_timeout": 30,
@@ -304,9 +305,49 @@ fn short() -> Criterion {
         .measurement_time(Duration::from_secs(3))
 }
 
+/// The getRequestStatus reply of one completed 5,000-machine acquire, each machine tagged with
+/// its pod's labels as the Kubernetes provider records them: the entries, then pretty JSON.
+fn status_reply(c: &mut Criterion) {
+    use orb_core::hostfactory::output::{StatusReply, request_status_entry};
+    use orb_core::test_support::{machine, request};
+    use orb_core::{MachineStatus, RequestStatus, RequestType};
+    const MACHINES: usize = 5_000;
+    let acquire = request(RequestType::Acquire)
+        .count(MACHINES as u32)
+        .fulfilled(MACHINES as u32)
+        .status(RequestStatus::Complete)
+        .build();
+    let machines: Vec<_> = (0..MACHINES)
+        .map(|i| {
+            machine(&format!("orb-3f2a9c1d4e5b6a7c8d9e-{i:04}"))
+                .of(&acquire)
+                .status(MachineStatus::Running)
+                .ip(&format!("10.244.{}.{}", i / 250, i % 250))
+                .instance_type("k8s/Pod")
+                .tag("orb.io/managed", "true")
+                .tag("orb.io/request-id", acquire.request_id.as_str())
+                .tag("orb.io/template-id", "worker")
+                .tag("orb.io/machine-index", &i.to_string())
+                .provider_data(json!({"cloud_host_id": "kwok-node-0"}))
+                .build()
+        })
+        .collect();
+    let mut group = c.benchmark_group("hostfactory_status");
+    group.throughput(Throughput::Elements(MACHINES as u64));
+    group.bench_function("5k_machines/render", |b| {
+        b.iter(|| {
+            let reply = StatusReply {
+                requests: vec![request_status_entry(&acquire, black_box(&machines))],
+            };
+            serde_json::to_vec_pretty(&reply).unwrap()
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = short();
-    targets = release_planning, pod_translation, config_merge
+    targets = release_planning, pod_translation, config_merge, status_reply
 }
 criterion_main!(benches);
