@@ -1,7 +1,8 @@
 //! Criterion benches for the pure decisions that run per pod or per request: release planning
 //! over 10,000 pods, pod → machine translation of 10,000 realistic pods, config layering
 //! (full file block + env + template overrides), and the HostFactory status reply of a
-//! 5,000-machine request (entries and their JSON, as `orb serve` writes it per call).
+//! 5,000-machine request (its entries and pretty JSON, the work `orb serve` does per call;
+//! `orb` renders the same text with a faster formatter of its own).
 //!
 //! Run: `cargo bench -p orb-k8s --bench hot_paths` (bench/run.sh collects the figures).
 
