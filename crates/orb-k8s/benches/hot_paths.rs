@@ -320,15 +320,17 @@ fn status_reply(c: &mut Criterion) {
         .build();
     let machines: Vec<_> = (0..MACHINES)
         .map(|i| {
-            machine(&format!("orb-3f2a9c1d4e5b6a7c8d9e-{i:04}"))
+            let name = format!("orb-3f2a9c1d4e5b6a7c8d9e-{i:04}");
+            machine(&name)
                 .of(&acquire)
                 .status(MachineStatus::Running)
                 .ip(&format!("10.244.{}.{}", i / 250, i % 250))
                 .instance_type("k8s/Pod")
                 .tag("orb.io/managed", "true")
                 .tag("orb.io/request-id", acquire.request_id.as_str())
+                .tag("orb.io/machine-id", &name)
+                .tag("orb.io/provider-api", "Pod")
                 .tag("orb.io/template-id", "worker")
-                .tag("orb.io/machine-index", &i.to_string())
                 .provider_data(json!({"cloud_host_id": "kwok-node-0"}))
                 .build()
         })
