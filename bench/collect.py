@@ -121,6 +121,9 @@ def main():
     ap.add_argument("--console", default="")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--expect", action="append", default=[],
+                    choices=["acquire", "daemon", "operator", "operator-steady", "console"],
+                    help="a part that ran: fail when no figures of it could be read")
     a = ap.parse_args()
 
     crit = criterion_results(a.criterion_dir, a.since)
@@ -274,8 +277,16 @@ def main():
     with open(a.json, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
-    if not crit or not startup:
-        print("bench: some benches produced no figures (see output above)", file=sys.stderr)
+    produced = {"acquire": acquire, "daemon": daemon, "operator": operator,
+                "operator-steady": steady, "console": console}
+    missing = [part for part in a.expect if not produced[part]]
+    if not crit:
+        missing.insert(0, "criterion (no estimates newer than the run's start)")
+    if not startup:
+        missing.insert(0, "startup")
+    if missing:
+        print(f"bench: no figures could be read from: {', '.join(missing)} (see their output above)",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -162,11 +162,20 @@ def main():
     ap.add_argument("--factors", required=True)
     ap.add_argument("--commit", required=True)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--expect", action="append", default=[],
+                    choices=["startup", "daemon", "acquire", "operator", "operator-steady"],
+                    help="a part that ran: fail when a factor of it left no figures")
     a = ap.parse_args()
     factors = [int(f) for f in a.factors.split(",") if f]
     measured = collect(a.raw, factors)
     if not measured:
         print("collect_scale: no figures were produced", file=sys.stderr)
+        return 1
+    missing = [f"{part} at {f}x" for part in a.expect for f in factors
+               if str(f) not in measured.get(part, {})]
+    if missing:
+        print(f"collect_scale: no figures could be read for {', '.join(missing)} "
+              "(see their output above)", file=sys.stderr)
         return 1
     stamp = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     for entries in measured.values():

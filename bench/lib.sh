@@ -27,15 +27,23 @@ stop_started_control_plane() {
   fi
 }
 
-# Builds every bench in one `cargo bench --no-run` with one feature set (separate
-# `cargo bench -p` calls unify features differently: pdb-operator's dev-dependencies add kube
-# features, and kube would be rebuilt in release each time), and fills the associative array
-# `exe` with each bench's executable. Exits when one did not build.
+# BENCH_SMOKE=1 checks that the benches, these scripts and their collectors still run end to
+# end; it measures nothing. The benches are built in the test profile (what `cargo test`
+# builds: no release build), run at tiny sizes (each script sets them), and the results go
+# to a temporary directory, never bench/results. scripts/test.sh runs it after the tests.
+smoke="${BENCH_SMOKE:-0}"
+
+# Builds every bench in one `cargo bench --no-run` (`cargo test --no-run` when smoke) with one
+# feature set (separate `cargo bench -p` calls unify features differently: pdb-operator's
+# dev-dependencies add kube features, and kube would be rebuilt in release each time), and
+# fills the associative array `exe` with each bench's executable. Exits when one did not build.
 build_benches() {
   local name path
   declare -gA exe
+  local -a build=(cargo bench)
+  [[ "$smoke" == 1 ]] && build=(cargo test)
   while read -r name path; do exe[$name]=$path; done < <(
-    cargo bench -p orb-k8s -p pdb-operator -p orb -p orb-store \
+    "${build[@]}" --locked -p orb-k8s -p pdb-operator -p orb -p orb-store \
       --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench operator_scale \
       --bench daemon_status --bench console_overview \
       --no-run --message-format=json |

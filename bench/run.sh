@@ -19,6 +19,8 @@
 #   BENCH_SKIP_ACQUIRE=1 bench/run.sh   no control plane needed (acquire left out)
 #   BENCH_SKIP_OPERATOR=1 bench/run.sh  pdb-operator at 1,000 Deployments left out
 #   BENCH_SKIP_CONSOLE=1 bench/run.sh   the web console in Chromium left out
+#   BENCH_SMOKE=1 bench/run.sh          every part at a tiny size in the test profile: checks that
+#                                       the benches and collect.py still run, measures nothing
 #
 # The control plane: $KUBECONFIG if set, else <repo>/.state/control-plane/admin.kubeconfig. If
 # its apiserver is not running, the script starts it with tools/control-plane/cp up and stops
@@ -31,6 +33,26 @@ source bench/lib.sh
 stamp="$(date -u +%Y-%m-%d)"
 out_dir="$repo/bench/results"
 raw="$(mktemp -d)"
+# Criterion's flags: a full measurement, or when smoke a few samples of each bench (its sample
+# size cannot go below 10), so that collect.py still finds their estimates.
+crit=(--bench)
+if [[ "$smoke" == 1 ]]; then
+  out_dir="$raw/results"
+  crit=(--bench --warm-up-time 0.01 --measurement-time 0.01 --sample-size 10)
+  # Tiny sizes; a knob the caller set still wins.
+  export BENCH_STARTUP_RUNS="${BENCH_STARTUP_RUNS:-2}" BENCH_STARTUP_SIZES="${BENCH_STARTUP_SIZES:-5}" \
+    BENCH_STARTUP_LIVE="${BENCH_STARTUP_LIVE:-5}" \
+    BENCH_ACQUIRE_COUNTS="${BENCH_ACQUIRE_COUNTS:-5}" BENCH_ACQUIRE_ROUNDS="${BENCH_ACQUIRE_ROUNDS:-1}" \
+    BENCH_RELEASE_COUNT="${BENCH_RELEASE_COUNT:-3}" BENCH_RELEASE_OF="${BENCH_RELEASE_OF:-5}" \
+    BENCH_PODS="${BENCH_PODS:-100}" BENCH_PODS_PER_REQUEST="${BENCH_PODS_PER_REQUEST:-50}" \
+    BENCH_READS="${BENCH_READS:-20}" BENCH_LIST_READS="${BENCH_LIST_READS:-5}" \
+    BENCH_RESTARTS="${BENCH_RESTARTS:-1}" BENCH_CHANGED="${BENCH_CHANGED:-2}" \
+    BENCH_DEPLOYMENTS="${BENCH_DEPLOYMENTS:-20}" BENCH_OPERATOR_ROUNDS="${BENCH_OPERATOR_ROUNDS:-1}" \
+    BENCH_BARE_CONCURRENCY="${BENCH_BARE_CONCURRENCY-0}" \
+    BENCH_CONSOLE_MACHINES="${BENCH_CONSOLE_MACHINES:-50}" BENCH_CONSOLE_LOADS="${BENCH_CONSOLE_LOADS:-1}"
+fi
+# The parts that ran: collect.py fails when one of them printed no figures it could read.
+expect=()
 
 cleanup() {
   stop_started_control_plane bench
@@ -38,15 +60,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "bench: building the benches (release)" >&2
+echo "bench: building the benches ($([[ "$smoke" == 1 ]] && echo "test profile, smoke" || echo release))" >&2
 build_benches
 export CRITERION_HOME="$raw/criterion"
 run_start="$(date +%s)"
 
 echo "bench: criterion hot paths (orb-k8s, pdb-operator, orb-store)" >&2
-"${exe[hot_paths]}" --bench 2>&1 | tee "$raw/hot_paths.txt" >&2
-"${exe[budget_math]}" --bench 2>&1 | tee "$raw/budget_math.txt" >&2
-"${exe[store_reads]}" --bench 2>&1 | tee "$raw/store_reads.txt" >&2
+"${exe[hot_paths]}" "${crit[@]}" 2>&1 | tee "$raw/hot_paths.txt" >&2
+"${exe[budget_math]}" "${crit[@]}" 2>&1 | tee "$raw/budget_math.txt" >&2
+"${exe[store_reads]}" "${crit[@]}" 2>&1 | tee "$raw/store_reads.txt" >&2
 
 echo "bench: CLI start-up and HostFactory status" >&2
 "${exe[startup]}" --bench 2>&1 | tee "$raw/startup.txt" >&2
@@ -58,6 +80,7 @@ else
   ensure_control_plane bench
   echo "bench: acquire per handler and release vs a bare kube-rs loop ($KUBECONFIG)" >&2
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
+  expect+=(--expect acquire)
 fi
 
 settle() { settle_bench_namespaces 600; }
@@ -70,6 +93,7 @@ else
   settle
   echo "bench: orb serve status reads at 10,000 pods ($KUBECONFIG)" >&2
   "${exe[daemon_status]}" --bench 2>&1 | tee "$raw/daemon.txt" >&2
+  expect+=(--expect daemon)
 fi
 
 # After the others: 1,000 Deployments and 2,000 pods load the apiserver for a few minutes.
@@ -90,6 +114,7 @@ else
   echo "bench: pdb-operator at 1,000 Deployments, ${BENCH_OPERATOR_RATE:-20} a second" >&2
   BENCH_CREATE_RATE="${BENCH_OPERATOR_RATE:-20}" "${exe[operator_scale]}" --bench 2>&1 |
     tee "$raw/operator-steady.txt" >&2
+  expect+=(--expect operator --expect operator-steady)
 fi
 
 # The console needs no cluster: a seeded store, orb serve's router and Chromium.
@@ -99,6 +124,7 @@ if [[ "${BENCH_SKIP_CONSOLE:-0}" == 1 ]] || ! command -v chromium >/dev/null; th
 else
   echo "bench: the web console overview in headless Chromium" >&2
   "${exe[console_overview]}" --bench 2>&1 | tee "$raw/console.txt" >&2
+  expect+=(--expect console)
 fi
 
 mkdir -p "$out_dir"
@@ -107,5 +133,9 @@ python3 "$repo/bench/collect.py" \
   --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" --operator "$raw/operator.txt" \
   --operator-steady "$raw/operator-steady.txt" \
   --daemon "$raw/daemon.txt" --console "$raw/console.txt" \
-  --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json"
-echo "bench: wrote bench/results/$stamp.json" >&2
+  --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json" "${expect[@]}"
+if [[ "$smoke" == 1 ]]; then
+  echo "bench: smoke run passed (every bench ran and collect.py read its figures; nothing kept)" >&2
+else
+  echo "bench: wrote bench/results/$stamp.json" >&2
+fi

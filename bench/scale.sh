@@ -19,9 +19,12 @@
 #
 #   bench/scale.sh
 #   BENCH_SCALE_FACTORS=5 BENCH_SCALE_PARTS=daemon bench/scale.sh
+#   BENCH_SMOKE=1 bench/scale.sh   factors 1,2 of a unit of 10 in the test profile: checks that
+#                                  the parts and collect_scale.py still run, measures nothing
 #
 # Knobs: BENCH_SCALE_FACTORS (1,2,5), BENCH_SCALE_PARTS (startup,daemon,acquire,operator),
-# BENCH_SCALE_HANDLERS (pod,deployment,statefulset,job), BENCH_STARTUP_RUNS (20 here).
+# BENCH_SCALE_HANDLERS (pod,deployment,statefulset,job), BENCH_STARTUP_RUNS (20 here),
+# BENCH_SCALE_UNIT (1000: the "1,000" above; the sizes are multiples of it).
 # Writes bench/results/<UTC date>-scale.json and prints one table per part. The control plane
 # is handled as in bench/run.sh: started (and stopped at exit) only when none is running.
 set -euo pipefail
@@ -34,6 +37,12 @@ parts="${BENCH_SCALE_PARTS:-startup,daemon,acquire,operator}"
 handlers="${BENCH_SCALE_HANDLERS:-pod,deployment,statefulset,job}"
 raw="$(mktemp -d)"
 sampler=""
+unit="${BENCH_SCALE_UNIT:-1000}"
+results="bench/results"
+if [[ "$smoke" == 1 ]]; then
+  factors="${BENCH_SCALE_FACTORS:-1,2}" unit="${BENCH_SCALE_UNIT:-10}" results="$raw/results"
+  export BENCH_STARTUP_RUNS="${BENCH_STARTUP_RUNS:-2}" BENCH_READS="${BENCH_READS:-20}"
+fi
 
 cleanup() {
   [[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null || true
@@ -44,7 +53,7 @@ trap cleanup EXIT
 
 want() { [[ ",$parts," == *",$1,"* ]]; }
 
-echo "scale: building the benches (release)" >&2
+echo "scale: building the benches ($([[ "$smoke" == 1 ]] && echo "test profile, smoke" || echo release))" >&2
 build_benches
 
 if want daemon || want acquire || want operator; then
@@ -84,29 +93,38 @@ run_part() { # part factor -- command...
 IFS=, read -ra fs <<<"$factors"
 for f in "${fs[@]}"; do
   if want startup; then
-    sizes="$((1000 * f))"; [[ "$f" == "${fs[0]}" ]] && sizes="50,$sizes"
+    sizes="$((unit * f))"; [[ "$f" == "${fs[0]}" ]] && sizes="50,$sizes"
     run_part startup "$f" -- env BENCH_STARTUP_SIZES="$sizes" BENCH_STARTUP_LIVE="$sizes" \
       BENCH_STARTUP_RUNS="${BENCH_STARTUP_RUNS:-20}" "${exe[startup]}" --bench
   fi
   if want daemon; then
-    run_part daemon "$f" -- env BENCH_PODS="$((10000 * f))" BENCH_PODS_PER_REQUEST=50 \
-      BENCH_READS=2000 BENCH_LIST_READS=50 "${exe[daemon_status]}" --bench
+    run_part daemon "$f" -- env BENCH_PODS="$((10 * unit * f))" BENCH_PODS_PER_REQUEST=50 \
+      BENCH_READS="${BENCH_READS:-2000}" BENCH_LIST_READS=50 "${exe[daemon_status]}" --bench
   fi
   if want acquire; then
-    run_part acquire "$f" -- env BENCH_ACQUIRE_HANDLERS="$handlers" BENCH_ACQUIRE_COUNTS="$((1000 * f))" \
-      BENCH_ACQUIRE_ROUNDS=1 BENCH_RELEASE_COUNT="$((500 * f))" BENCH_RELEASE_OF="$((1000 * f))" \
+    run_part acquire "$f" -- env BENCH_ACQUIRE_HANDLERS="$handlers" BENCH_ACQUIRE_COUNTS="$((unit * f))" \
+      BENCH_ACQUIRE_ROUNDS=1 BENCH_RELEASE_COUNT="$((unit / 2 * f))" BENCH_RELEASE_OF="$((unit * f))" \
       "${exe[acquire_pods]}" --bench
   fi
   if want operator; then
-    run_part operator "$f" -- env BENCH_DEPLOYMENTS="$((1000 * f))" BENCH_BARE_CONCURRENCY=0 \
+    run_part operator "$f" -- env BENCH_DEPLOYMENTS="$((unit * f))" BENCH_BARE_CONCURRENCY=0 \
       "${exe[operator_scale]}" --bench
-    run_part operator-steady "$f" -- env BENCH_DEPLOYMENTS="$((1000 * f))" BENCH_CREATE_RATE=20 \
+    run_part operator-steady "$f" -- env BENCH_DEPLOYMENTS="$((unit * f))" BENCH_CREATE_RATE=20 \
       "${exe[operator_scale]}" --bench
   fi
 done
 
-mkdir -p bench/results
-out="bench/results/$(date -u +%Y-%m-%d)-scale.json"
+expect=()
+for part in startup daemon acquire operator; do
+  want "$part" && expect+=(--expect "$part")
+done
+want operator && expect+=(--expect operator-steady)
+mkdir -p "$results"
+out="$results/$(date -u +%Y-%m-%d)-scale.json"
 python3 bench/collect_scale.py --raw "$raw" --factors "$factors" \
-  --commit "$(git rev-parse --short HEAD)" --json "$out"
-echo "scale: wrote $out" >&2
+  --commit "$(git rev-parse --short HEAD)" --json "$out" "${expect[@]}"
+if [[ "$smoke" == 1 ]]; then
+  echo "scale: smoke run passed (every part ran at each factor; nothing kept)" >&2
+else
+  echo "scale: wrote $out" >&2
+fi

@@ -2,8 +2,8 @@
 # Runs the whole orb-rs test suite: builds what is missing (the Kubernetes v1.37.2 control plane
 # and the container images are cached outside the repo), starts the local control plane and a
 # PostgreSQL server, runs formatting, lint, unit and integration tests (the images' binaries
-# and the in-cluster runs included) and a short fuzz run of each fuzz target, and stops every
-# service again, pass or fail.
+# and the in-cluster runs included), every bench at a tiny size and a short fuzz run of each
+# fuzz target, and stops every service again, pass or fail.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -96,6 +96,9 @@ echo "--- tests" >&2
 # They (and the helm chart tests) are #[ignore]d so plain `cargo test` passes without a cluster;
 # here every service is up, so --include-ignored runs them with the rest.
 cargo test --workspace --locked --no-fail-fast -- --include-ignored --test-threads="${ORB_TEST_THREADS:-4}"
+echo "--- bench smoke: every bench of bench/run.sh and bench/scale.sh at a tiny size (BENCH_SMOKE=1)" >&2
+BENCH_SMOKE=1 bench/run.sh
+BENCH_SMOKE=1 bench/scale.sh
 echo "--- fuzz smoke (each target ${ORB_FUZZ_SECONDS:-30} s, from the committed corpus)" >&2
 finish_job fuzz_build
 scripts/fuzz-smoke.sh
