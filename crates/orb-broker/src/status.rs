@@ -6,9 +6,10 @@ use std::task::Poll;
 
 use foldhash::{HashMap, HashSet, HashSetExt};
 
+use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
-use orb_core::machine::Machine;
+use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::{
     AbandonInput, MachineObservation, Provider, ReadAhead, ReadAheadFuture, StatusInput,
     StatusReport,
@@ -195,14 +196,10 @@ impl Broker {
                 }
             }
         }
-        // A finished return is settled for good. A finished acquire is too, unless some of its
-        // machines may still exist: those are followed until they are gone, because a pod that
-        // fails, is evicted or deleted after the request completed must not read `running`.
+        // A finished request is answered from storage once nothing it holds can change any
+        // more ([`still_followed`]).
         let follow_up = stored.status.is_terminal();
-        if follow_up
-            && (stored.request_type == RequestType::Return
-                || !stored_machines.iter().any(|m| m.status.is_live()))
-        {
+        if follow_up && !still_followed(&stored, &stored_machines) {
             return Ok(Some(RequestView {
                 request: stored,
                 machines: stored_machines,
@@ -389,6 +386,29 @@ fn machines_filter(request: &Request) -> MachineFilter {
 /// release: someone is still at it, or it was interrupted.
 fn is_unrecorded(request: &Request, machines: usize) -> bool {
     is_unrecorded_acquire(request, machines) || is_unrecorded_return(request)
+}
+
+/// Whether a finished request must still ask the provider. A return is settled for good.
+/// A finished acquire is followed while one of its machines may still exist, because a pod
+/// that fails, is evicted or deleted after the request completed must not read `running`;
+/// and, for a Deployment or StatefulSet, while one of its machines went without an orb return
+/// or cancel: the controller brings hosts back on its own (a StatefulSet recreates a lost pod
+/// under the same name, a Deployment starts a new one), and a read that falls between the
+/// deletion of every pod and their recreation must not be the last one.
+fn still_followed(request: &Request, machines: &[Machine]) -> bool {
+    if request.request_type == RequestType::Return {
+        return false;
+    }
+    let controlled = matches!(
+        request.provider_api,
+        Some(ProviderApi::Deployment | ProviderApi::StatefulSet)
+    ) && request.status != RequestStatus::Cancelled;
+    machines.iter().any(|m| {
+        m.status.is_live()
+            || (controlled
+                && m.status == MachineStatus::Terminated
+                && m.return_request_id.is_none())
+    })
 }
 
 /// Folds a provider report into the stored machines of `request` in place: observed ones

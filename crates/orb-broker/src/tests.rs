@@ -46,6 +46,10 @@ fn catalog() -> Catalog {
         json!({"templateId": "worker", "imageId": "busybox:1.36", "maxNumber": 4}),
         json!({"templateId": "unlimited", "imageId": "busybox:1.36", "maxNumber": -1}),
         json!({"templateId": "broken", "namespace": "Not_A_Label"}),
+        json!({"templateId": "set", "imageId": "busybox:1.36", "maxNumber": 4,
+               "providerApi": "StatefulSet"}),
+        json!({"templateId": "deploy", "imageId": "busybox:1.36", "maxNumber": 4,
+               "providerApi": "Deployment"}),
     ];
     Catalog {
         file: None,
@@ -215,6 +219,114 @@ async fn a_status_read_whose_write_conflicts_keeps_what_the_provider_answered() 
     assert_eq!(
         stored, refreshed.machines,
         "what is shown is what is stored"
+    );
+}
+
+/// A finished acquire whose every machine went without an orb return: a Deployment or a
+/// StatefulSet brings hosts back on its own, so a read that saw every pod gone (between
+/// their deletion and recreation) must not be the last; bare pods never come back.
+#[rstest]
+#[case::statefulset("set", true)]
+#[case::deployment("deploy", true)]
+#[case::bare_pods("worker", false)]
+#[tokio::test]
+async fn a_finished_acquire_whose_pods_all_vanished_is_followed_only_under_a_controller(
+    #[case] template: &str,
+    #[case] followed: bool,
+) {
+    let f = fixture().await;
+    let view = f.broker.request_machines(template, 2).await.unwrap();
+    let id = &view.request.request_id;
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    let both = |status| report(Verdict::Fulfilled, &[(a, status), (b, status)]);
+    f.provider.statuses.lock().unwrap().extend([
+        Ok(both(MachineStatus::Running)),
+        Ok(both(MachineStatus::Terminated)),
+        Ok(both(MachineStatus::Running)),
+    ]);
+    let complete = f.broker.refresh(id).await.unwrap().unwrap();
+    assert_eq!(complete.request.status, RequestStatus::Complete);
+    let gone = f.broker.refresh(id).await.unwrap().unwrap();
+    assert!(
+        gone.machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated),
+        "{:?}",
+        gone.machines
+    );
+    let calls = f.provider.calls().len();
+    let next = f.broker.refresh(id).await.unwrap().unwrap();
+    assert_eq!(next.request.status, RequestStatus::Complete);
+    if followed {
+        assert_eq!(
+            f.provider.calls().len(),
+            calls + 1,
+            "the provider is asked again"
+        );
+        assert!(
+            next.machines
+                .iter()
+                .all(|m| m.status == MachineStatus::Running),
+            "the hosts the controller brought back are recorded: {:?}",
+            next.machines
+        );
+    } else {
+        assert_eq!(f.provider.calls().len(), calls, "nothing left to follow");
+        assert!(
+            next.machines
+                .iter()
+                .all(|m| m.status == MachineStatus::Terminated)
+        );
+    }
+}
+
+/// A cancel deleted the controller, and a return took its machines: neither leaves anything
+/// the controller could bring back, so the request is answered from storage.
+#[tokio::test]
+async fn a_cancelled_or_returned_statefulset_acquire_is_not_followed() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("set", 2).await.unwrap();
+    f.broker.cancel(&view.request.request_id).await.unwrap();
+    let calls = f.provider.calls().len();
+    let after = f
+        .broker
+        .refresh(&view.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.request.status, RequestStatus::Cancelled);
+    assert_eq!(
+        f.provider.calls().len(),
+        calls,
+        "a cancelled acquire is settled"
+    );
+
+    let view = f.broker.request_machines("set", 2).await.unwrap();
+    let id = &view.request.request_id;
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Fulfilled,
+        &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
+    )));
+    f.broker.refresh(id).await.unwrap().unwrap();
+    let mut stored = f.broker.machines_of(&view.request).await.unwrap();
+    let returner = RequestId::new_return();
+    for m in &mut stored {
+        m.status = MachineStatus::Terminated;
+        m.return_request_id = Some(returner.clone());
+    }
+    let mut request = f.broker.store.get_request(id).await.unwrap().unwrap();
+    f.broker
+        .store
+        .update_request(&mut request, &mut stored)
+        .await
+        .unwrap();
+    let calls = f.provider.calls().len();
+    f.broker.refresh(id).await.unwrap().unwrap();
+    assert_eq!(
+        f.provider.calls().len(),
+        calls,
+        "machines given back are settled"
     );
 }
 
@@ -511,7 +623,11 @@ async fn a_failed_create_is_stored_as_failed_with_the_reason() {
 #[case::zero("worker", 0, "at least 1")]
 #[case::over_per_request("unlimited", 11, "max_machines_per_request (10)")]
 #[case::over_max_number("worker", 5, "at most 4 more")]
-#[case::unknown_template("nope", 1, "available templates: worker, unlimited, broken")]
+#[case::unknown_template(
+    "nope",
+    1,
+    "available templates: worker, unlimited, broken, set, deploy"
+)]
 #[case::invalid_template("broken", 1, "namespace")]
 #[case::refused_at_load("sneaky", 1, "may not override \"audit_high_risk_pod_fields\"")]
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The lifecycle cases the matrix does not reach: a Job past its acquire deadline, a
 //! Deployment return while other pods are Pending for lack of room, a return that cannot
-//! finish, the pod timeout at its default, and an ImagePullBackOff machine returned through
-//! HostFactory.
+//! finish, the pod timeout at its default, an ImagePullBackOff machine returned through
+//! HostFactory, and a finished Deployment or StatefulSet acquire whose pods all vanish at once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -399,4 +399,94 @@ async fn orb_serve_records_a_machine_lost_after_its_request_completed_without_a_
         request["request"]["status"], "complete",
         "the request keeps its status"
     );
+}
+
+/// A finished Deployment or StatefulSet acquire whose every pod is gone at once (a ResourceQuota
+/// of no pods keeps the controller from bringing them back while orb reads them): orb records
+/// both machines terminated, yet keeps asking, and records the hosts the controller brings back
+/// once the quota goes. Before, a read that fell between the deletion of every pod and their
+/// recreation was the request's last (a StatefulSet whose pods fail and are recreated hit it).
+async fn a_controller_brings_back_every_vanished_pod(kind: Kind) {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let prefix = format!("lc-all-gone-{kind:?}").to_ascii_lowercase();
+    let w = World::new(&prefix, Setup::new(kind)).await;
+    let id = w.request(2);
+    let view = w
+        .wait_status(&id, "a complete request of 2 running machines", |v| {
+            v["request"]["status"] == "complete"
+                && machine_ids(v).len() == 2
+                && machine_ids(v).iter().all(|m| status_of(v, m) == "running")
+        })
+        .await;
+    let first = machine_ids(&view);
+    let first_uids: Vec<serde_json::Value> = first
+        .iter()
+        .map(|m| machine(&view, m)["uid"].clone())
+        .collect();
+
+    let quotas: Api<ResourceQuota> = Api::namespaced(w.cluster.client.clone(), w.ns.name());
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }))
+    .unwrap();
+    quotas.create(&Default::default(), &quota).await.unwrap();
+    // Admission enforces a quota once the controller-manager has counted its usage.
+    wait_for("the quota counted", Duration::from_secs(60), || async {
+        let q = quotas.get("no-pods").await.unwrap();
+        match q.status.and_then(|s| s.hard) {
+            Some(hard) if hard.contains_key("pods") => Check::Done(()),
+            _ => Check::NotYet("no status yet".into()),
+        }
+    })
+    .await;
+    for m in &first {
+        w.delete_pod(m).await;
+    }
+    let gone = w
+        .wait_status(&id, "both machines terminated", |v| {
+            first.iter().all(|m| status_of(v, m) == "terminated")
+        })
+        .await;
+    assert_eq!(gone["request"]["status"], "complete", "{}", summary(&gone));
+
+    quotas.delete("no-pods", &Default::default()).await.unwrap();
+    let back = w
+        .wait_status(&id, "2 running machines brought back", |v| {
+            let running: Vec<String> = machine_ids(v)
+                .into_iter()
+                .filter(|m| status_of(v, m) == "running")
+                .collect();
+            running.len() == 2
+                && running
+                    .iter()
+                    .all(|m| !first_uids.contains(&machine(v, m)["uid"]))
+        })
+        .await;
+    assert_eq!(back["request"]["status"], "complete", "{}", summary(&back));
+    let ids = machine_ids(&back);
+    match kind {
+        // Same names, new incarnations.
+        Kind::StatefulSet => assert_eq!(ids, first, "{}", summary(&back)),
+        // New pods beside the two gone ones.
+        _ => {
+            assert_eq!(ids.len(), 4, "{}", summary(&back));
+            for m in &first {
+                assert_eq!(status_of(&back, m), "terminated", "{}", summary(&back));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_finished_statefulset_acquire_is_followed_while_its_pods_are_gone_and_records_them_back()
+{
+    a_controller_brings_back_every_vanished_pod(Kind::StatefulSet).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_finished_deployment_acquire_is_followed_while_its_pods_are_gone_and_records_new_ones() {
+    a_controller_brings_back_every_vanished_pod(Kind::Deployment).await;
 }
