@@ -10,6 +10,7 @@ use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::ReclaimQuery;
 use orb_store::MachineFilter;
 
+use super::status::may_come_back;
 use super::{Broker, BrokerError, MachineKey};
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -28,12 +29,14 @@ impl Broker {
         keys: &[MachineKey],
     ) -> Result<(Vec<Reclaim>, Option<String>), BrokerError> {
         let mut candidates = self.reclaim_candidates(keys).await?;
-        // Refresh the acquires that still have live candidates: a pod that failed or vanished
-        // since anyone last looked is recorded (and so reported) now. Acquires the provider
-        // cannot be asked about keep their stored state; the note says so below.
+        // Refresh the acquires that still have live candidates, or gone ones their controller
+        // may have brought back: a pod that failed or vanished since anyone last looked is
+        // recorded (and so reported) now, and a StatefulSet's host that is back is not
+        // reported gone. Acquires the provider cannot be asked about keep their stored
+        // state; the note says so below.
         let acquires: std::collections::BTreeSet<_> = candidates
             .iter()
-            .filter(|m| m.status.is_live())
+            .filter(|m| m.status.is_live() || may_come_back(m))
             .map(|m| m.request_id.clone())
             .collect();
         let mut refreshed_any = false;

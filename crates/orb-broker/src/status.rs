@@ -390,25 +390,30 @@ fn is_unrecorded(request: &Request, machines: usize) -> bool {
 
 /// Whether a finished request must still ask the provider. A return is settled for good.
 /// A finished acquire is followed while one of its machines may still exist, because a pod
-/// that fails, is evicted or deleted after the request completed must not read `running`;
-/// and, for a Deployment or StatefulSet, while one of its machines went without an orb return
-/// or cancel: the controller brings hosts back on its own (a StatefulSet recreates a lost pod
-/// under the same name, a Deployment starts a new one), and a read that falls between the
-/// deletion of every pod and their recreation must not be the last one.
+/// that fails, is evicted or deleted after the request completed must not read `running`,
+/// and, unless it was cancelled (its objects deleted), while one may be brought back
+/// ([`may_come_back`]): a read that falls between the deletion of every pod and their
+/// recreation must not be the last one.
 fn still_followed(request: &Request, machines: &[Machine]) -> bool {
     if request.request_type == RequestType::Return {
         return false;
     }
-    let controlled = matches!(
-        request.provider_api,
-        Some(ProviderApi::Deployment | ProviderApi::StatefulSet)
-    ) && request.status != RequestStatus::Cancelled;
-    machines.iter().any(|m| {
-        m.status.is_live()
-            || (controlled
-                && m.status == MachineStatus::Terminated
-                && m.return_request_id.is_none())
-    })
+    let cancelled = request.status == RequestStatus::Cancelled;
+    machines
+        .iter()
+        .any(|m| m.status.is_live() || (!cancelled && may_come_back(m)))
+}
+
+/// Whether a gone machine's controller may bring it back on its own: it went without an orb
+/// return, and a StatefulSet (which recreates a lost pod under the same name) or a Deployment
+/// (which starts a new pod for it) runs it.
+pub(crate) fn may_come_back(m: &Machine) -> bool {
+    m.status == MachineStatus::Terminated
+        && m.return_request_id.is_none()
+        && matches!(
+            m.provider_api,
+            Some(ProviderApi::Deployment | ProviderApi::StatefulSet)
+        )
 }
 
 /// Folds a provider report into the stored machines of `request` in place: observed ones

@@ -1536,6 +1536,36 @@ async fn reclaims_report_failed_machines_and_refresh_finished_requests_first() {
     );
 }
 
+/// getReturnRequests refreshes a finished StatefulSet acquire whose hosts were all recorded
+/// gone before it reports them: the controller recreated them meanwhile, so nothing is
+/// reclaimed; once a read sees them gone, they are.
+#[tokio::test]
+async fn reclaims_do_not_report_statefulset_hosts_that_came_back() {
+    let f = fixture().await;
+    let view = f.broker.request_machines("set", 2).await.unwrap();
+    let id = &view.request.request_id;
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    let both = |status| report(Verdict::Fulfilled, &[(a, status), (b, status)]);
+    f.provider.statuses.lock().unwrap().extend([
+        Ok(both(MachineStatus::Running)),
+        Ok(both(MachineStatus::Terminated)),
+        Ok(both(MachineStatus::Running)),
+        Ok(both(MachineStatus::Terminated)),
+    ]);
+    f.broker.refresh(id).await.unwrap().unwrap();
+    let gone = f.broker.refresh(id).await.unwrap().unwrap();
+    assert!(
+        gone.machines
+            .iter()
+            .all(|m| m.status == MachineStatus::Terminated)
+    );
+    let keys = [MachineKey::id(a.clone()), MachineKey::id(b.clone())];
+    let (reclaims, _) = f.broker.reclaims(&keys).await.unwrap();
+    assert!(reclaims.is_empty(), "the hosts are back: {reclaims:?}");
+    let (reclaims, _) = f.broker.reclaims(&keys).await.unwrap();
+    assert_eq!(reclaims.len(), 2, "gone again: {reclaims:?}");
+}
+
 /// A quick pace, so the watch tests poll every few milliseconds.
 fn quick() -> crate::watch::Pace {
     crate::watch::Pace {

@@ -409,7 +409,7 @@ async fn orb_serve_records_a_machine_lost_after_its_request_completed_without_a_
 async fn a_controller_brings_back_every_vanished_pod(kind: Kind) {
     use k8s_openapi::api::core::v1::ResourceQuota;
     let prefix = format!("lc-all-gone-{kind:?}").to_ascii_lowercase();
-    let w = World::new(&prefix, Setup::new(kind)).await;
+    let mut w = World::new(&prefix, Setup::new(kind)).await;
     let id = w.request(2);
     let view = w
         .wait_status(&id, "a complete request of 2 running machines", |v| {
@@ -450,7 +450,30 @@ async fn a_controller_brings_back_every_vanished_pod(kind: Kind) {
         .await;
     assert_eq!(gone["request"]["status"], "complete", "{}", summary(&gone));
 
+    // HostFactory is told the hosts are gone while they are.
+    assert_eq!(
+        reclaimed(&mut w),
+        sorted(&first),
+        "while the quota holds them back"
+    );
+
     quotas.delete("no-pods", &Default::default()).await.unwrap();
+    if kind == Kind::StatefulSet {
+        // getReturnRequests asks the cluster first: once the hosts are back under their
+        // names, they are no longer reported.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let listed = reclaimed(&mut w);
+            if listed.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the recreated hosts are still reported gone: {listed:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     let back = w
         .wait_status(&id, "2 running machines brought back", |v| {
             let running: Vec<String> = machine_ids(v)
@@ -468,14 +491,33 @@ async fn a_controller_brings_back_every_vanished_pod(kind: Kind) {
     match kind {
         // Same names, new incarnations.
         Kind::StatefulSet => assert_eq!(ids, first, "{}", summary(&back)),
-        // New pods beside the two gone ones.
+        // New pods beside the two gone ones, which stay gone (and reported).
         _ => {
             assert_eq!(ids.len(), 4, "{}", summary(&back));
             for m in &first {
                 assert_eq!(status_of(&back, m), "terminated", "{}", summary(&back));
             }
+            assert_eq!(reclaimed(&mut w), sorted(&first));
         }
     }
+}
+
+/// The hosts HostFactory's getReturnRequests reports, sorted.
+fn reclaimed(w: &mut World) -> Vec<String> {
+    let reply = w.script("getReturnRequests.sh", &json!({}));
+    let listed: Vec<String> = reply["requests"]
+        .as_array()
+        .unwrap_or_else(|| panic!("getReturnRequests: {reply}"))
+        .iter()
+        .filter_map(|r| r["machine"].as_str().map(String::from))
+        .collect();
+    sorted(&listed)
+}
+
+fn sorted(names: &[String]) -> Vec<String> {
+    let mut names = names.to_vec();
+    names.sort();
+    names
 }
 
 #[tokio::test]
