@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use jiff::Timestamp;
 use orb_core::lifecycle::Verdict;
-use orb_core::machine::MachineStatus;
+use orb_core::machine::{Machine, MachineStatus};
 use orb_core::provider::{MachineFailure, ProviderError, ReclaimNotice};
 use orb_core::request::{RequestStatus, RequestType};
 use orb_core::template::wire::template_from_value;
@@ -235,25 +235,8 @@ async fn a_finished_acquire_whose_pods_all_vanished_is_followed_only_under_a_con
     #[case] followed: bool,
 ) {
     let f = fixture().await;
-    let view = f.broker.request_machines(template, 2).await.unwrap();
-    let id = &view.request.request_id;
-    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
-    let both = |status| report(Verdict::Fulfilled, &[(a, status), (b, status)]);
-    f.provider.statuses.lock().unwrap().extend([
-        Ok(both(MachineStatus::Running)),
-        Ok(both(MachineStatus::Terminated)),
-        Ok(both(MachineStatus::Running)),
-    ]);
-    let complete = f.broker.refresh(id).await.unwrap().unwrap();
-    assert_eq!(complete.request.status, RequestStatus::Complete);
-    let gone = f.broker.refresh(id).await.unwrap().unwrap();
-    assert!(
-        gone.machines
-            .iter()
-            .all(|m| m.status == MachineStatus::Terminated),
-        "{:?}",
-        gone.machines
-    );
+    let gone = finished_then_all_gone(&f, template, &[MachineStatus::Running]).await;
+    let id = &gone.request.request_id;
     let calls = f.provider.calls().len();
     let next = f.broker.refresh(id).await.unwrap().unwrap();
     assert_eq!(next.request.status, RequestStatus::Complete);
@@ -263,21 +246,45 @@ async fn a_finished_acquire_whose_pods_all_vanished_is_followed_only_under_a_con
             calls + 1,
             "the provider is asked again"
         );
-        assert!(
-            next.machines
-                .iter()
-                .all(|m| m.status == MachineStatus::Running),
-            "the hosts the controller brought back are recorded: {:?}",
-            next.machines
+        assert_eq!(
+            statuses(&next.machines),
+            [MachineStatus::Running; 2],
+            "the hosts the controller brought back are recorded"
         );
     } else {
         assert_eq!(f.provider.calls().len(), calls, "nothing left to follow");
-        assert!(
-            next.machines
-                .iter()
-                .all(|m| m.status == MachineStatus::Terminated)
-        );
+        assert_eq!(statuses(&next.machines), [MachineStatus::Terminated; 2]);
     }
+}
+
+/// A 2-machine acquire of `template` that completed, then a read saw both machines gone;
+/// the provider's next reports say both are in each status of `then` in turn.
+async fn finished_then_all_gone(
+    f: &Fixture,
+    template: &str,
+    then: &[MachineStatus],
+) -> RequestView {
+    let view = f.broker.request_machines(template, 2).await.unwrap();
+    let id = &view.request.request_id;
+    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
+    let both = |status| Ok(report(Verdict::Fulfilled, &[(a, status), (b, status)]));
+    {
+        let mut reports = f.provider.statuses.lock().unwrap();
+        reports.extend([
+            both(MachineStatus::Running),
+            both(MachineStatus::Terminated),
+        ]);
+        reports.extend(then.iter().map(|&s| both(s)));
+    }
+    let complete = f.broker.refresh(id).await.unwrap().unwrap();
+    assert_eq!(complete.request.status, RequestStatus::Complete);
+    let gone = f.broker.refresh(id).await.unwrap().unwrap();
+    assert_eq!(statuses(&gone.machines), [MachineStatus::Terminated; 2]);
+    gone
+}
+
+fn statuses(machines: &[Machine]) -> Vec<MachineStatus> {
+    machines.iter().map(|m| m.status).collect()
 }
 
 /// A cancel deleted the controller, and a return took its machines: neither leaves anything
@@ -401,42 +408,8 @@ async fn verdicts_drive_the_request_to_complete() {
         .unwrap();
     assert_eq!(later.request.status, RequestStatus::Complete);
     assert_eq!(later.machines[0].status, MachineStatus::Failed);
-    // Once every machine is gone, the request is answered from storage alone.
-    let gone = report(
-        Verdict::Failed {
-            reason: "gone".into(),
-        },
-        &[
-            (
-                second.machines[0].machine_id.as_str(),
-                MachineStatus::Terminated,
-            ),
-            (
-                second.machines[1].machine_id.as_str(),
-                MachineStatus::Terminated,
-            ),
-        ],
-    );
-    f.provider.statuses.lock().unwrap().push_back(Ok(gone));
-    f.broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
-    let calls = f.provider.calls().len();
-    let settled = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(f.provider.calls().len(), calls, "nothing left to follow");
-    assert!(
-        settled
-            .machines
-            .iter()
-            .all(|m| m.status == MachineStatus::Terminated)
-    );
+    // Once every machine is gone, a request of bare pods is answered from storage alone
+    // (a_finished_acquire_whose_pods_all_vanished_is_followed_only_under_a_controller).
 }
 
 #[tokio::test]
@@ -1542,23 +1515,9 @@ async fn reclaims_report_failed_machines_and_refresh_finished_requests_first() {
 #[tokio::test]
 async fn reclaims_do_not_report_statefulset_hosts_that_came_back() {
     let f = fixture().await;
-    let view = f.broker.request_machines("set", 2).await.unwrap();
-    let id = &view.request.request_id;
-    let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
-    let both = |status| report(Verdict::Fulfilled, &[(a, status), (b, status)]);
-    f.provider.statuses.lock().unwrap().extend([
-        Ok(both(MachineStatus::Running)),
-        Ok(both(MachineStatus::Terminated)),
-        Ok(both(MachineStatus::Running)),
-        Ok(both(MachineStatus::Terminated)),
-    ]);
-    f.broker.refresh(id).await.unwrap().unwrap();
-    let gone = f.broker.refresh(id).await.unwrap().unwrap();
-    assert!(
-        gone.machines
-            .iter()
-            .all(|m| m.status == MachineStatus::Terminated)
-    );
+    let then = [MachineStatus::Running, MachineStatus::Terminated];
+    let gone = finished_then_all_gone(&f, "set", &then).await;
+    let [a, b] = [&gone.machines[0].machine_id, &gone.machines[1].machine_id];
     let keys = [MachineKey::id(a.clone()), MachineKey::id(b.clone())];
     let (reclaims, _) = f.broker.reclaims(&keys).await.unwrap();
     assert!(reclaims.is_empty(), "the hosts are back: {reclaims:?}");
