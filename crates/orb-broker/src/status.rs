@@ -393,7 +393,8 @@ fn is_unrecorded(request: &Request, machines: usize) -> bool {
 /// that fails, is evicted or deleted after the request completed must not read `running`,
 /// and, unless it was cancelled (its objects deleted), while one may be brought back
 /// ([`may_come_back`]): a read that falls between the deletion of every pod and their
-/// recreation must not be the last one.
+/// recreation must not be the last one. A cancel after the request finished keeps its
+/// status, so such a request is still asked about; the reads find nothing and change nothing.
 fn still_followed(request: &Request, machines: &[Machine]) -> bool {
     if request.request_type == RequestType::Return {
         return false;
