@@ -15,7 +15,7 @@ pub(crate) mod world;
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use world::{Kind, Setup, World, machine, machine_ids, summary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -381,20 +381,11 @@ async fn check_status(w: &mut World, a: &Arranged, state: State) {
     }
     // HostFactory getReturnRequests: the cluster took (or ended) the host, so HostFactory
     // should give it back; a running or pending host is not reported.
-    let reclaims = w.script("getReturnRequests.sh", &json!({}));
-    let listed: Vec<&str> = reclaims["requests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r["machine"].as_str())
-        .collect();
+    let listed = w.hf_reclaims();
     if expect.reclaimed {
-        assert!(listed.contains(&a.subject.as_str()), "reclaims: {reclaims}");
+        assert!(listed.contains(&a.subject), "reclaims: {listed:?}");
     } else if !churns(state, kind) {
-        assert!(
-            !listed.contains(&a.subject.as_str()),
-            "not a reclaim: {reclaims}"
-        );
+        assert!(!listed.contains(&a.subject), "not a reclaim: {listed:?}");
     }
     // REST, through orb serve's watch cache.
     let subject = a.subject.clone();

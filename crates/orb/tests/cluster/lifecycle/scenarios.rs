@@ -452,7 +452,7 @@ async fn a_controller_brings_back_every_vanished_pod(kind: Kind) {
 
     // HostFactory is told the hosts are gone while they are.
     assert_eq!(
-        reclaimed(&mut w),
+        w.hf_reclaims(),
         sorted(&first),
         "while the quota holds them back"
     );
@@ -461,18 +461,21 @@ async fn a_controller_brings_back_every_vanished_pod(kind: Kind) {
     if kind == Kind::StatefulSet {
         // getReturnRequests asks the cluster first: once the hosts are back under their
         // names, they are no longer reported.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let listed = reclaimed(&mut w);
-            if listed.is_empty() {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the recreated hosts are still reported gone: {listed:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_for(
+            "the recreated hosts no longer reported gone",
+            Duration::from_secs(60),
+            || {
+                let listed = w.hf_reclaims();
+                async move {
+                    if listed.is_empty() {
+                        Check::Done(())
+                    } else {
+                        Check::NotYet(format!("reported: {listed:?}"))
+                    }
+                }
+            },
+        )
+        .await;
     }
     let back = w
         .wait_status(&id, "2 running machines brought back", |v| {
@@ -497,21 +500,9 @@ async fn a_controller_brings_back_every_vanished_pod(kind: Kind) {
             for m in &first {
                 assert_eq!(status_of(&back, m), "terminated", "{}", summary(&back));
             }
-            assert_eq!(reclaimed(&mut w), sorted(&first));
+            assert_eq!(w.hf_reclaims(), sorted(&first));
         }
     }
-}
-
-/// The hosts HostFactory's getReturnRequests reports, sorted.
-fn reclaimed(w: &mut World) -> Vec<String> {
-    let reply = w.script("getReturnRequests.sh", &json!({}));
-    let listed: Vec<String> = reply["requests"]
-        .as_array()
-        .unwrap_or_else(|| panic!("getReturnRequests: {reply}"))
-        .iter()
-        .filter_map(|r| r["machine"].as_str().map(String::from))
-        .collect();
-    sorted(&listed)
 }
 
 fn sorted(names: &[String]) -> Vec<String> {

@@ -289,6 +289,19 @@ impl World {
         json_of(&out)
     }
 
+    /// The hosts getReturnRequests reports (every managed host asked about), sorted.
+    pub fn hf_reclaims(&mut self) -> Vec<String> {
+        let reply = self.script("getReturnRequests.sh", &json!({}));
+        let mut listed: Vec<String> = reply["requests"]
+            .as_array()
+            .unwrap_or_else(|| panic!("getReturnRequests: {reply}"))
+            .iter()
+            .filter_map(|r| r["machine"].as_str().map(String::from))
+            .collect();
+        listed.sort();
+        listed
+    }
+
     /// getRequestStatus for one request: its entry.
     pub fn hf_status(&mut self, id: &str) -> Value {
         let reply = self.script(
