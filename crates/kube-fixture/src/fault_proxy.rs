@@ -124,6 +124,10 @@ struct Shared {
     connections: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Acts as a proxy that speaks JSON only: protobuf is struck from every `Accept`.
     json_only: std::sync::atomic::AtomicBool,
+    /// Requests matching this wait (before any fault) until it is lifted.
+    hold: tokio::sync::watch::Sender<Option<RequestMatch>>,
+    /// How many requests wait on `hold` now.
+    held: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -285,6 +289,16 @@ async fn handle(
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
+    let holds =
+        |hold: &Option<RequestMatch>| hold.as_ref().is_some_and(|m| m.matches(&method, &path));
+    let mut gate = shared.hold.subscribe();
+    if holds(&gate.borrow_and_update()) {
+        use std::sync::atomic::Ordering::SeqCst;
+        shared.held.fetch_add(1, SeqCst);
+        // The sender lives in `shared`, which this request holds: the wait ends only by a lift.
+        let _ = gate.wait_for(|hold| !holds(hold)).await;
+        shared.held.fetch_sub(1, SeqCst);
+    }
     let (fault, delay) = shared.decide(&method, &path);
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
@@ -358,6 +372,8 @@ impl FaultProxy {
             rng: Mutex::new(seed),
             connections: Mutex::new(Vec::new()),
             json_only: std::sync::atomic::AtomicBool::new(false),
+            hold: tokio::sync::watch::Sender::new(None),
+            held: std::sync::atomic::AtomicUsize::new(0),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -431,6 +447,23 @@ impl FaultProxy {
     /// The next requests matching `only` get exactly `faults`, in order (before the plan).
     pub fn script(&self, only: RequestMatch, faults: impl IntoIterator<Item = Fault>) {
         *self.shared.script.lock().unwrap() = (only, faults.into_iter().collect());
+    }
+
+    /// Holds every request matching `only` (it reaches neither the apiserver nor a fault)
+    /// until [`lift_hold`](Self::lift_hold): a test can change the cluster between a client's
+    /// calls at an exact point.
+    pub fn hold(&self, only: RequestMatch) {
+        self.shared.hold.send_replace(Some(only));
+    }
+
+    /// Lets the held requests (and later ones) through.
+    pub fn lift_hold(&self) {
+        self.shared.hold.send_replace(None);
+    }
+
+    /// How many requests are held now.
+    pub fn held(&self) -> usize {
+        self.shared.held.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every request seen so far.
