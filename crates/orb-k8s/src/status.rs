@@ -37,6 +37,18 @@ fn report(decision: StatusDecision, machines: Vec<MachineObservation>) -> Status
     }
 }
 
+/// `notes` (what this read did beside reading) appended to the decision's message.
+fn with_notes(decision: &mut StatusDecision, notes: &[String]) {
+    if notes.is_empty() {
+        return;
+    }
+    let joined = notes.join("; ");
+    decision.message = Some(match decision.message.take() {
+        Some(m) => format!("{m}; {joined}"),
+        None => joined,
+    });
+}
+
 /// A status read the cluster kept from finishing: the request stays where it is and the next
 /// read asks again. A cluster that did not answer is said so in those words, whatever the
 /// transport error, so a poller sees the same message for every outage.
@@ -77,6 +89,13 @@ fn still_to_release(kind: ProviderApi, pods: &[&Kept]) -> Victims {
         victims.names.push(name);
     }
     victims
+}
+
+/// A pod of a Deployment return that carries the victim mark and is not being removed: if
+/// the ReplicaSet has settled, it passed this pod over.
+fn marked_and_standing(pod: &Kept) -> bool {
+    pod.meta().deletion_timestamp.is_none()
+        && pod.annotation(POD_DELETION_COST) == Some(VICTIM_DELETION_COST)
 }
 
 /// Why a stored machine whose pod is no longer listed reads `terminated`.
@@ -376,13 +395,7 @@ impl K8sProvider {
             create_failures: record.failed_pod_names.len() as u32,
             create_failure_reason: record.create_failures.values().next().map(String::as_str),
         });
-        if !notes.is_empty() {
-            let joined = notes.join("; ");
-            decision.message = Some(match decision.message {
-                Some(m) => format!("{m}; {joined}"),
-                None => joined,
-            });
-        }
+        with_notes(&mut decision, &notes);
         Ok(report(decision, machines))
     }
 
@@ -396,6 +409,7 @@ impl K8sProvider {
                 .push(m);
         }
         let mut machines = Vec::new();
+        let mut notes = Vec::new();
         for (request_id, refs) in &by_request {
             let Some(record) =
                 RequestRecord::from_stored(request_id, &refs[0].request_provider_data)?
@@ -420,6 +434,7 @@ impl K8sProvider {
             };
             let by_name: std::collections::HashMap<&str, &Kept> =
                 pods.iter().map(|p| (p.name(), p.as_ref())).collect();
+            let mut passed_over = Vec::new();
             for m in refs {
                 let current = by_name
                     .get(m.machine_id.as_str())
@@ -427,6 +442,9 @@ impl K8sProvider {
                     .filter(|p| m.uid.is_none() || p.uid() == m.uid.as_deref());
                 machines.push(match current {
                     Some(pod) => {
+                        if kind == ProviderApi::Deployment && marked_and_standing(pod) {
+                            passed_over.push(crate::handlers::SeenPod::of(pod));
+                        }
                         let resource = record.controller_name().unwrap_or(&m.machine_id);
                         let mut observation = observe_pod(pod, kind, resource);
                         self.annotate_with_node(&mut observation, pod);
@@ -440,8 +458,30 @@ impl K8sProvider {
                     }
                 });
             }
+            if !passed_over.is_empty() {
+                notes.push(
+                    match crate::handlers::delete_passed_over(
+                        client,
+                        &record,
+                        input.request_id.as_str(),
+                        &passed_over,
+                    )
+                    .await
+                    {
+                        Ok(deleted) if deleted.is_empty() => continue,
+                        Ok(deleted) => format!(
+                            "the ReplicaSet scaled down other pods than the named ones (its view \
+                             lagged orb's deletion marks), so orb deleted {}; the ReplicaSet \
+                             replaces them",
+                            deleted.join(", ")
+                        ),
+                        Err(e) => format!("{e}; the next status read tries again"),
+                    },
+                );
+            }
         }
-        let decision = decide_return(&machines);
+        let mut decision = decide_return(&machines);
+        with_notes(&mut decision, &notes);
         Ok(report(decision, machines))
     }
 }

@@ -2,7 +2,8 @@
 //! pod-deletion-cost and lowers replicas, so the ReplicaSet removes exactly them. When the
 //! ReplicaSet would remove other pods first (Pending or not Ready ones, which it ranks before
 //! any cost), the victims are evicted instead, right after replicas are lowered: the Eviction
-//! API honours PodDisruptionBudgets like the controller does, and no pod is ever deleted.
+//! API honours PodDisruptionBudgets. A victim the ReplicaSet passed over (its view lagged the
+//! marks) is deleted by the return's status read once the ReplicaSet has settled.
 
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
@@ -98,6 +99,105 @@ async fn patch_each(
         .buffer_unordered(MAX_IN_FLIGHT)
         .collect()
         .await
+}
+
+/// Whether the Deployment's ReplicaSet has done what the Deployment asks: the controller saw
+/// the latest spec and the live pods number `spec.replicas` (terminating pods are not
+/// counted). A pod a return marked that still stands then was passed over, and no controller
+/// will remove it.
+pub(crate) fn scaled_as_asked(d: &Deployment) -> bool {
+    let Some(status) = &d.status else {
+        return false;
+    };
+    let seen = status.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0);
+    seen && status.replicas.unwrap_or(0) == d.spec.replicas.unwrap_or(1)
+}
+
+/// A pod as a read saw it: deleting it with these preconditions fails (409) when it changed
+/// since, so a stale view (a watch cache behind the apiserver) cannot delete on old facts.
+pub(crate) struct SeenPod {
+    name: String,
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+impl SeenPod {
+    pub(crate) fn of(pod: &impl crate::pod_read::PodRead) -> Self {
+        Self {
+            name: pod.name().to_string(),
+            uid: pod.uid().map(String::from),
+            resource_version: pod.meta().resource_version.clone(),
+        }
+    }
+}
+
+/// Finishes a return whose scale-down removed other pods than the marked ones. The ReplicaSet
+/// ranks pods by the deletion cost it has seen, and its view can lag the marks orb wrote just
+/// before lowering `replicas`; it then removes unnamed pods and keeps named ones. Once it has
+/// settled at the lower count, each named pod still standing as `pods` saw it is deleted: the
+/// ReplicaSet replaces it, so the count stays what the return made it and the named hosts go
+/// as asked. Only after the Deployment records that return `return_id` lowered it: before
+/// (a scale-down that did not get through), deleting would only bring replacements. Returns
+/// the pods deleted; none while the ReplicaSet is still on its way, when the Deployment is
+/// gone, or when a pod changed since it was seen (the next read looks again).
+pub(crate) async fn delete_passed_over(
+    client: &kube::Client,
+    record: &RequestRecord,
+    return_id: &str,
+    pods: &[SeenPod],
+) -> Result<Vec<String>, K8sError> {
+    let name = name_of(record)?;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &record.namespace);
+    let deployment = api
+        .get_opt(name)
+        .await
+        .map_err(|e| K8sError::api(format!("reading Deployment {name}"), e))?;
+    let key = format!("{}/{SCALED_FOR_RETURNS}", record.label_prefix);
+    let lowered = |d: &Deployment| {
+        scaled_for(d.annotations().get(&key).map(String::as_str))
+            .iter()
+            .any(|id| id == return_id)
+    };
+    if !deployment
+        .as_ref()
+        .is_some_and(|d| lowered(d) && scaled_as_asked(d))
+    {
+        return Ok(Vec::new());
+    }
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
+    let mut deleted = Vec::new();
+    for pod in pods {
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: pod.uid.clone(),
+                resource_version: pod.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match pods_api.delete(&pod.name, &params).await {
+            Ok(_) => deleted.push(pod.name.clone()),
+            Err(e) if is_conflict(&e) || is_not_found(&e) => {}
+            Err(e) => {
+                return Err(K8sError::api(
+                    format!(
+                        "deleting pod {}, which Deployment {name} kept though a return named it",
+                        pod.name
+                    ),
+                    e,
+                ));
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        tracing::warn!(
+            deployment = name,
+            namespace = %record.namespace,
+            deleted = ?deleted,
+            "the ReplicaSet scaled down other pods than the ones the return marked (its view \
+             lagged the marks); deleted the named pods it kept, which it replaces"
+        );
+    }
+    Ok(deleted)
 }
 
 /// Annotation (under the label prefix) on a Deployment listing the returns whose scale-down
@@ -520,6 +620,30 @@ mod tests {
         #[case] expected: Vec<&str>,
     ) {
         assert_eq!(scaled_for(annotation), expected);
+    }
+
+    fn deployment(generation: i64, spec: i32, status: Option<(i64, i32)>) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "d", "generation": generation},
+            "spec": {"replicas": spec, "selector": {}, "template": {}},
+            "status": status.map(|(observed, replicas)| json!({
+                "observedGeneration": observed,
+                "replicas": replicas,
+            })),
+        }))
+        .unwrap()
+    }
+
+    #[rstest]
+    #[case::settled_at_the_lower_count(deployment(3, 2, Some((3, 2))), true)]
+    #[case::pods_not_removed_yet(deployment(3, 2, Some((3, 4))), false)]
+    #[case::new_spec_not_seen_yet(deployment(3, 2, Some((2, 2))), false)]
+    #[case::no_status_yet(deployment(1, 2, None), false)]
+    fn a_named_pod_is_passed_over_only_once_the_replicaset_has_settled(
+        #[case] d: Deployment,
+        #[case] settled: bool,
+    ) {
+        assert_eq!(scaled_as_asked(&d), settled);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::status_cache::ControllerStatusCache;
 
 pub use deployment::DeploymentHandler;
 pub(crate) use deployment::unmark as unmark_victims;
+pub(crate) use deployment::{SeenPod, delete_passed_over};
 pub use job::JobHandler;
 pub use pod::PodHandler;
 pub use statefulset::StatefulSetHandler;
