@@ -263,8 +263,10 @@ async fn a_deployment_return_the_replicaset_passed_over_still_removes_exactly_th
     pods.patch(&kept[0], &PatchParams::default(), &Patch::Merge(&lower))
         .await
         .unwrap();
-    // Time for the controller-manager to see the new cost before the scale-down reaches it.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Time for the controller-manager to see the new cost before the scale-down reaches it
+    // (nothing it writes shows that it has; it usually takes milliseconds, and a loaded CI
+    // machine must not turn this test into the very race it emulates).
+    tokio::time::sleep(Duration::from_secs(5)).await;
     proxy.lift_hold();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
