@@ -27,6 +27,23 @@ fn status_of(view: &serde_json::Value, id: &str) -> String {
         .to_string()
 }
 
+/// Waits until the request has exactly `count` pods (not being deleted), all `Running`; them.
+async fn all_running(w: &World, id: &str, count: usize, what: &str) -> BTreeMap<String, Pod> {
+    wait_for(what, Duration::from_secs(60), || async {
+        let pods = w.pods(id).await;
+        let running = pods
+            .values()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if pods.len() == count && running == count {
+            Check::Done(pods)
+        } else {
+            Check::NotYet(format!("{} pods, {running} running", pods.len()))
+        }
+    })
+    .await
+}
+
 /// A Job of 3 pods that each run 60 s, with a 20 s acquire deadline: every pod started, so
 /// the request is running (HostFactory `running`, machines `running`) past the deadline, and
 /// complete once the Job is.
@@ -162,23 +179,7 @@ async fn a_deployment_return_among_pending_pods_removes_exactly_the_named_machin
         Some(6)
     );
     // The freed room lets the 2 Pending pods start; nothing else changes.
-    let after = wait_for(
-        "the 2 pending pods to run in the freed room",
-        Duration::from_secs(60),
-        || async {
-            let pods = w.pods(&id).await;
-            let running = pods
-                .values()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count();
-            if pods.len() == 6 && running == 6 {
-                Check::Done(pods)
-            } else {
-                Check::NotYet(format!("{} pods, {running} running", pods.len()))
-            }
-        },
-    )
-    .await;
+    let after = all_running(&w, &id, 6, "the 2 pending pods to run in the freed room").await;
     for victim in &named {
         assert!(!after.contains_key(victim), "{victim} was returned");
     }
@@ -286,19 +287,7 @@ async fn a_deployment_return_the_replicaset_passed_over_still_removes_exactly_th
         Some(2),
         "lowered once, by the two named hosts"
     );
-    let after = wait_for("2 running pods", Duration::from_secs(60), || async {
-        let pods = w.pods(&id).await;
-        let running = pods
-            .values()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        if pods.len() == 2 && running == 2 {
-            Check::Done(pods)
-        } else {
-            Check::NotYet(format!("{} pods, {running} running", pods.len()))
-        }
-    })
-    .await;
+    let after = all_running(&w, &id, 2, "2 running pods").await;
     for name in &named {
         assert!(
             !after.contains_key(name),
