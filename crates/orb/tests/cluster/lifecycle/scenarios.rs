@@ -15,7 +15,7 @@ use kube_fixture::fault_proxy::{FaultProxy, RequestMatch};
 use kube_fixture::{Check, wait_for};
 use serde_json::json;
 
-use super::world::{Kind, Setup, World, json_of, machine, machine_ids, stderr, summary};
+use super::world::{Kind, Setup, TERMINAL, World, json_of, machine, machine_ids, stderr, summary};
 
 /// The annotation the ReplicaSet ranks pods by when it scales down.
 const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
@@ -212,14 +212,16 @@ async fn a_deployment_return_among_pending_pods_removes_exactly_the_named_machin
 /// given a lower deletion cost, so the ReplicaSet takes that kept pod and one named pod. Once
 /// it settles, a status read deletes the named pod it kept: the return completes with both
 /// named hosts gone, the Deployment stays at the lowered count, and the ReplicaSet's
-/// replacement is reported as a new machine of the acquire.
-#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
-#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
-async fn a_deployment_return_the_replicaset_passed_over_still_removes_exactly_the_named_hosts() {
+/// replacement is reported as a new machine of the acquire. With `serve`, the return is
+/// followed by `orb serve` (its reads come from the watch cache) instead of CLI reads.
+async fn a_return_the_replicaset_passed_over(serve: bool) {
     let cluster = kube_fixture::TestCluster::connect().await;
     let proxy = FaultProxy::start(&cluster).await;
     let setup = Setup::new(Kind::Deployment).through(proxy.kubeconfig_path());
-    let w = World::new("lc-passed-over", setup).await;
+    let mut w = World::new("lc-passed-over", setup).await;
+    if serve {
+        w.server();
+    }
     let id = w.request(4);
     let view = w
         .wait_status(&id, "4 running machines", |v| {
@@ -278,7 +280,14 @@ async fn a_deployment_return_the_replicaset_passed_over_still_removes_exactly_th
         .unwrap()
         .to_string();
 
-    let done = w.wait_finished(&ret).await;
+    let done = if serve {
+        w.rest_status(&ret, "the return to finish through orb serve", |v| {
+            TERMINAL.contains(&v["request"]["status"].as_str().unwrap_or(""))
+        })
+        .await
+    } else {
+        w.wait_finished(&ret).await
+    };
     assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
     let deployment = view["request"]["resource_ids"][0].as_str().unwrap();
     let deployments: Api<Deployment> = Api::namespaced(w.cluster.client.clone(), w.ns.name());
@@ -316,10 +325,14 @@ async fn a_deployment_return_the_replicaset_passed_over_still_removes_exactly_th
             machine_ids(v).contains(&replacement) && status_of(v, &replacement) == "running"
         })
         .await;
-    let log = std::fs::read_to_string(w.log_file()).unwrap_or_default();
+    let log = if serve {
+        w.server().log()
+    } else {
+        std::fs::read_to_string(w.log_file()).unwrap_or_default()
+    };
     assert!(
         log.contains("deleted the named pods it kept"),
-        "orb says why it deleted a pod (log {})",
+        "orb says why it deleted a pod (serve: {serve}; the CLI logs to {})",
         w.log_file().display()
     );
     assert_eq!(
@@ -334,6 +347,18 @@ async fn a_deployment_return_the_replicaset_passed_over_still_removes_exactly_th
         "{}",
         summary(&acquire)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_deployment_return_the_replicaset_passed_over_still_removes_exactly_the_named_hosts() {
+    a_return_the_replicaset_passed_over(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_deployment_return_the_replicaset_passed_over_is_finished_by_orb_serve_from_its_cache() {
+    a_return_the_replicaset_passed_over(true).await;
 }
 
 /// A return whose pod cannot go (a finalizer holds it) ends at its deadline with the reason,
