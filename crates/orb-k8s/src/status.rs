@@ -78,10 +78,10 @@ fn keep_polling(message: String) -> StatusReport {
 /// an earlier read (a Deployment must not be scaled down twice for the same pod).
 fn still_to_release(kind: ProviderApi, pods: &[&Kept]) -> Victims {
     let mut victims = Victims::default();
-    for pod in pods.iter().filter(|p| {
-        kind != ProviderApi::Deployment
-            || p.annotation(POD_DELETION_COST) != Some(VICTIM_DELETION_COST)
-    }) {
+    for pod in pods
+        .iter()
+        .filter(|p| kind != ProviderApi::Deployment || !carries_victim_mark(p))
+    {
         let name = pod.name().to_string();
         if let Some(uid) = pod.uid() {
             victims.uids.insert(name.clone(), uid.to_string());
@@ -91,11 +91,15 @@ fn still_to_release(kind: ProviderApi, pods: &[&Kept]) -> Victims {
     victims
 }
 
+/// Whether a Deployment release marked the pod to go first.
+fn carries_victim_mark(pod: &Kept) -> bool {
+    pod.annotation(POD_DELETION_COST) == Some(VICTIM_DELETION_COST)
+}
+
 /// A pod of a Deployment return that carries the victim mark and is not being removed: if
 /// the ReplicaSet has settled, it passed this pod over.
 fn marked_and_standing(pod: &Kept) -> bool {
-    pod.meta().deletion_timestamp.is_none()
-        && pod.annotation(POD_DELETION_COST) == Some(VICTIM_DELETION_COST)
+    pod.meta().deletion_timestamp.is_none() && carries_victim_mark(pod)
 }
 
 /// Why a stored machine whose pod is no longer listed reads `terminated`.

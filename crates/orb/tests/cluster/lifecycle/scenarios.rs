@@ -16,9 +16,7 @@ use kube_fixture::{Check, wait_for};
 use serde_json::json;
 
 use super::world::{Kind, Setup, TERMINAL, World, json_of, machine, machine_ids, stderr, summary};
-
-/// The annotation the ReplicaSet ranks pods by when it scales down.
-const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+use orb_k8s::release_plan::{POD_DELETION_COST as COST, VICTIM_DELETION_COST};
 
 fn status_of(view: &serde_json::Value, id: &str) -> String {
     machine(view, id)["status"]
@@ -258,7 +256,7 @@ async fn a_return_the_replicaset_passed_over(serve: bool) {
         let cost = pod.metadata.annotations.as_ref().and_then(|a| a.get(COST));
         assert_eq!(
             cost.map(String::as_str),
-            Some("-9999"),
+            Some(VICTIM_DELETION_COST),
             "{name} marked before the scale-down"
         );
     }
