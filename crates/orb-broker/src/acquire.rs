@@ -95,7 +95,7 @@ impl Broker {
                 Ok(()) => {
                     return Ok(RequestView {
                         request: fresh,
-                        machines,
+                        machines: machines.into(),
                         note: None,
                     });
                 }

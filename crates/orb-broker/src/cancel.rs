@@ -123,7 +123,7 @@ impl Broker {
         let machines = self.machines_of(&request).await?;
         Ok(RequestView {
             request,
-            machines,
+            machines: machines.into(),
             note: None,
         })
     }

@@ -33,7 +33,7 @@ use std::sync::{Arc, OnceLock};
 use jiff::Timestamp;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::LifecycleError;
-use orb_core::machine::Machine;
+use orb_core::machine::{Machine, MachineList};
 use orb_core::provider::{MachineRef, Provider, ProviderError};
 use orb_core::request::Request;
 use orb_core::template::TemplateError;
@@ -148,7 +148,8 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestView {
     pub request: Request,
-    pub machines: Vec<Machine>,
+    /// Shared with the store's kept list when a status read changed none of them.
+    pub machines: MachineList,
     /// Why the view may be stale (the provider could not be asked); not stored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,

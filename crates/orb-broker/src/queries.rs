@@ -50,7 +50,7 @@ impl Broker {
         let machines = self.machines_of(&request).await?;
         Ok(Some(RequestView {
             request,
-            machines,
+            machines: machines.into(),
             note: None,
         }))
     }

@@ -279,7 +279,7 @@ impl Broker {
             self.store.update_request(&mut request, &mut []).await?;
             return Ok(RequestView {
                 request,
-                machines,
+                machines: machines.into(),
                 note: None,
             });
         };
@@ -441,7 +441,7 @@ impl Broker {
         }
         Ok(RequestView {
             request,
-            machines,
+            machines: machines.into(),
             note: None,
         })
     }

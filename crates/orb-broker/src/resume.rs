@@ -162,7 +162,7 @@ impl Broker {
             .await?;
         Ok(Some(RequestView {
             request,
-            machines,
+            machines: machines.into(),
             note: None,
         }))
     }

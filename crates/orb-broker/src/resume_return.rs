@@ -102,7 +102,7 @@ impl Broker {
             .await?;
         Ok(RequestView {
             request,
-            machines,
+            machines: machines.into(),
             note: None,
         })
     }

@@ -9,7 +9,7 @@ use foldhash::{HashMap, HashSet, HashSetExt};
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::{self, LifecycleEvent};
-use orb_core::machine::{Machine, MachineStatus};
+use orb_core::machine::{Machine, MachineList, MachineStatus};
 use orb_core::provider::{
     AbandonInput, MachineObservation, Provider, ReadAhead, ReadAheadFuture, StatusInput,
     StatusReport,
@@ -17,7 +17,7 @@ use orb_core::provider::{
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::{MachineFilter, StoreError};
 
-use super::observe::{new_machine, observe_into};
+use super::observe::{fold_observation, new_machine};
 use super::resume::is_unrecorded_acquire;
 use super::resume_return::is_unrecorded_return;
 use super::{Broker, BrokerError, RequestView};
@@ -76,6 +76,14 @@ impl Broker {
         Ok(self
             .store
             .request_machines(&machines_filter(request))
+            .await?)
+    }
+
+    /// [`Broker::machines_of`], shared with the store's kept list (copied only when changed).
+    async fn machine_list_of(&self, request: &Request) -> Result<MachineList, BrokerError> {
+        Ok(self
+            .store
+            .request_machine_list(&machines_filter(request))
             .await?)
     }
 
@@ -144,7 +152,7 @@ impl Broker {
         // read from storage; a retry folds the report it already has, so it reads nothing.
         let provider = self.provider.get().ok().filter(|_| seen.is_none());
         let mut ahead = Ahead::start(provider.as_deref(), &stored);
-        let mut stored_machines = ahead.alongside(self.machines_of(&stored)).await?;
+        let mut stored_machines = ahead.alongside(self.machine_list_of(&stored)).await?;
         if self.refreshed.is_cancelling(request_id) {
             // The cancel records what it deleted; asking the provider now would only see its
             // deletions under way.
@@ -173,7 +181,7 @@ impl Broker {
                     let Some(now) = self.store.get_request(request_id).await? else {
                         return Ok(None);
                     };
-                    let machines = self.machines_of(&now).await?;
+                    let machines = self.machine_list_of(&now).await?;
                     if is_unrecorded(&now, machines.len()) {
                         let note = match now.request_type {
                             RequestType::Acquire => {
@@ -421,9 +429,12 @@ pub(crate) fn may_come_back(m: &Machine) -> bool {
 /// take what was seen, and new observations of an acquire become machines of it
 /// (replacement pods a controller made). Machines another return is taking back are left to
 /// that return. Returns, per machine, whether it differs from what was stored.
+///
+/// `machines` is shared with the store's kept list; it is copied (once) only when a machine
+/// is to be written into, so a read that sees nothing new copies nothing.
 fn fold_report(
     request: &Request,
-    machines: &mut Vec<Machine>,
+    machines: &mut MachineList,
     report: &StatusReport,
     now: jiff::Timestamp,
 ) -> Vec<bool> {
@@ -433,27 +444,44 @@ fn fold_report(
         .map(|o| (o.machine_id.as_str(), o))
         .collect();
     let is_acquire = request.request_type == RequestType::Acquire;
+    let mut updates = Vec::new();
     let mut changed: Vec<bool> = machines
-        .iter_mut()
-        .map(|m| match observed.get(m.machine_id.as_str()) {
+        .iter()
+        .enumerate()
+        .map(|(i, m)| match observed.get(m.machine_id.as_str()) {
             Some(_) if is_acquire && m.return_request_id.is_some() => false,
-            Some(o) => observe_into(m, o, now),
+            Some(o) => {
+                let folded = fold_observation(m, o, now);
+                if let Some(updated) = folded.machine {
+                    updates.push((i, updated));
+                }
+                folded.changed
+            }
             None => false,
         })
         .collect();
     // A return only tracks the machines it was given.
-    if is_acquire {
+    let new: Vec<&MachineObservation> = if is_acquire {
         let known: HashSet<&str> = machines.iter().map(|m| m.machine_id.as_str()).collect();
         let mut added = HashSet::new();
-        let new: Vec<&MachineObservation> = report
+        report
             .machines
             .iter()
             .filter(|o| !known.contains(o.machine_id.as_str()) && added.insert(&o.machine_id))
-            .collect();
-        for o in new {
-            machines.push(new_machine(o, request, now));
-            changed.push(true);
-        }
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if updates.is_empty() && new.is_empty() {
+        return changed;
+    }
+    let list: &mut Vec<Machine> = machines;
+    for (i, updated) in updates {
+        list[i] = updated;
+    }
+    for o in new {
+        list.push(new_machine(o, request, now));
+        changed.push(true);
     }
     changed
 }

@@ -119,6 +119,11 @@ pub struct Machine {
     pub version: i64,
 }
 
+/// The machines of one request as the store keeps them: copies of the list share it, so a
+/// status read that finds nothing new hands the kept list on without copying 5,000 machines,
+/// and a read that changes a machine copies the list first (copy on write).
+pub type MachineList = Shared<Vec<Machine>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,13 @@ impl<T> Shared<T> {
     }
 }
 
+impl<T: Clone> Shared<T> {
+    /// The value, copied only when another owner still holds it.
+    pub fn into_inner(self) -> T {
+        Arc::unwrap_or_clone(self.0)
+    }
+}
+
 impl<T> From<T> for Shared<T> {
     fn from(value: T) -> Self {
         Self::new(value)
@@ -85,6 +92,9 @@ mod tests {
         let before = Arc::as_ptr(&only.0);
         only.push(2);
         assert_eq!(Arc::as_ptr(&only.0), before, "a sole owner writes in place");
+        let held = only.clone();
+        assert_eq!(only.into_inner(), vec![1, 2], "a held value is copied out");
+        assert_eq!(*held, vec![1, 2], "and the holder keeps it");
     }
 
     #[test]

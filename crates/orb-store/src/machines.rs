@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
-use orb_core::machine::Machine;
+use orb_core::machine::{Machine, MachineList};
 use sqlx::any::{Any, AnyRow};
 use sqlx::{AssertSqlSafe, Transaction};
 
@@ -223,7 +223,8 @@ struct ListCacheInner {
 
 #[derive(Debug)]
 struct KeptList {
-    machines: Vec<Machine>,
+    /// Shared with the lists handed out: a read that changes nothing copies nothing.
+    machines: MachineList,
     last_used: u64,
     /// The [`Store::commit_token`] read just before this list was last read or proven
     /// current: while the database's token still equals it, nothing was committed since and
@@ -241,9 +242,9 @@ impl ListCache {
         self.lock().lists.contains_key(key)
     }
 
-    /// A copy of the list kept under `key` if `versions` (the database's `id version` pairs)
-    /// match it exactly; it is then proven current as of `token`.
-    fn get(&self, key: &str, versions: &str, token: Option<String>) -> Option<Vec<Machine>> {
+    /// The list kept under `key` if `versions` (the database's `id version` pairs) match it
+    /// exactly; it is then proven current as of `token`.
+    fn get(&self, key: &str, versions: &str, token: Option<String>) -> Option<MachineList> {
         self.copy_if(key, |kept| {
             let current = same_versions(&kept.machines, versions);
             if current {
@@ -253,18 +254,19 @@ impl ListCache {
         })
     }
 
-    /// A copy of the list kept under `key` if it was proven current as of `token` (nothing
-    /// was committed since).
-    fn get_unchanged(&self, key: &str, token: &str) -> Option<Vec<Machine>> {
+    /// The list kept under `key` if it was proven current as of `token` (nothing was
+    /// committed since).
+    fn get_unchanged(&self, key: &str, token: &str) -> Option<MachineList> {
         self.copy_if(key, |kept| kept.proven.as_deref() == Some(token))
     }
 
-    /// A copy of the list kept under `key` if `current` says it is, which counts as a use.
+    /// The list kept under `key` (shared, not copied) if `current` says it is, which counts
+    /// as a use.
     fn copy_if(
         &self,
         key: &str,
         current: impl FnOnce(&mut KeptList) -> bool,
-    ) -> Option<Vec<Machine>> {
+    ) -> Option<MachineList> {
         let mut inner = self.lock();
         inner.clock += 1;
         let now = inner.clock;
@@ -276,28 +278,35 @@ impl ListCache {
         Some(kept.machines.clone())
     }
 
-    /// Lets the list kept under `key` share the tags and provider data of `machines`, a
-    /// copy of it that a status read folded its observations into, where they are equal:
-    /// the next read's comparison with the provider's observation is then a pointer check.
-    fn share_values(&self, key: &str, machines: &[Machine]) {
+    /// Keeps `machines` under `key` in place of the list there when the two are the same
+    /// machines at the same versions and equal: `machines` is a copy of the kept list that a
+    /// status read folded its observations into without changing anything, but whose tags
+    /// and provider data now share the provider's allocations, so the next read's comparison
+    /// is a pointer check and needs no copy.
+    fn share_values(&self, key: &str, machines: &MachineList) {
         let mut inner = self.lock();
         let Some(kept) = inner.lists.get_mut(key) else {
             return;
         };
-        for (mine, theirs) in kept.machines.iter_mut().zip(machines) {
-            if mine.machine_id != theirs.machine_id || mine.version != theirs.version {
-                continue;
-            }
-            if mine.tags == theirs.tags {
-                mine.tags.clone_from(&theirs.tags);
-            }
-            if mine.provider_data == theirs.provider_data {
-                mine.provider_data.clone_from(&theirs.provider_data);
-            }
+        if MachineList::ptr_eq(&kept.machines, machines) {
+            return;
+        }
+        let same = kept.machines.len() == machines.len()
+            && kept
+                .machines
+                .iter()
+                .zip(machines.iter())
+                .all(|(mine, theirs)| {
+                    mine.machine_id == theirs.machine_id
+                        && mine.version == theirs.version
+                        && mine == theirs
+                });
+        if same {
+            kept.machines = machines.clone();
         }
     }
 
-    fn put(&self, key: String, machines: &[Machine], token: Option<String>) {
+    fn put(&self, key: String, machines: MachineList, token: Option<String>) {
         let mut inner = self.lock();
         if let Some(old) = inner.lists.remove(&key) {
             inner.machines -= old.machines.len();
@@ -311,7 +320,7 @@ impl ListCache {
         inner.lists.insert(
             key,
             KeptList {
-                machines: machines.to_vec(),
+                machines,
                 last_used: now,
                 proven: token,
             },
@@ -551,8 +560,15 @@ impl Store {
     /// nothing else set), as [`Store::list_machines`] reads them, reusing this process's
     /// last read of the same list when no machine of it changed since.
     pub async fn request_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>> {
+        Ok(self.request_machine_list(filter).await?.into_inner())
+    }
+
+    /// [`Store::request_machines`], shared with the list this process keeps instead of
+    /// copied: for a caller that mostly reads it (a status read copies it only if it changes
+    /// a machine).
+    pub async fn request_machine_list(&self, filter: &MachineFilter) -> Result<MachineList> {
         let Some((column, id, key)) = one_request(filter) else {
-            return self.list_machines(filter).await;
+            return Ok(self.list_machines(filter).await?.into());
         };
         let condition = format!("{column} = $1");
         // With nothing kept to compare with (always so in a one-call process, such as a
@@ -583,19 +599,21 @@ impl Store {
                 return Ok(kept);
             }
         }
-        let machines = self
+        let machines: MachineList = self
             .select_machines(&condition, &[id.to_string()], "list machines")
-            .await?;
-        self.lists.put(key, &machines, token);
+            .await?
+            .into();
+        self.lists.put(key, machines.clone(), token);
         Ok(machines)
     }
 
-    /// Hands [`Store::request_machines`] back the list it returned for `filter`, after a
-    /// status read compared it with the provider's observations and changed nothing: where
-    /// a machine's tags or provider data equal those of the kept list, the kept list shares
-    /// them, so the next read's comparison is a pointer check (at 5,000 machines the
-    /// comparison by content was a tenth of a status read through `orb serve`).
-    pub fn share_request_machines(&self, filter: &MachineFilter, machines: &[Machine]) {
+    /// Hands [`Store::request_machine_list`] back the list it returned for `filter`, after a
+    /// status read compared it with the provider's observations and changed nothing: the
+    /// kept list becomes the read's copy, whose tags and provider data share the provider's
+    /// allocations, so the next read's comparison is a pointer check (at 5,000 machines the
+    /// comparison by content was a tenth of a status read through `orb serve`) and the list
+    /// is not copied again.
+    pub fn share_request_machines(&self, filter: &MachineFilter, machines: &MachineList) {
         if let Some((_, _, key)) = one_request(filter) {
             self.lists.share_values(&key, machines);
         }

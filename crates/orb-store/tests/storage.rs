@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
-use orb_core::machine::{Machine, MachineStatus};
+use orb_core::machine::{Machine, MachineList, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_core::shared::Shared;
 use orb_core::test_support::{self, at};
@@ -599,9 +599,10 @@ async fn a_kept_machine_list_follows_every_write_of_another_process(store: &Stor
     assert_eq!(after, other.list_machines(&returning).await.unwrap());
 }
 
-/// A list handed back with `share_request_machines` lets the kept list share the tags and
-/// provider data that are equal, and only those: the next read returns the handed-back
-/// values (same allocation), while a value that differs stays the stored one.
+/// A list handed back with `share_request_machines` becomes the kept list when it holds the
+/// same machines at the same versions with equal values: the next read hands out that very
+/// list (its tags and provider data in the handed-back allocations). A list with one value
+/// that differs is never kept, so the next read still gives the stored values.
 async fn a_kept_list_shares_equal_values_handed_back(store: &Store) {
     let mut request = acquire(&unique("tpl"), 0);
     let mut machines = vec![
@@ -620,31 +621,57 @@ async fn a_kept_list_shares_equal_values_handed_back(store: &Store) {
         request_id: Some(request.request_id.clone()),
         ..Default::default()
     };
-    let read = store.request_machines(&mine).await.unwrap();
-    let mut observed = read.clone();
-    for m in &mut observed {
-        // Equal values in fresh allocations, as a provider's observation brings them.
-        m.tags = (*m.tags).clone().into();
-        m.provider_data = (*m.provider_data).clone().into();
-    }
-    // Not equal: must never be shared into the kept list.
-    observed[1].provider_data = json!({"node_name": "kwok-node-9"}).into();
-    store.share_request_machines(&mine, &observed);
+    let read = store.request_machine_list(&mine).await.unwrap();
+    let again = store.request_machine_list(&mine).await.unwrap();
+    assert!(
+        MachineList::ptr_eq(&read, &again),
+        "an unchanged list is handed out again, not copied"
+    );
+    // Equal values in fresh allocations, as a provider's observation brings them.
+    let fresh = |list: &MachineList| -> MachineList {
+        let mut copy = list.clone();
+        for m in copy.iter_mut() {
+            m.tags = (*m.tags).clone().into();
+            m.provider_data = (*m.provider_data).clone().into();
+        }
+        copy
+    };
 
-    let again = store.request_machines(&mine).await.unwrap();
-    assert_eq!(again, read, "sharing changes no value");
-    assert!(Shared::ptr_eq(&again[0].tags, &observed[0].tags));
+    // Not equal: must never become the kept list.
+    let mut differing = fresh(&read);
+    differing[1].provider_data = json!({"node_name": "kwok-node-9"}).into();
+    store.share_request_machines(&mine, &differing);
+    let after_differing = store.request_machine_list(&mine).await.unwrap();
+    assert!(MachineList::ptr_eq(&after_differing, &read));
+    assert_eq!(after_differing[1].provider_data["node_name"], "kwok-node-0");
+
+    let observed = fresh(&read);
+    assert!(!Shared::ptr_eq(&observed[0].tags, &read[0].tags));
+    store.share_request_machines(&mine, &observed);
+    let after = store.request_machine_list(&mine).await.unwrap();
+    assert_eq!(after, read, "sharing changes no value");
+    assert!(MachineList::ptr_eq(&after, &observed));
     assert!(Shared::ptr_eq(
-        &again[0].provider_data,
-        &observed[0].provider_data
-    ));
-    assert!(Shared::ptr_eq(&again[1].tags, &observed[1].tags));
-    assert!(!Shared::ptr_eq(
-        &again[1].provider_data,
+        &after[1].provider_data,
         &observed[1].provider_data
     ));
-    assert_eq!(again[1].provider_data["node_name"], "kwok-node-0");
-    assert_eq!(again, store.list_machines(&mine).await.unwrap());
+    assert_eq!(*after, store.list_machines(&mine).await.unwrap());
+
+    // A list read before a machine of it was written is not kept over the new row.
+    let mut changed = vec![after[0].clone()];
+    changed[0].status = MachineStatus::Failed;
+    let mut row = store
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    store.update_request(&mut row, &mut changed).await.unwrap();
+    let stale = fresh(&after);
+    store.share_request_machines(&mine, &stale);
+    let current = store.request_machine_list(&mine).await.unwrap();
+    assert_eq!(current[0].status, MachineStatus::Failed);
+    assert!(!MachineList::ptr_eq(&current, &stale));
+    assert_eq!(*current, store.list_machines(&mine).await.unwrap());
 }
 
 /// The names a template listing reports are exactly those of the live machines a full list
