@@ -229,19 +229,16 @@ impl Broker {
         self.machine_refs_knowing(machines, None).await
     }
 
-    /// [`Self::machine_refs`], with `known` (an acquire request already read) not read again.
+    /// [`Self::machine_refs`], with `known` (an acquire request already read, and its
+    /// provider data) not read again.
     async fn machine_refs_knowing(
         &self,
         machines: &[Machine],
-        known: Option<&orb_core::request::Request>,
+        known: Option<(&RequestId, std::sync::Arc<serde_json::Value>)>,
     ) -> Result<Vec<MachineRef>, BrokerError> {
         let mut acquires: BTreeMap<RequestId, std::sync::Arc<serde_json::Value>> = BTreeMap::new();
-        if let Some(r) = known.filter(|r| r.request_type == orb_core::request::RequestType::Acquire)
-        {
-            acquires.insert(
-                r.request_id.clone(),
-                std::sync::Arc::new(r.provider_data.clone()),
-            );
+        if let Some((id, data)) = known {
+            acquires.insert(id.clone(), data);
         }
         let mut refs = Vec::with_capacity(machines.len());
         for m in machines {

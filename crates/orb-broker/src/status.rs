@@ -234,14 +234,19 @@ impl Broker {
                             .template_id
                             .as_deref()
                             .and_then(|id| self.catalog.current().get(id).cloned());
+                        // One copy of the bookkeeping (5,000 pod names in a 5,000-machine
+                        // acquire) for the input and every machine of the acquire.
+                        let provider_data = std::sync::Arc::new(request.provider_data.clone());
+                        let known = (request.request_type == RequestType::Acquire)
+                            .then(|| (&request.request_id, provider_data.clone()));
                         let input = StatusInput {
                             request_id: request.request_id.clone(),
                             request_type: request.request_type,
                             requested_count: request.requested_count,
                             provider_api: request.provider_api,
-                            provider_data: request.provider_data.clone(),
+                            provider_data,
                             template,
-                            machines: self.machine_refs_knowing(&machines, Some(&stored)).await?,
+                            machines: self.machine_refs_knowing(&machines, known).await?,
                         };
                         let ahead = ahead.finish().await;
                         provider.status_after(input, ahead).await

@@ -198,7 +198,8 @@ pub struct StatusInput {
     pub requested_count: u32,
     /// The request's kind; `None` for returns, which may span kinds.
     pub provider_api: Option<ProviderApi>,
-    pub provider_data: Value,
+    /// Shared with the acquire's machine references.
+    pub provider_data: std::sync::Arc<Value>,
     pub template: Option<Template>,
     /// Machines stored for this request (for a return: the machines being returned).
     pub machines: Vec<MachineRef>,

@@ -163,7 +163,7 @@ pub fn observe_pod(pod: &impl PodRead, kind: ProviderApi, resource_id: &str) -> 
     observation.status_reason = reason;
     observation.private_ip = pod.pod_ip().map(str::to_string);
     observation.launch_time = pod.created();
-    observation.instance_type = Some(format!("k8s/{}", kind.as_str()));
+    observation.instance_type = Some(["k8s/", kind.as_str()].concat());
     observation.tags = pod.tags();
     observation.resource_id = Some(resource_id.to_string());
     observation.uid = pod.uid().map(str::to_string);

@@ -113,7 +113,7 @@ pub fn status_input(
         request_type: RequestType::Acquire,
         requested_count: count,
         provider_api: Some(template.api()),
-        provider_data: outcome.provider_data.clone(),
+        provider_data: std::sync::Arc::new(outcome.provider_data.clone()),
         template: Some(template.clone()),
         machines: Vec::new(),
     }

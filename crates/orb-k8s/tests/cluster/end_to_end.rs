@@ -44,7 +44,7 @@ async fn request_status_return(api: ProviderApi) {
         request_type: RequestType::Return,
         requested_count: 1,
         provider_api: Some(api),
-        provider_data: json!(null),
+        provider_data: json!(null).into(),
         template: Some(t.clone()),
         machines: vec![returned],
     };

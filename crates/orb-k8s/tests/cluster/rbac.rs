@@ -140,7 +140,7 @@ async fn every_handler_works_with_only_the_documented_role() {
             request_type: RequestType::Return,
             requested_count: 1,
             provider_api: Some(api),
-            provider_data: json!(null),
+            provider_data: json!(null).into(),
             template: Some(t.clone()),
             machines: vec![returned],
         };
