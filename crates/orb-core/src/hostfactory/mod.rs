@@ -8,6 +8,7 @@
 pub mod input;
 pub mod mapping;
 pub mod output;
+mod status_json;
 
 #[cfg(test)]
 mod tests;
