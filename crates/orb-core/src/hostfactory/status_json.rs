@@ -22,25 +22,16 @@ impl StatusReply<'_> {
                 .sum::<usize>();
         let mut out = Writer(String::with_capacity(size));
         out.0.push_str("{\n  \"requests\": ");
-        if self.requests.is_empty() {
-            out.0.push_str("[]");
-        } else {
-            out.0.push('[');
-            for (i, request) in self.requests.iter().enumerate() {
-                if i > 0 {
-                    out.0.push(',');
-                }
-                out.0.push_str("\n    ");
-                out.request(request);
-            }
-            out.0.push_str("\n  ]");
-        }
+        out.list(&self.requests, REQUEST, TOP_FIELD, Writer::request);
         out.0.push_str("\n}");
         out.0
     }
 }
 
-/// Indentation of a request's fields, of its machines, and of a machine's fields.
+/// A line break and the indentation of: the reply's field, a request, a request's fields,
+/// a machine, a machine's fields.
+const TOP_FIELD: &str = "\n  ";
+const REQUEST: &str = "\n    ";
 const REQUEST_FIELD: &str = "\n      ";
 const MACHINE: &str = "\n        ";
 const MACHINE_FIELD: &str = "\n          ";
@@ -57,21 +48,28 @@ impl Writer {
         self.key(REQUEST_FIELD, false, "message");
         self.str(&r.message);
         self.key(REQUEST_FIELD, false, "machines");
-        if r.machines.is_empty() {
+        self.list(&r.machines, MACHINE, REQUEST_FIELD, Writer::machine);
+        self.0.push_str(REQUEST);
+        self.0.push('}');
+    }
+
+    /// A list, each item on a line of its own at `item`, the closing bracket at `close`;
+    /// empty, `[]`.
+    fn list<T>(&mut self, items: &[T], item: &str, close: &str, write: fn(&mut Self, &T)) {
+        if items.is_empty() {
             self.0.push_str("[]");
-        } else {
-            self.0.push('[');
-            for (i, m) in r.machines.iter().enumerate() {
-                if i > 0 {
-                    self.0.push(',');
-                }
-                self.0.push_str(MACHINE);
-                self.machine(m);
-            }
-            self.0.push_str(REQUEST_FIELD);
-            self.0.push(']');
+            return;
         }
-        self.0.push_str("\n    }");
+        self.0.push('[');
+        for (i, value) in items.iter().enumerate() {
+            if i > 0 {
+                self.0.push(',');
+            }
+            self.0.push_str(item);
+            write(self, value);
+        }
+        self.0.push_str(close);
+        self.0.push(']');
     }
 
     fn machine(&mut self, m: &MachineEntry<'_>) {
