@@ -245,7 +245,7 @@ impl ListCache {
     /// The list kept under `key` if `versions` (the database's `id version` pairs) match it
     /// exactly; it is then proven current as of `token`.
     fn get(&self, key: &str, versions: &str, token: Option<String>) -> Option<MachineList> {
-        self.copy_if(key, |kept| {
+        self.kept_if(key, |kept| {
             let current = same_versions(&kept.machines, versions);
             if current {
                 kept.proven = token;
@@ -257,12 +257,12 @@ impl ListCache {
     /// The list kept under `key` if it was proven current as of `token` (nothing was
     /// committed since).
     fn get_unchanged(&self, key: &str, token: &str) -> Option<MachineList> {
-        self.copy_if(key, |kept| kept.proven.as_deref() == Some(token))
+        self.kept_if(key, |kept| kept.proven.as_deref() == Some(token))
     }
 
     /// The list kept under `key` (shared, not copied) if `current` says it is, which counts
     /// as a use.
-    fn copy_if(
+    fn kept_if(
         &self,
         key: &str,
         current: impl FnOnce(&mut KeptList) -> bool,
@@ -291,17 +291,8 @@ impl ListCache {
         if MachineList::ptr_eq(&kept.machines, machines) {
             return;
         }
-        let same = kept.machines.len() == machines.len()
-            && kept
-                .machines
-                .iter()
-                .zip(machines.iter())
-                .all(|(mine, theirs)| {
-                    mine.machine_id == theirs.machine_id
-                        && mine.version == theirs.version
-                        && mine == theirs
-                });
-        if same {
+        // Equal machines are the same machines at the same versions, with equal values.
+        if kept.machines == *machines {
             kept.machines = machines.clone();
         }
     }

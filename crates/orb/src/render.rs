@@ -49,17 +49,13 @@ impl Table {
     }
 }
 
+/// `value` as pretty JSON and a line break. (HostFactory's getRequestStatus reply, megabytes
+/// at thousands of machines, is written by `StatusReply::to_pretty_json` instead.)
 pub fn json<T: Serialize + ?Sized>(value: &T) -> CliResult<String> {
-    json_sized(value, 128)
-}
-
-/// [`json`] into a buffer of `capacity` bytes to start with: a reply of megabytes (the
-/// status of thousands of machines) then grows without being copied over and over.
-pub fn json_sized<T: Serialize + ?Sized>(value: &T, capacity: usize) -> CliResult<String> {
     let failed = |e: &dyn std::fmt::Display| {
         Failure::generic(format!("cannot render the reply as JSON: {e}"))
     };
-    let mut out = Vec::with_capacity(capacity);
+    let mut out = Vec::with_capacity(128);
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, Pretty::default());
     value.serialize(&mut serializer).map_err(|e| failed(&e))?;
     out.push(b'\n');
@@ -72,8 +68,9 @@ const BREAK: &[u8] = b"\n                                                       
 
 /// serde_json's pretty printer (two spaces a level), writing each line break with its
 /// indentation in one piece where serde_json's writes the indentation two spaces at a time
-/// (five writes for each line of a HostFactory machine entry: a quarter of rendering a
-/// 5,000-machine status). Byte for byte `serde_json::to_string_pretty`; the test
+/// (five writes for each line of a machine entry; it was a quarter of rendering a
+/// 5,000-machine status before that reply got a writer of its own, and still serves machine
+/// lists and every other reply). Byte for byte `serde_json::to_string_pretty`; the test
 /// `renders_byte_for_byte_as_serde_json_pretty` holds it to that.
 #[derive(Debug, Default)]
 struct Pretty {
