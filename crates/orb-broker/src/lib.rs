@@ -226,33 +226,11 @@ impl Broker {
 
     /// Machine references for provider calls, with each machine's acquire bookkeeping.
     async fn machine_refs(&self, machines: &[Machine]) -> Result<Vec<MachineRef>, BrokerError> {
-        self.machine_refs_knowing(machines, None).await
-    }
-
-    /// [`Self::machine_refs`], with `known` (an acquire request already read, and its
-    /// provider data) not read again.
-    async fn machine_refs_knowing(
-        &self,
-        machines: &[Machine],
-        known: Option<(&RequestId, std::sync::Arc<serde_json::Value>)>,
-    ) -> Result<Vec<MachineRef>, BrokerError> {
-        let mut acquires: BTreeMap<RequestId, std::sync::Arc<serde_json::Value>> = BTreeMap::new();
-        if let Some((id, data)) = known {
-            acquires.insert(id.clone(), data);
-        }
-        let mut refs = Vec::with_capacity(machines.len());
-        for m in machines {
-            if !acquires.contains_key(&m.request_id) {
-                let data = self
-                    .store
-                    .get_request(&m.request_id)
-                    .await?
-                    .map(|r| r.provider_data)
-                    .unwrap_or(serde_json::Value::Null);
-                let data = std::sync::Arc::new(data);
-                acquires.insert(m.request_id.clone(), data);
-            }
-            refs.push(MachineRef {
+        let records = self.acquire_records(machines, None).await?;
+        Ok(machines
+            .iter()
+            .zip(records)
+            .map(|(m, request_provider_data)| MachineRef {
                 machine_id: m.machine_id.clone(),
                 name: m.name.clone(),
                 request_id: m.request_id.clone(),
@@ -261,9 +239,36 @@ impl Broker {
                 resource_id: m.resource_id.clone(),
                 uid: m.uid.clone(),
                 status: m.status,
-                request_provider_data: acquires[&m.request_id].clone(),
-            });
+                request_provider_data,
+            })
+            .collect())
+    }
+
+    /// Machine by machine, the provider bookkeeping of the acquire that created it, read once
+    /// per acquire; `known` (an acquire request already read, and its provider data) is not
+    /// read again.
+    async fn acquire_records(
+        &self,
+        machines: &[Machine],
+        known: Option<(&RequestId, std::sync::Arc<serde_json::Value>)>,
+    ) -> Result<Vec<std::sync::Arc<serde_json::Value>>, BrokerError> {
+        let mut acquires: BTreeMap<RequestId, std::sync::Arc<serde_json::Value>> = BTreeMap::new();
+        if let Some((id, data)) = known {
+            acquires.insert(id.clone(), data);
         }
-        Ok(refs)
+        let mut records = Vec::with_capacity(machines.len());
+        for m in machines {
+            if !acquires.contains_key(&m.request_id) {
+                let data = self
+                    .store
+                    .get_request(&m.request_id)
+                    .await?
+                    .map(|r| r.provider_data)
+                    .unwrap_or(serde_json::Value::Null);
+                acquires.insert(m.request_id.clone(), std::sync::Arc::new(data));
+            }
+            records.push(acquires[&m.request_id].clone());
+        }
+        Ok(records)
     }
 }

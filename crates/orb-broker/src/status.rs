@@ -12,7 +12,7 @@ use orb_core::lifecycle::{self, LifecycleEvent};
 use orb_core::machine::{Machine, MachineList, MachineStatus};
 use orb_core::provider::{
     AbandonInput, MachineObservation, Provider, ReadAhead, ReadAheadFuture, StatusInput,
-    StatusReport,
+    StatusMachines, StatusReport,
 };
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_store::{MachineFilter, StoreError};
@@ -246,7 +246,10 @@ impl Broker {
                             provider_api: request.provider_api,
                             provider_data,
                             template,
-                            machines: self.machine_refs_knowing(&machines, known).await?,
+                            machines: StatusMachines::new(
+                                machines.clone(),
+                                self.acquire_records(&machines, known).await?,
+                            ),
                         };
                         let ahead = ahead.finish().await;
                         provider.status_after(input, ahead).await

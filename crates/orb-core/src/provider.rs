@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use crate::ids::RequestId;
 use crate::lifecycle::Verdict;
-use crate::machine::MachineStatus;
+use crate::machine::{Machine, MachineList, MachineStatus};
 use crate::request::RequestType;
 use crate::shared::Shared;
 use crate::template::{ProviderApi, Template};
@@ -202,7 +202,102 @@ pub struct StatusInput {
     pub provider_data: std::sync::Arc<Value>,
     pub template: Option<Template>,
     /// Machines stored for this request (for a return: the machines being returned).
-    pub machines: Vec<MachineRef>,
+    pub machines: StatusMachines,
+}
+
+/// The machines a status read asks about: the broker's kept list itself, shared rather than
+/// copied into a [`MachineRef`] each (six strings a machine: a read of a 5,000-machine acquire
+/// copied and freed 30,000 of them to build one set of names), each with the bookkeeping of
+/// the acquire it belongs to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatusMachines {
+    list: MachineList,
+    /// `acquire_data[i]` belongs to `list[i]`; one `Arc` per acquire, shared by its machines.
+    acquire_data: Vec<std::sync::Arc<Value>>,
+}
+
+impl StatusMachines {
+    /// `acquire_data` holds, machine by machine, the provider bookkeeping of the acquire that
+    /// created it.
+    ///
+    /// # Panics
+    /// When the two lengths differ: a caller's mistake, never the user's.
+    pub fn new(list: MachineList, acquire_data: Vec<std::sync::Arc<Value>>) -> Self {
+        assert_eq!(
+            list.len(),
+            acquire_data.len(),
+            "one acquire record per machine"
+        );
+        Self { list, acquire_data }
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn iter(&self) -> StatusMachineIter<'_> {
+        StatusMachineIter(self.list.iter().zip(self.acquire_data.iter()))
+    }
+}
+
+impl<'a> IntoIterator for &'a StatusMachines {
+    type Item = StatusMachine<'a>;
+    type IntoIter = StatusMachineIter<'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// The machines of a [`StatusMachines`], in stored order.
+#[derive(Debug, Clone)]
+pub struct StatusMachineIter<'a>(
+    std::iter::Zip<std::slice::Iter<'a, Machine>, std::slice::Iter<'a, std::sync::Arc<Value>>>,
+);
+
+impl<'a> Iterator for StatusMachineIter<'a> {
+    type Item = StatusMachine<'a>;
+
+    fn next(&mut self) -> Option<StatusMachine<'a>> {
+        let (machine, data) = self.0.next()?;
+        Some(StatusMachine {
+            machine,
+            request_provider_data: data,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl ExactSizeIterator for StatusMachineIter<'_> {}
+
+/// One machine of a [`StatusMachines`]: the stored machine (through `Deref`) and its
+/// acquire's bookkeeping.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusMachine<'a> {
+    machine: &'a Machine,
+    pub request_provider_data: &'a Value,
+}
+
+impl<'a> StatusMachine<'a> {
+    /// The stored machine, for as long as the list lives.
+    pub fn machine(self) -> &'a Machine {
+        self.machine
+    }
+}
+
+impl std::ops::Deref for StatusMachine<'_> {
+    type Target = Machine;
+
+    fn deref(&self) -> &Machine {
+        self.machine
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -334,5 +429,37 @@ pub trait Provider: Send + Sync {
     fn check_acquire(&self, template: &Template, count: u32) -> Result<Vec<String>, ProviderError> {
         let _ = (template, count);
         Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::machine;
+    use std::sync::Arc;
+
+    #[test]
+    fn status_machines_pair_each_machine_with_its_acquires_record_without_copying_the_list() {
+        let list: MachineList = vec![machine("a").build(), machine("b").build()].into();
+        let first = Arc::new(serde_json::json!({"pod_names": ["a"]}));
+        let second = Arc::new(serde_json::json!({"pod_names": ["b"]}));
+        let machines = StatusMachines::new(list.clone(), vec![first.clone(), second.clone()]);
+        let seen: Vec<(&str, &Value)> = machines
+            .iter()
+            .map(|m| (m.machine().machine_id.as_str(), m.request_provider_data))
+            .collect();
+        assert_eq!(seen, [("a", &*first), ("b", &*second)]);
+        assert!(
+            std::ptr::eq(machines.iter().next().unwrap().machine(), &list[0]),
+            "the input reads the kept list itself"
+        );
+        assert_eq!(machines.len(), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "one acquire record per machine")]
+    fn status_machines_refuse_a_record_list_of_another_length() {
+        let list: MachineList = vec![machine("a").build()].into();
+        let _ = StatusMachines::new(list, Vec::new());
     }
 }

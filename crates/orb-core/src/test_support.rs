@@ -33,6 +33,7 @@ use serde_json::Value;
 
 use crate::ids::RequestId;
 use crate::machine::{Machine, MachineStatus};
+use crate::provider::{MachineRef, StatusMachines};
 use crate::request::{Request, RequestStatus, RequestType};
 use crate::template::ProviderApi;
 
@@ -319,6 +320,28 @@ impl MachineBuilder {
     pub fn build(self) -> Machine {
         self.0
     }
+}
+
+/// The machines of a status input as the broker would hand them over, from the references a
+/// test has at hand; fields a [`MachineRef`] lacks take [`machine`]'s defaults.
+pub fn status_machines(refs: impl IntoIterator<Item = MachineRef>) -> StatusMachines {
+    let (list, data): (Vec<Machine>, Vec<_>) = refs
+        .into_iter()
+        .map(|r| {
+            let machine = Machine {
+                name: r.name,
+                request_id: r.request_id,
+                template_id: r.template_id,
+                provider_api: r.provider_api,
+                resource_id: r.resource_id,
+                uid: r.uid,
+                status: r.status,
+                ..machine(&r.machine_id).build()
+            };
+            (machine, r.request_provider_data)
+        })
+        .unzip();
+    StatusMachines::new(list.into(), data)
 }
 
 #[cfg(test)]

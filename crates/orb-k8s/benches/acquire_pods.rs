@@ -345,7 +345,7 @@ impl Bench {
             provider_api: Some(template.api()),
             provider_data: std::sync::Arc::new(outcome.provider_data.clone()),
             template: Some(template.clone()),
-            machines: Vec::new(),
+            machines: Default::default(),
         };
         loop {
             let report = provider.status(input.clone()).await.expect("orb status");

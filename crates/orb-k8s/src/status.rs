@@ -10,7 +10,7 @@ use orb_core::ids::RequestId;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{
-    MachineObservation, MachineRef, ReadAhead, ReadAheadFuture, StatusInput, StatusReport,
+    MachineObservation, ReadAhead, ReadAheadFuture, StatusInput, StatusMachine, StatusReport,
 };
 use orb_core::request::RequestType;
 
@@ -115,13 +115,13 @@ pub(crate) fn expected_pods<'a>(
     let stored: foldhash::HashSet<&str> = input
         .machines
         .iter()
-        .map(|m| m.machine_id.as_str())
+        .map(|m| m.machine().machine_id.as_str())
         .collect();
     input
         .machines
         .iter()
         .filter(|m| m.status.is_live())
-        .map(|m| m.machine_id.as_str())
+        .map(|m| m.machine().machine_id.as_str())
         .chain(
             record
                 .pod_names
@@ -251,7 +251,7 @@ impl K8sProvider {
         let mut seen = std::collections::HashSet::new();
         for m in &input.machines {
             if seen.insert(m.request_id.to_string()) {
-                records.push(&m.request_provider_data);
+                records.push(m.request_provider_data);
             }
         }
         let (failing_for, namespace) = records
@@ -405,7 +405,7 @@ impl K8sProvider {
 
     async fn return_status(&self, input: StatusInput) -> Result<StatusReport, K8sError> {
         let client = self.client().await?;
-        let mut by_request: BTreeMap<String, Vec<&MachineRef>> = BTreeMap::new();
+        let mut by_request: BTreeMap<String, Vec<StatusMachine<'_>>> = BTreeMap::new();
         for m in &input.machines {
             by_request
                 .entry(m.request_id.to_string())
@@ -416,7 +416,7 @@ impl K8sProvider {
         let mut notes = Vec::new();
         for (request_id, refs) in &by_request {
             let Some(record) =
-                RequestRecord::from_stored(request_id, &refs[0].request_provider_data)?
+                RequestRecord::from_stored(request_id, refs[0].request_provider_data)?
             else {
                 for m in refs {
                     let mut gone =

@@ -115,7 +115,7 @@ pub fn status_input(
         provider_api: Some(template.api()),
         provider_data: std::sync::Arc::new(outcome.provider_data.clone()),
         template: Some(template.clone()),
-        machines: Vec::new(),
+        machines: Default::default(),
     }
 }
 

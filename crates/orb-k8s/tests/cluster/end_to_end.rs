@@ -6,6 +6,7 @@ use orb_core::machine::MachineStatus;
 use orb_core::provider::{Provider, StatusInput};
 use orb_core::request::RequestType;
 use orb_core::template::ProviderApi;
+use orb_core::test_support::status_machines;
 use serde_json::json;
 
 use crate::common::*;
@@ -46,7 +47,7 @@ async fn request_status_return(api: ProviderApi) {
         provider_api: Some(api),
         provider_data: json!(null).into(),
         template: Some(t.clone()),
-        machines: vec![returned],
+        machines: status_machines([returned]),
     };
     let done = wait_verdict(&h, &return_input, "fulfilled").await;
     assert_eq!(

@@ -10,6 +10,7 @@ use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{AcquireInput, CancelInput, Provider, ProviderError};
 use orb_core::template::ProviderApi;
+use orb_core::test_support::status_machines;
 use serde_json::json;
 
 use crate::common::*;
@@ -49,7 +50,7 @@ async fn an_unschedulable_pod_times_out_from_creation_and_is_deleted() {
     assert_eq!(report.fulfilled, 0, "a timed-out pod is never capacity");
     wait_live_pods(&h, &req, &[]).await;
     let mut after = input.clone();
-    after.machines = vec![machine_ref(&req, &m.machine_id, &outcome, "Pod")];
+    after.machines = status_machines([machine_ref(&req, &m.machine_id, &outcome, "Pod")]);
     let gone = h.provider.status(after).await.unwrap();
     assert_eq!(
         gone.machines[0].status,

@@ -15,6 +15,7 @@ use orb_core::machine::MachineStatus;
 use orb_core::provider::StatusInput;
 use orb_core::request::RequestType;
 use orb_core::template::ProviderApi;
+use orb_core::test_support::status_machines;
 use serde_json::json;
 
 const RBAC_YAML: &str = include_str!("../../../../docs/rbac.yaml");
@@ -142,7 +143,7 @@ async fn every_handler_works_with_only_the_documented_role() {
             provider_api: Some(api),
             provider_data: json!(null).into(),
             template: Some(t.clone()),
-            machines: vec![returned],
+            machines: status_machines([returned]),
         };
         wait_verdict(&admin_view, &return_input, "fulfilled").await;
     }

@@ -17,6 +17,7 @@ use orb_core::machine::MachineStatus;
 use orb_core::provider::{AcquireOutcome, Provider, StatusInput};
 use orb_core::request::RequestType;
 use orb_core::template::ProviderApi;
+use orb_core::test_support::status_machines;
 use orb_k8s::status::GONE_REASON;
 use serde_json::json;
 
@@ -37,11 +38,12 @@ async fn fulfilled(h: &Harness, count: u32) -> (RequestId, AcquireOutcome, Statu
     let (req, outcome) = acquire(h, &t, count).await;
     let mut input = status_input(&req, &t, count, &outcome);
     wait_verdict(h, &input, "fulfilled").await;
-    input.machines = outcome
-        .resource_ids
-        .iter()
-        .map(|name| machine_ref(&req, name, &outcome, "Pod"))
-        .collect();
+    input.machines = status_machines(
+        outcome
+            .resource_ids
+            .iter()
+            .map(|name| machine_ref(&req, name, &outcome, "Pod")),
+    );
     (req, outcome, input)
 }
 
@@ -99,13 +101,14 @@ async fn a_machine_recorded_after_the_read_ahead_is_listed_again_not_called_gone
     .unwrap();
     late = pods.create(&PostParams::default(), &late).await.unwrap();
     assert!(late.metadata.uid.is_some());
-    input.machines = outcome
-        .resource_ids
-        .iter()
-        .map(String::as_str)
-        .chain(["late"])
-        .map(|name| machine_ref(&req, name, &outcome, "Pod"))
-        .collect();
+    input.machines = status_machines(
+        outcome
+            .resource_ids
+            .iter()
+            .map(String::as_str)
+            .chain(["late"])
+            .map(|name| machine_ref(&req, name, &outcome, "Pod")),
+    );
     let report = h.provider.status_after(input, Some(ahead)).await.unwrap();
     let late = report
         .machines

@@ -17,6 +17,7 @@ use kube_fixture::{Check, TestCluster, wait_for};
 use orb_core::ids::RequestId;
 use orb_core::provider::{AcquireInput, Provider, ProviderError};
 use orb_core::template::ProviderApi;
+use orb_core::test_support::status_machines;
 use orb_k8s::K8sProvider;
 use orb_k8s::config::{ConfigLayers, FileLayer};
 use orb_k8s::metrics::{HandlerLabels, RetryLabels};
@@ -482,7 +483,8 @@ async fn status_reads_in_a_blackout_stay_in_progress_and_say_the_cluster_did_not
     let mut return_input = acquire_input.clone();
     return_input.request_id = RequestId::new_return();
     return_input.request_type = orb_core::request::RequestType::Return;
-    return_input.machines = vec![machine_ref(&id, &outcome.resource_ids[0], &outcome, "Pod")];
+    return_input.machines =
+        status_machines([machine_ref(&id, &outcome.resource_ids[0], &outcome, "Pod")]);
     proxy.set_plan(FaultPlan {
         reset_rate: 1.0,
         ..FaultPlan::default()
