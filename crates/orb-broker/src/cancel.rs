@@ -30,7 +30,7 @@ impl Broker {
             .cancel(CancelInput {
                 request_id: request.request_id.clone(),
                 provider_api: request.provider_api,
-                provider_data: request.provider_data.clone(),
+                provider_data: serde_json::Value::clone(&request.provider_data),
             })
             .await?;
         // The deletes are done and are not repeated; only recording them is, on the row as it

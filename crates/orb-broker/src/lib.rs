@@ -259,13 +259,11 @@ impl Broker {
         let mut records = Vec::with_capacity(machines.len());
         for m in machines {
             if !acquires.contains_key(&m.request_id) {
-                let data = self
-                    .store
-                    .get_request(&m.request_id)
-                    .await?
-                    .map(|r| r.provider_data)
-                    .unwrap_or(serde_json::Value::Null);
-                acquires.insert(m.request_id.clone(), std::sync::Arc::new(data));
+                let data = self.store.get_request(&m.request_id).await?.map_or_else(
+                    || std::sync::Arc::new(serde_json::Value::Null),
+                    |r| r.provider_data.to_arc(),
+                );
+                acquires.insert(m.request_id.clone(), data);
             }
             records.push(acquires[&m.request_id].clone());
         }

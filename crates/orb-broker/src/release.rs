@@ -375,7 +375,8 @@ impl Broker {
                     serde_json::json!({"released": outcome.released})
                 } else {
                     outcome.provider_data
-                };
+                }
+                .into();
                 if outcome.message.is_some() {
                     request.status_message = outcome.message;
                 }

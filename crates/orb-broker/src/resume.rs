@@ -25,8 +25,8 @@ pub(super) fn record_acquire_outcome(
     let mut machines = Vec::new();
     match outcome {
         Ok(outcome) => {
-            request.resource_ids = outcome.resource_ids;
-            request.provider_data = outcome.provider_data;
+            request.resource_ids = outcome.resource_ids.into();
+            request.provider_data = outcome.provider_data.into();
             if outcome.message.is_some() {
                 request.status_message = outcome.message;
             }

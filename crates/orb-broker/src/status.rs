@@ -234,9 +234,9 @@ impl Broker {
                             .template_id
                             .as_deref()
                             .and_then(|id| self.catalog.current().get(id).cloned());
-                        // One copy of the bookkeeping (5,000 pod names in a 5,000-machine
-                        // acquire) for the input and every machine of the acquire.
-                        let provider_data = std::sync::Arc::new(request.provider_data.clone());
+                        // The bookkeeping (5,000 pod names in a 5,000-machine acquire) is
+                        // shared by the request, the input and every machine of the acquire.
+                        let provider_data = request.provider_data.to_arc();
                         let known = (request.request_type == RequestType::Acquire)
                             .then(|| (&request.request_id, provider_data.clone()));
                         let input = StatusInput {

@@ -230,7 +230,7 @@ async fn a_request_changed_while_the_provider_acquires_still_records_its_machine
         .unwrap()
         .unwrap();
     assert_eq!(
-        stored.provider_data,
+        *stored.provider_data,
         json!({"pod_names": view.request.resource_ids})
     );
     assert_eq!(stored.version, view.request.version);

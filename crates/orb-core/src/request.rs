@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::RequestId;
 pub use crate::ids::RequestType;
+use crate::shared::Shared;
 use crate::template::ProviderApi;
 
 /// Where a request stands. Terminal: complete, partial, failed, cancelled, timeout.
@@ -130,9 +131,12 @@ pub struct Request {
     pub deadline_at: Option<Timestamp>,
     pub completed_at: Option<Timestamp>,
     pub last_transition_at: Timestamp,
-    pub resource_ids: Vec<String>,
+    /// The provider's objects (a Pod acquire: every pod name). Shared by copies of the
+    /// request, as `provider_data` is: each lists every pod of a 5,000-pod acquire, and a status
+    /// read copies the request.
+    pub resource_ids: Shared<Vec<String>>,
     /// Opaque provider bookkeeping (namespace, controller name, …) handed back on later calls.
-    pub provider_data: serde_json::Value,
+    pub provider_data: Shared<serde_json::Value>,
     /// Optimistic-concurrency version; bumped by the store on every write.
     pub version: i64,
 }
@@ -167,8 +171,8 @@ impl Request {
             deadline_at: None,
             completed_at: None,
             last_transition_at: now,
-            resource_ids: Vec::new(),
-            provider_data: serde_json::Value::Object(Default::default()),
+            resource_ids: Shared::default(),
+            provider_data: serde_json::Value::Object(Default::default()).into(),
             version: 0,
         }
     }

@@ -22,6 +22,11 @@ impl<T> Shared<T> {
         Self(Arc::new(value))
     }
 
+    /// The shared value itself, for an owner that only reads it.
+    pub fn to_arc(&self) -> Arc<T> {
+        self.0.clone()
+    }
+
     /// Whether `a` and `b` are the same allocation (so equal without comparing).
     pub fn ptr_eq(a: &Self, b: &Self) -> bool {
         Arc::ptr_eq(&a.0, &b.0)

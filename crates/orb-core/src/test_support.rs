@@ -157,7 +157,7 @@ impl RequestBuilder {
         self
     }
     pub fn provider_data(mut self, data: Value) -> Self {
-        self.0.provider_data = data;
+        self.0.provider_data = data.into();
         self
     }
     /// Any other change, for the fields without a method of their own.

@@ -202,7 +202,8 @@ async fn store_acquire(store: &Store, ns: &str, pods: &[&str]) -> String {
         "label_prefix": "orb.io",
         "requested_count": pods.len(),
         "pod_names": pods,
-    });
+    })
+    .into();
     store.insert_request(&mut request, &mut []).await.unwrap();
     request.request_id.to_string()
 }
