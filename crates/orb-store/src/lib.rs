@@ -58,6 +58,8 @@ pub struct Store {
     held: claims::HeldClaims,
     /// This process's copies of recently read machine lists of one request.
     lists: machines::ListCache,
+    /// This process's copies of recently read requests.
+    requests: requests::RequestCache,
 }
 
 /// How long a PostgreSQL call waits for a pooled connection. sqlx's default is 30 s, spent
@@ -113,6 +115,7 @@ impl Store {
             claims: claims::ClaimBackend::for_url(url, backend),
             held: Default::default(),
             lists: Default::default(),
+            requests: Default::default(),
         })
     }
 

@@ -17,6 +17,110 @@ pub(crate) const REQUEST_COLUMNS: &str = "request_id, request_type, template_id,
     machine_ids, unknown_machines, resource_ids, provider_data, created_at, started_at, \
     deadline_at, completed_at, last_transition_at, version";
 
+/// How many names (pods, machines) the requests kept by [`RequestCache`] may list in all;
+/// beyond it the least recently used are dropped.
+const REQUEST_CACHE_NAMES: usize = 20_000;
+
+/// Requests as this process last read them. A status read of a 5,000-pod acquire decoded its
+/// row every time, two lists of 5,000 pod names among it (a sixth of the work of a status
+/// read through `orb serve`), and the row rarely changes once the acquire is done. A kept
+/// request is handed out only while nothing at all was committed since it was read
+/// ([`Store::commit_token`], SQLite only: on PostgreSQL every read decodes the row); its name
+/// lists are shared with the copies handed out.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RequestCache(std::sync::Arc<std::sync::Mutex<RequestCacheInner>>);
+
+#[derive(Debug, Default)]
+struct RequestCacheInner {
+    requests: std::collections::HashMap<String, KeptRequest>,
+    names: usize,
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct KeptRequest {
+    request: Request,
+    last_used: u64,
+    /// The commit token read just before this request was read (`None`: not known).
+    proven: Option<String>,
+}
+
+/// What a kept request counts against [`REQUEST_CACHE_NAMES`].
+fn weight(request: &Request) -> usize {
+    1 + request.resource_ids.len() + request.machine_ids.len() + request.unknown_machines.len()
+}
+
+impl RequestCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RequestCacheInner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn holds(&self, key: &str) -> bool {
+        self.lock().requests.contains_key(key)
+    }
+
+    /// The request kept under `key` if it was proven current as of `token`.
+    fn get_unchanged(&self, key: &str, token: &str) -> Option<Request> {
+        self.kept_if(key, |kept| kept.proven.as_deref() == Some(token))
+    }
+
+    fn kept_if(
+        &self,
+        key: &str,
+        current: impl FnOnce(&mut KeptRequest) -> bool,
+    ) -> Option<Request> {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        let kept = inner.requests.get_mut(key)?;
+        if !current(kept) {
+            return None;
+        }
+        kept.last_used = now;
+        Some(kept.request.clone())
+    }
+
+    fn forget(&self, key: &str) {
+        let mut inner = self.lock();
+        if let Some(old) = inner.requests.remove(key) {
+            inner.names -= weight(&old.request);
+        }
+    }
+
+    fn put(&self, key: String, request: Request, token: Option<String>) {
+        self.forget(&key);
+        let added = weight(&request);
+        if added > REQUEST_CACHE_NAMES {
+            return;
+        }
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        inner.names += added;
+        inner.requests.insert(
+            key,
+            KeptRequest {
+                request,
+                last_used: now,
+                proven: token,
+            },
+        );
+        while inner.names > REQUEST_CACHE_NAMES {
+            let Some(oldest) = inner
+                .requests
+                .iter()
+                .min_by_key(|(_, kept)| kept.last_used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            if let Some(dropped) = inner.requests.remove(&oldest) {
+                inner.names -= weight(&dropped.request);
+            }
+        }
+    }
+}
+
 /// Which requests to list; empty/`None` fields match everything. Newest first.
 #[derive(Debug, Clone, Default)]
 pub struct RequestFilter {
@@ -193,13 +297,36 @@ impl Store {
     }
 
     pub async fn get_request(&self, request_id: &RequestId) -> Result<Option<Request>> {
+        let key = request_id.to_string();
+        // As for machine lists: with nothing kept (always so in a one-call process), the token
+        // would not help. No version check either: a row edited by hand keeps its version, and
+        // must still be read (and reported if orb cannot read it).
+        let token = if self.requests.holds(&key) {
+            let token = self.commit_token().await;
+            if let Some(kept) = token
+                .as_deref()
+                .and_then(|token| self.requests.get_unchanged(&key, token))
+            {
+                return Ok(Some(kept));
+            }
+            token
+        } else {
+            None
+        };
         let sql = format!("SELECT {REQUEST_COLUMNS} FROM requests WHERE request_id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(request_id.to_string())
+            .bind(&key)
             .fetch_optional(&self.pool)
             .await
             .map_err(StoreError::db("read a request"))?;
-        row.as_ref().map(decode).transpose()
+        let Some(request) = row.as_ref().map(decode).transpose()? else {
+            self.requests.forget(&key);
+            return Ok(None);
+        };
+        if self.backend == crate::Backend::Sqlite {
+            self.requests.put(key, request.clone(), token);
+        }
+        Ok(Some(request))
     }
 
     /// How many stored requests are in each status (statuses with none are left out): one

@@ -10,7 +10,7 @@ use orb_core::machine::{Machine, MachineList, MachineStatus};
 use orb_core::request::{Request, RequestStatus, RequestType};
 use orb_core::shared::Shared;
 use orb_core::test_support::{self, at};
-use orb_store::{EventFilter, EventKind, MachineFilter, RequestFilter, Store, StoreError};
+use orb_store::{Backend, EventFilter, EventKind, MachineFilter, RequestFilter, Store, StoreError};
 use serde_json::json;
 
 fn unique(prefix: &str) -> String {
@@ -599,6 +599,54 @@ async fn a_kept_machine_list_follows_every_write_of_another_process(store: &Stor
     assert_eq!(after, other.list_machines(&returning).await.unwrap());
 }
 
+/// On SQLite `get_request` may answer from this process's last read (its name lists shared,
+/// not decoded again), but only while nothing was committed: `store` reads, `other` (another
+/// process's handle on the same database) writes and purges, and each shows in `store`'s next
+/// read.
+async fn a_kept_request_follows_every_write_of_another_process(store: &Store, other: &Store) {
+    let mut request = acquire(&unique("tpl"), 0);
+    request.resource_ids = vec!["a".to_string(), "b".to_string()].into();
+    other.insert_request(&mut request, &mut []).await.unwrap();
+    let id = request.request_id.clone();
+    let first = store.get_request(&id).await.unwrap().unwrap();
+    assert_eq!(first, request);
+    // The first read cannot tell when it was current; the second proves it and the third,
+    // with nothing committed in between, hands out the kept one.
+    let second = store.get_request(&id).await.unwrap().unwrap();
+    let third = store.get_request(&id).await.unwrap().unwrap();
+    assert_eq!(third, first, "an unchanged request reads the same");
+    if store.backend() == Backend::Sqlite {
+        assert!(
+            Shared::ptr_eq(&third.provider_data, &second.provider_data)
+                && Shared::ptr_eq(&third.resource_ids, &second.resource_ids),
+            "and is not decoded again"
+        );
+    }
+
+    // Another process changes the row: its new values and version are read.
+    request.status = RequestStatus::InProgress;
+    request.status_message = Some("1 of 2 running".into());
+    request.provider_data = json!({"namespace": "batch", "pod_names": ["a", "b", "c"]}).into();
+    other.update_request(&mut request, &mut []).await.unwrap();
+    let changed = store.get_request(&id).await.unwrap().unwrap();
+    assert_eq!(changed, request);
+    assert_eq!(changed.version, first.version + 1);
+    assert_eq!(changed.provider_data["pod_names"][2], "c");
+
+    // A change this process makes itself is read too.
+    let mut mine = changed.clone();
+    mine.status = RequestStatus::Complete;
+    store.update_request(&mut mine, &mut []).await.unwrap();
+    let own = store.get_request(&id).await.unwrap().unwrap();
+    assert_eq!(own.status, RequestStatus::Complete);
+    assert_eq!(own, other.get_request(&id).await.unwrap().unwrap());
+
+    // A request another process purged is gone here too.
+    assert!(other.purge_request(&id).await.unwrap().is_some());
+    assert_eq!(store.get_request(&id).await.unwrap(), None);
+    assert_eq!(store.get_request(&id).await.unwrap(), None);
+}
+
 /// A list handed back with `share_request_machines` becomes the kept list when it holds the
 /// same machines at the same versions with equal values: the next read hands out that very
 /// list (its tags and provider data in the handed-back allocations). A list with one value
@@ -773,6 +821,7 @@ async fn storage_suite_on_sqlite() {
     whole_suite(&store).await;
     let other = Store::open_sqlite_file(&path).await.unwrap();
     a_kept_machine_list_follows_every_write_of_another_process(&store, &other).await;
+    a_kept_request_follows_every_write_of_another_process(&store, &other).await;
     other.close().await;
     store.close().await;
     // Reopening finds the schema current (the version in the file's header) and the data.
@@ -924,6 +973,7 @@ async fn storage_suite_on_postgres() {
     whole_suite(&store).await;
     let other = Store::open(&url).await.unwrap();
     a_kept_machine_list_follows_every_write_of_another_process(&store, &other).await;
+    a_kept_request_follows_every_write_of_another_process(&store, &other).await;
 }
 
 #[tokio::test]
