@@ -449,7 +449,7 @@ fn fold_report(
     let observed: HashMap<&str, &MachineObservation> = report
         .machines
         .iter()
-        .map(|o| (o.machine_id.as_str(), o))
+        .map(|o| (o.machine_id.as_str(), &**o))
         .collect();
     let is_acquire = request.request_type == RequestType::Acquire;
     let mut updates = Vec::new();
@@ -476,6 +476,7 @@ fn fold_report(
             .machines
             .iter()
             .filter(|o| !known.contains(o.machine_id.as_str()) && added.insert(&o.machine_id))
+            .map(|o| &**o)
             .collect()
     } else {
         Vec::new()

@@ -94,7 +94,7 @@ pub fn report(verdict: Verdict, machines: &[(&str, MachineStatus)]) -> StatusRep
         failed: 0,
         machines: machines
             .iter()
-            .map(|(id, status)| MachineObservation::new(id, *status))
+            .map(|(id, status)| MachineObservation::new(id, *status).into())
             .collect(),
         message: None,
         note: None,

@@ -1305,7 +1305,7 @@ async fn reclaims_combine_stored_losses_and_provider_notices() {
             verdict: Verdict::InProgress,
             fulfilled: 0,
             failed: 0,
-            machines: vec![gone],
+            machines: vec![gone.into()],
             message: None,
             note: None,
         }));
@@ -1563,8 +1563,8 @@ async fn reclaims_report_failed_machines_and_refresh_finished_requests_first() {
             fulfilled: 1,
             failed: 1,
             machines: vec![
-                failed,
-                orb_core::provider::MachineObservation::new(&ids[1], MachineStatus::Running),
+                failed.into(),
+                orb_core::provider::MachineObservation::new(&ids[1], MachineStatus::Running).into(),
             ],
             message: None,
             note: None,

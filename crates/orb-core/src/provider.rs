@@ -306,7 +306,9 @@ pub struct StatusReport {
     /// Machines delivered (acquire: live and ready hosts) or released (return).
     pub fulfilled: u32,
     pub failed: u32,
-    pub machines: Vec<MachineObservation>,
+    /// Shared: a provider may hand out the observation it made of an unchanged pod at an
+    /// earlier read (`orb serve`'s watch cache keeps one per pod) instead of making 5,000 anew.
+    pub machines: Vec<Shared<MachineObservation>>,
     pub message: Option<String>,
     /// Said to the reader of this one report, never stored: e.g. that it was served from a
     /// view of the cluster that may be out of date.

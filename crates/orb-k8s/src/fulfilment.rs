@@ -16,6 +16,7 @@ use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::MachineObservation;
+use orb_core::shared::Shared;
 
 use crate::machine_state::{pending_reason, pod_age};
 
@@ -28,11 +29,12 @@ pub struct PodTimeoutPolicy {
 impl PodTimeoutPolicy {
     /// Turns a still-pending machine whose pod is older than the timeout into `failed` with the
     /// reason it never ran (its pod is still there until someone removes it; once it is gone
-    /// the machine reads `terminated`). Returns whether it timed out.
+    /// the machine reads `terminated`). Returns whether it timed out. A machine that did not
+    /// is left as it is, still shared.
     pub fn apply(
         &self,
         pod: &impl crate::pod_read::PodRead,
-        observation: &mut MachineObservation,
+        observation: &mut Shared<MachineObservation>,
         now: Timestamp,
     ) -> bool {
         if observation.status != MachineStatus::Pending {
@@ -45,6 +47,7 @@ impl PodTimeoutPolicy {
             return false;
         }
         let why = pending_reason(pod).unwrap_or_else(|| "still pending".into());
+        let observation: &mut MachineObservation = observation;
         observation.status = MachineStatus::Failed;
         observation.status_reason = Some(format!(
             "timed out: pending for more than {}s (pod_timeout_seconds): {why}",
@@ -194,7 +197,7 @@ pub fn is_timed_out(m: &MachineObservation) -> bool {
     m.provider_data.get("timed_out") == Some(&serde_json::Value::Bool(true))
 }
 
-fn tally(machines: &[MachineObservation]) -> Tally {
+fn tally(machines: &[Shared<MachineObservation>]) -> Tally {
     let mut t = Tally::default();
     for m in machines {
         match m.status {
@@ -235,7 +238,7 @@ fn tally(machines: &[MachineObservation]) -> Tally {
 pub struct AcquireFacts<'a> {
     pub kind: ProviderApi,
     pub requested: u32,
-    pub machines: &'a [MachineObservation],
+    pub machines: &'a [Shared<MachineObservation>],
     /// `None` for bare pods, or when the controller no longer exists.
     pub controller: Option<&'a ControllerState>,
     /// Pods whose create call failed (bare pods only), with the first reason.
@@ -383,7 +386,7 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
 }
 
 /// The verdict of a return: complete once every machine is gone.
-pub fn decide_return(machines: &[MachineObservation]) -> StatusDecision {
+pub fn decide_return(machines: &[Shared<MachineObservation>]) -> StatusDecision {
     let released = machines
         .iter()
         .filter(|m| m.status == MachineStatus::Terminated)

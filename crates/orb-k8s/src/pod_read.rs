@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use orb_core::provider::MachineObservation;
 use orb_core::shared::Shared;
+use orb_core::template::ProviderApi;
 use serde_json::{Value, json};
 
 /// One pod condition, borrowed.
@@ -89,6 +91,15 @@ pub trait PodRead {
     /// it is ready, how often its containers restarted.
     fn provider_data(&self) -> Shared<Value> {
         provider_data_of(self).into()
+    }
+
+    /// [`observe_pod`](crate::machine_state::observe_pod) of this pod: its observation as a
+    /// machine of `kind` owned by `resource_id`.
+    fn observation(&self, kind: ProviderApi, resource_id: &str) -> Shared<MachineObservation>
+    where
+        Self: Sized,
+    {
+        crate::machine_state::observe_pod(self, kind, resource_id).into()
     }
 }
 

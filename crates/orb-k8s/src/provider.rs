@@ -303,10 +303,11 @@ impl K8sProvider {
     }
 
     /// Adds the facts and live disruption of `pod`'s node to its observation (nothing
-    /// without a node index).
+    /// without a node index; a shared observation is copied only when there is something
+    /// to add).
     pub(crate) fn annotate_with_node(
         &self,
-        observation: &mut orb_core::provider::MachineObservation,
+        observation: &mut orb_core::shared::Shared<orb_core::provider::MachineObservation>,
         pod: &impl crate::pod_read::PodRead,
     ) {
         let Some(index) = &self.views.nodes else {
@@ -315,10 +316,15 @@ impl K8sProvider {
         let Some(node) = pod.node_name() else {
             return;
         };
+        let facts = index.node(node);
+        let disruption = index.disruption(node, jiff::Timestamp::now());
+        if facts.is_none() && disruption.is_none() {
+            return;
+        }
         crate::daemon::nodes::annotate_observation(
             observation,
-            index.node(node).as_ref(),
-            index.disruption(node, jiff::Timestamp::now()).as_ref(),
+            facts.as_ref(),
+            disruption.as_ref(),
         );
     }
 

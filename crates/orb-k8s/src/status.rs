@@ -13,6 +13,7 @@ use orb_core::provider::{
     MachineObservation, ReadAhead, ReadAheadFuture, StatusInput, StatusMachine, StatusReport,
 };
 use orb_core::request::RequestType;
+use orb_core::shared::Shared;
 
 use crate::error::K8sError;
 use crate::fulfilment::{
@@ -20,13 +21,12 @@ use crate::fulfilment::{
 };
 use crate::handlers::{Victims, handler_for};
 use crate::kept::Kept;
-use crate::machine_state::observe_pod;
 use crate::pod_read::PodRead;
 use crate::provider::K8sProvider;
 use crate::provider_data::RequestRecord;
 use crate::release_plan::{POD_DELETION_COST, VICTIM_DELETION_COST};
 
-fn report(decision: StatusDecision, machines: Vec<MachineObservation>) -> StatusReport {
+fn report(decision: StatusDecision, machines: Vec<Shared<MachineObservation>>) -> StatusReport {
     StatusReport {
         verdict: decision.verdict,
         fulfilled: decision.fulfilled,
@@ -316,7 +316,7 @@ impl K8sProvider {
         let mut timed_out = Vec::new();
         for pod in pods.iter().map(AsRef::as_ref) {
             let mut observation =
-                observe_pod(pod, kind, resource_id.as_deref().unwrap_or(pod.name()));
+                pod.observation(kind, resource_id.as_deref().unwrap_or(pod.name()));
             self.annotate_with_node(&mut observation, pod);
             if policy.apply(pod, &mut observation, now) {
                 timed_out.push(pod);
@@ -388,7 +388,7 @@ impl K8sProvider {
             let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
             gone.status_reason = Some(GONE_REASON.into());
             gone.resource_id = Some(resource_id.clone().unwrap_or_else(|| name.to_string()));
-            machines.push(gone);
+            machines.push(gone.into());
         }
         machines.sort_by(|a, b| a.machine_id.cmp(&b.machine_id));
         let mut decision = decide_acquire(&AcquireFacts {
@@ -422,7 +422,7 @@ impl K8sProvider {
                     let mut gone =
                         MachineObservation::new(&m.machine_id, MachineStatus::Terminated);
                     gone.status_reason = Some("no Kubernetes objects are recorded for it".into());
-                    machines.push(gone);
+                    machines.push(gone.into());
                 }
                 continue;
             };
@@ -450,7 +450,7 @@ impl K8sProvider {
                             passed_over.push(crate::handlers::SeenPod::of(pod));
                         }
                         let resource = record.controller_name().unwrap_or(&m.machine_id);
-                        let mut observation = observe_pod(pod, kind, resource);
+                        let mut observation = pod.observation(kind, resource);
                         self.annotate_with_node(&mut observation, pod);
                         observation
                     }
@@ -458,7 +458,7 @@ impl K8sProvider {
                         let mut gone =
                             MachineObservation::new(&m.machine_id, MachineStatus::Terminated);
                         gone.status_reason = Some("released: the pod is gone".into());
-                        gone
+                        gone.into()
                     }
                 });
             }

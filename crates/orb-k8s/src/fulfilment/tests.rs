@@ -34,7 +34,10 @@ fn timeout_is_measured_from_creation_even_without_a_start_time(
     #[case] timed_out: bool,
 ) {
     let pod = unscheduled("2026-07-14T10:00:00Z");
-    let mut observation = observe_pod(&pod, ProviderApi::Pod, "p-0");
+    let mut observation: Shared<MachineObservation> =
+        observe_pod(&pod, ProviderApi::Pod, "p-0").into();
+    // The observation a watch cache keeps for the pod, shared with the one being judged.
+    let kept = observation.clone();
     let policy = PodTimeoutPolicy {
         timeout: Duration::from_secs(300),
     };
@@ -45,32 +48,38 @@ fn timeout_is_measured_from_creation_even_without_a_start_time(
             MachineStatus::Failed,
             "the pod is still there: failed, not gone"
         );
-        let reason = observation.status_reason.unwrap();
+        let reason = observation.status_reason.as_deref().unwrap();
         assert!(reason.contains("Unschedulable: 0/3 nodes"), "{reason}");
         assert_eq!(observation.provider_data["timed_out"], true);
+        assert_eq!(
+            kept.status,
+            MachineStatus::Pending,
+            "the kept one is not changed"
+        );
     } else {
         assert_eq!(observation.status, MachineStatus::Pending);
+        assert!(Shared::ptr_eq(&kept, &observation), "nor copied");
     }
 }
 
 #[test]
 fn a_running_pod_never_times_out() {
     let pod = unscheduled("2026-07-14T10:00:00Z");
-    let mut observation = MachineObservation::new("p-0", MachineStatus::Running);
+    let mut observation = MachineObservation::new("p-0", MachineStatus::Running).into();
     let policy = PodTimeoutPolicy {
         timeout: Duration::from_secs(1),
     };
     assert!(!policy.apply(&pod, &mut observation, at("2026-07-15T00:00:00Z")));
 }
 
-fn machines(statuses: &[MachineStatus]) -> Vec<MachineObservation> {
+fn machines(statuses: &[MachineStatus]) -> Vec<Shared<MachineObservation>> {
     statuses
         .iter()
         .enumerate()
         .map(|(i, s)| {
             let mut m = MachineObservation::new(&format!("m-{i}"), *s);
             m.status_reason = Some(format!("reason {i}"));
-            m
+            m.into()
         })
         .collect()
 }
@@ -173,7 +182,7 @@ fn a_timed_out_job_unit_ends_the_request_without_failing_the_job(
     #[case] fulfilled: u32,
 ) {
     let mut ms = machines(others);
-    ms.push(timed_out(MachineObservation::new("m-late", P)));
+    ms.push(timed_out(MachineObservation::new("m-late", P)).into());
     let n = ms.len() as u32;
     let decision = decide_acquire(&AcquireFacts {
         kind: ProviderApi::Job,
