@@ -7,7 +7,8 @@
 
 use std::fmt::Write as _;
 
-use super::output::{MachineEntry, RequestStatusEntry, StatusReply};
+use super::output::{InstanceTags, MachineEntry, RequestStatusEntry, StatusReply};
+use crate::template::wire::tags_to_string;
 
 impl StatusReply<'_> {
     /// The reply as pretty JSON (two spaces a level, no final line break), exactly as
@@ -101,7 +102,7 @@ impl Writer {
             self.str(price_type);
         }
         self.key(MACHINE_FIELD, false, "instanceTags");
-        self.str(&m.instance_tags);
+        self.tags(m.instance_tags);
         if let Some(request_id) = m.request_id {
             self.key(MACHINE_FIELD, false, "requestId");
             self.str(request_id);
@@ -138,6 +139,28 @@ impl Writer {
         }
     }
 
+    /// `key=value` pairs joined by `;`, as one string: written pair by pair, and written
+    /// again through [`Writer::str`] in the rare case a key or value needs escaping.
+    fn tags(&mut self, tags: InstanceTags<'_>) {
+        let start = self.0.len();
+        self.0.push('"');
+        let mut clean = true;
+        for (i, (key, value)) in tags.0.iter().enumerate() {
+            clean &= needs_no_escape(key) & needs_no_escape(value);
+            if i > 0 {
+                self.0.push(';');
+            }
+            self.0.push_str(key);
+            self.0.push('=');
+            self.0.push_str(value);
+        }
+        self.0.push('"');
+        if !clean {
+            self.0.truncate(start);
+            self.str(&tags_to_string(tags.0));
+        }
+    }
+
     fn opt_str(&mut self, value: Option<&str>) {
         match value {
             Some(value) => self.str(value),
@@ -159,6 +182,7 @@ fn needs_no_escape(value: &str) -> bool {
 mod tests {
     use super::*;
     use std::borrow::Cow;
+    use std::collections::BTreeMap;
 
     /// Strings with every kind of character JSON treats specially, and some it does not.
     const AWKWARD: &[&str] = &[
@@ -176,6 +200,30 @@ mod tests {
         "ends with backslash \\",
     ];
 
+    /// Tag maps: none, and awkward keys with awkward values, one pair or three.
+    static TAGS: std::sync::LazyLock<Vec<BTreeMap<String, String>>> =
+        std::sync::LazyLock::new(|| {
+            let mut maps = vec![BTreeMap::new()];
+            for (i, key) in AWKWARD.iter().enumerate() {
+                let pair = |j: usize| {
+                    (
+                        AWKWARD[j % AWKWARD.len()].to_string(),
+                        AWKWARD[(j + 4) % AWKWARD.len()].to_string(),
+                    )
+                };
+                maps.push(BTreeMap::from([(
+                    key.to_string(),
+                    AWKWARD[(i + 1) % AWKWARD.len()].to_string(),
+                )]));
+                maps.push(BTreeMap::from([
+                    pair(i),
+                    pair(i + 2),
+                    ("orb.io/managed".into(), "true".into()),
+                ]));
+            }
+            maps
+        });
+
     fn machine<'a>(i: usize, text: &'a str) -> MachineEntry<'a> {
         MachineEntry {
             machine_id: AWKWARD[i % AWKWARD.len()],
@@ -189,7 +237,7 @@ mod tests {
             cloud_host_id: (!i.is_multiple_of(4)).then_some(text),
             instance_type: (i % 2 == 1).then_some("k8s/Pod"),
             price_type: i.is_multiple_of(5).then_some(text),
-            instance_tags: AWKWARD[(i + 5) % AWKWARD.len()].to_string(),
+            instance_tags: InstanceTags(&TAGS[(i + 5) % TAGS.len()]),
             request_id: (i % 6 == 1).then_some("req-1"),
             return_request_id: (i % 7 == 2).then_some(text),
         }
