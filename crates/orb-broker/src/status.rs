@@ -453,23 +453,30 @@ fn fold_report(
         .collect();
     let is_acquire = request.request_type == RequestType::Acquire;
     let mut updates = Vec::new();
+    // Stored machines whose id the report names (ids are unique: the table's key).
+    let mut matched = 0;
     let mut changed: Vec<bool> = machines
         .iter()
         .enumerate()
-        .map(|(i, m)| match observed.get(m.machine_id.as_str()) {
-            Some(_) if is_acquire && m.return_request_id.is_some() => false,
-            Some(o) => {
-                let folded = fold_observation(m, o, now);
-                if let Some(updated) = folded.machine {
-                    updates.push((i, updated));
+        .map(|(i, m)| {
+            let seen = observed.get(m.machine_id.as_str());
+            matched += usize::from(seen.is_some());
+            match seen {
+                Some(_) if is_acquire && m.return_request_id.is_some() => false,
+                Some(o) => {
+                    let folded = fold_observation(m, o, now);
+                    if let Some(updated) = folded.machine {
+                        updates.push((i, updated));
+                    }
+                    folded.changed
                 }
-                folded.changed
+                None => false,
             }
-            None => false,
         })
         .collect();
-    // A return only tracks the machines it was given.
-    let new: Vec<&MachineObservation> = if is_acquire {
+    // A return only tracks the machines it was given; a report naming no machine beyond the
+    // stored ones has none to add.
+    let new: Vec<&MachineObservation> = if is_acquire && matched < observed.len() {
         let known: HashSet<&str> = machines.iter().map(|m| m.machine_id.as_str()).collect();
         let mut added = HashSet::new();
         report
@@ -493,4 +500,69 @@ fn fold_report(
         changed.push(true);
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orb_core::ProviderApi;
+    use orb_core::lifecycle::Verdict;
+    use orb_core::test_support;
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_767_225_600 + s).unwrap()
+    }
+
+    fn report_of(ids: &[&str]) -> StatusReport {
+        StatusReport {
+            verdict: Verdict::InProgress,
+            fulfilled: 0,
+            failed: 0,
+            machines: ids
+                .iter()
+                .map(|id| MachineObservation::new(id, MachineStatus::Running).into())
+                .collect(),
+            message: None,
+            note: None,
+        }
+    }
+
+    /// An acquire's report may name pods orb has not stored yet (a controller's replacement,
+    /// a bare pod recorded late): they become machines, whether the report also names every
+    /// stored machine or leaves one out; a report naming only stored machines adds none.
+    #[test]
+    fn a_report_adds_the_machines_it_names_beyond_the_stored_ones() {
+        let request = test_support::request(RequestType::Acquire)
+            .created(t(0))
+            .kind(ProviderApi::Pod)
+            .build();
+        let stored: MachineList = ["a", "b"]
+            .map(|id| {
+                test_support::machine(id)
+                    .of(&request)
+                    .status(MachineStatus::Running)
+                    .build()
+            })
+            .to_vec()
+            .into();
+        let ids = |list: &MachineList| -> Vec<String> {
+            list.iter().map(|m| m.machine_id.clone()).collect()
+        };
+        for (named, want) in [
+            (&["a", "b", "c"][..], &["a", "b", "c"][..]),
+            (&["a", "c"][..], &["a", "b", "c"][..]),
+            (&["c", "d"][..], &["a", "b", "c", "d"][..]),
+            (&["b", "a"][..], &["a", "b"][..]),
+            (&["a", "a"][..], &["a", "b"][..]),
+        ] {
+            let mut machines = stored.clone();
+            let changed = fold_report(&request, &mut machines, &report_of(named), t(5));
+            assert_eq!(ids(&machines), want, "report of {named:?}");
+            assert_eq!(changed.len(), want.len(), "report of {named:?}");
+            assert!(
+                changed[stored.len()..].iter().all(|c| *c),
+                "added machines are changes: {named:?}"
+            );
+        }
+    }
 }
