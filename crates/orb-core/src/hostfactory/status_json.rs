@@ -139,14 +139,13 @@ impl Writer {
         }
     }
 
-    /// `key=value` pairs joined by `;`, as one string: written pair by pair, and written
-    /// again through [`Writer::str`] in the rare case a key or value needs escaping.
+    /// `key=value` pairs joined by `;`, as one string: written pair by pair, checked in one
+    /// pass once written, and written again through [`Writer::str`] in the rare case a key or
+    /// value needs escaping (`;` and `=` never do).
     fn tags(&mut self, tags: InstanceTags<'_>) {
         let start = self.0.len();
         self.0.push('"');
-        let mut clean = true;
         for (i, (key, value)) in tags.0.iter().enumerate() {
-            clean &= needs_no_escape(key) & needs_no_escape(value);
             if i > 0 {
                 self.0.push(';');
             }
@@ -154,6 +153,7 @@ impl Writer {
             self.0.push('=');
             self.0.push_str(value);
         }
+        let clean = needs_no_escape(&self.0[start + 1..]);
         self.0.push('"');
         if !clean {
             self.0.truncate(start);
