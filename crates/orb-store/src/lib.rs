@@ -18,6 +18,7 @@ mod claims;
 mod codec;
 mod error;
 mod events;
+mod kept;
 mod limits;
 mod machines;
 mod migrate;

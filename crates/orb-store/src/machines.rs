@@ -1,7 +1,5 @@
 //! Machine rows.
 
-use std::collections::HashMap;
-
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineList};
@@ -9,6 +7,7 @@ use sqlx::any::{Any, AnyRow};
 use sqlx::{AssertSqlSafe, Transaction};
 
 use crate::codec::{RowReader, micros, opt_micros, to_json};
+use crate::kept::{KeptCache, Weighed};
 use crate::{Backend, Result, Store, StoreError};
 
 pub(crate) const MACHINE_COLUMNS: &str = "machine_id, name, request_id, return_request_id, template_id, \
@@ -210,126 +209,46 @@ const LIST_CACHE_MACHINES: usize = 20_000;
 /// request whose machines nobody changed costs a scan of their versions instead of decoding
 /// every row (at 500 machines, the decoding was the larger half of a status read). A kept
 /// list is used only when the database holds exactly the same machines at exactly the same
-/// versions; any write by any process raises a version and so makes it stale.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct ListCache(std::sync::Arc<std::sync::Mutex<ListCacheInner>>);
+/// versions, or nothing was committed since it was proven so; any write by any process
+/// raises a version and so makes it stale. Kept lists are shared with the lists handed out:
+/// a read that changes nothing copies nothing.
+pub(crate) type ListCache = KeptCache<MachineList, LIST_CACHE_MACHINES>;
 
-#[derive(Debug, Default)]
-struct ListCacheInner {
-    lists: HashMap<String, KeptList>,
-    machines: usize,
-    clock: u64,
+impl Weighed for MachineList {
+    fn weight(&self) -> usize {
+        self.len()
+    }
 }
 
-#[derive(Debug)]
-struct KeptList {
-    /// Shared with the lists handed out: a read that changes nothing copies nothing.
-    machines: MachineList,
-    last_used: u64,
-    /// The [`Store::commit_token`] read just before this list was last read or proven
-    /// current: while the database's token still equals it, nothing was committed since and
-    /// the list needs no scan of versions.
-    proven: Option<String>,
+/// The list kept under `key` if `versions` (the database's `id version` pairs) match it
+/// exactly; it is then proven current as of `token`.
+fn kept_list(
+    lists: &ListCache,
+    key: &str,
+    versions: &str,
+    token: Option<String>,
+) -> Option<MachineList> {
+    lists.kept_if(key, |kept| {
+        let current = same_versions(&kept.value, versions);
+        if current {
+            kept.proven = token;
+        }
+        current
+    })
 }
 
-impl ListCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ListCacheInner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether a list is kept under `key` (a later [`ListCache::get`] may still find it stale).
-    fn holds(&self, key: &str) -> bool {
-        self.lock().lists.contains_key(key)
-    }
-
-    /// The list kept under `key` if `versions` (the database's `id version` pairs) match it
-    /// exactly; it is then proven current as of `token`.
-    fn get(&self, key: &str, versions: &str, token: Option<String>) -> Option<MachineList> {
-        self.kept_if(key, |kept| {
-            let current = same_versions(&kept.machines, versions);
-            if current {
-                kept.proven = token;
-            }
-            current
-        })
-    }
-
-    /// The list kept under `key` if it was proven current as of `token` (nothing was
-    /// committed since).
-    fn get_unchanged(&self, key: &str, token: &str) -> Option<MachineList> {
-        self.kept_if(key, |kept| kept.proven.as_deref() == Some(token))
-    }
-
-    /// The list kept under `key` (shared, not copied) if `current` says it is, which counts
-    /// as a use.
-    fn kept_if(
-        &self,
-        key: &str,
-        current: impl FnOnce(&mut KeptList) -> bool,
-    ) -> Option<MachineList> {
-        let mut inner = self.lock();
-        inner.clock += 1;
-        let now = inner.clock;
-        let kept = inner.lists.get_mut(key)?;
-        if !current(kept) {
-            return None;
-        }
-        kept.last_used = now;
-        Some(kept.machines.clone())
-    }
-
-    /// Keeps `machines` under `key` in place of the list there when the two are the same
-    /// machines at the same versions and equal: `machines` is a copy of the kept list that a
-    /// status read folded its observations into without changing anything, but whose tags
-    /// and provider data now share the provider's allocations, so the next read's comparison
-    /// is a pointer check and needs no copy.
-    fn share_values(&self, key: &str, machines: &MachineList) {
-        let mut inner = self.lock();
-        let Some(kept) = inner.lists.get_mut(key) else {
-            return;
-        };
-        if MachineList::ptr_eq(&kept.machines, machines) {
-            return;
-        }
+/// Keeps `machines` under `key` in place of the list there when the two are the same
+/// machines at the same versions and equal: `machines` is a copy of the kept list that a
+/// status read folded its observations into without changing anything, but whose tags and
+/// provider data now share the provider's allocations, so the next read's comparison is a
+/// pointer check and needs no copy.
+fn share_values(lists: &ListCache, key: &str, machines: &MachineList) {
+    lists.replace_with(key, |kept| {
         // Equal machines are the same machines at the same versions, with equal values.
-        if kept.machines == *machines {
-            kept.machines = machines.clone();
+        if !MachineList::ptr_eq(kept, machines) && *kept == *machines {
+            *kept = machines.clone();
         }
-    }
-
-    fn put(&self, key: String, machines: MachineList, token: Option<String>) {
-        let mut inner = self.lock();
-        if let Some(old) = inner.lists.remove(&key) {
-            inner.machines -= old.machines.len();
-        }
-        if machines.len() > LIST_CACHE_MACHINES {
-            return;
-        }
-        inner.clock += 1;
-        let now = inner.clock;
-        inner.machines += machines.len();
-        inner.lists.insert(
-            key,
-            KeptList {
-                machines,
-                last_used: now,
-                proven: token,
-            },
-        );
-        while inner.machines > LIST_CACHE_MACHINES {
-            let Some(oldest) = inner
-                .lists
-                .iter()
-                .min_by_key(|(_, kept)| kept.last_used)
-                .map(|(key, _)| key.clone())
-            else {
-                break;
-            };
-            if let Some(dropped) = inner.lists.remove(&oldest) {
-                inner.machines -= dropped.machines.len();
-            }
-        }
-    }
+    });
 }
 
 /// Marks a fresh SQLite connection with an id of its own (a temporary table only it sees),
@@ -583,10 +502,12 @@ impl Store {
                     .fetch_one(&self.pool)
                     .await
                     .map_err(StoreError::db("list machine versions"))?;
-            if let Some(kept) = self
-                .lists
-                .get(&key, &versions.unwrap_or_default(), token.clone())
-            {
+            if let Some(kept) = kept_list(
+                &self.lists,
+                &key,
+                &versions.unwrap_or_default(),
+                token.clone(),
+            ) {
                 return Ok(kept);
             }
         }
@@ -606,7 +527,7 @@ impl Store {
     /// is not copied again.
     pub fn share_request_machines(&self, filter: &MachineFilter, machines: &MachineList) {
         if let Some((_, _, key)) = one_request(filter) {
-            self.lists.share_values(&key, machines);
+            share_values(&self.lists, &key, machines);
         }
     }
 

@@ -9,6 +9,7 @@ use sqlx::{AssertSqlSafe, Transaction};
 
 use crate::codec::{RowReader, micros, opt_micros, to_json};
 use crate::events;
+use crate::kept::{KeptCache, Weighed};
 use crate::machines::write_machines;
 use crate::{Result, Store, StoreError};
 
@@ -27,97 +28,11 @@ const REQUEST_CACHE_NAMES: usize = 20_000;
 /// request is handed out only while nothing at all was committed since it was read
 /// ([`Store::commit_token`], SQLite only: on PostgreSQL every read decodes the row); its name
 /// lists are shared with the copies handed out.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct RequestCache(std::sync::Arc<std::sync::Mutex<RequestCacheInner>>);
+pub(crate) type RequestCache = KeptCache<Request, REQUEST_CACHE_NAMES>;
 
-#[derive(Debug, Default)]
-struct RequestCacheInner {
-    requests: std::collections::HashMap<String, KeptRequest>,
-    names: usize,
-    clock: u64,
-}
-
-#[derive(Debug)]
-struct KeptRequest {
-    request: Request,
-    last_used: u64,
-    /// The commit token read just before this request was read (`None`: not known).
-    proven: Option<String>,
-}
-
-/// What a kept request counts against [`REQUEST_CACHE_NAMES`].
-fn weight(request: &Request) -> usize {
-    1 + request.resource_ids.len() + request.machine_ids.len() + request.unknown_machines.len()
-}
-
-impl RequestCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, RequestCacheInner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn holds(&self, key: &str) -> bool {
-        self.lock().requests.contains_key(key)
-    }
-
-    /// The request kept under `key` if it was proven current as of `token`.
-    fn get_unchanged(&self, key: &str, token: &str) -> Option<Request> {
-        self.kept_if(key, |kept| kept.proven.as_deref() == Some(token))
-    }
-
-    fn kept_if(
-        &self,
-        key: &str,
-        current: impl FnOnce(&mut KeptRequest) -> bool,
-    ) -> Option<Request> {
-        let mut inner = self.lock();
-        inner.clock += 1;
-        let now = inner.clock;
-        let kept = inner.requests.get_mut(key)?;
-        if !current(kept) {
-            return None;
-        }
-        kept.last_used = now;
-        Some(kept.request.clone())
-    }
-
-    fn forget(&self, key: &str) {
-        let mut inner = self.lock();
-        if let Some(old) = inner.requests.remove(key) {
-            inner.names -= weight(&old.request);
-        }
-    }
-
-    fn put(&self, key: String, request: Request, token: Option<String>) {
-        self.forget(&key);
-        let added = weight(&request);
-        if added > REQUEST_CACHE_NAMES {
-            return;
-        }
-        let mut inner = self.lock();
-        inner.clock += 1;
-        let now = inner.clock;
-        inner.names += added;
-        inner.requests.insert(
-            key,
-            KeptRequest {
-                request,
-                last_used: now,
-                proven: token,
-            },
-        );
-        while inner.names > REQUEST_CACHE_NAMES {
-            let Some(oldest) = inner
-                .requests
-                .iter()
-                .min_by_key(|(_, kept)| kept.last_used)
-                .map(|(key, _)| key.clone())
-            else {
-                break;
-            };
-            if let Some(dropped) = inner.requests.remove(&oldest) {
-                inner.names -= weight(&dropped.request);
-            }
-        }
+impl Weighed for Request {
+    fn weight(&self) -> usize {
+        1 + self.resource_ids.len() + self.machine_ids.len() + self.unknown_machines.len()
     }
 }
 

@@ -1,0 +1,134 @@
+//! [`KeptCache`]: values this process read from the database, handed out again while they
+//! are proven current, least recently used dropped first.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What a kept value counts against its cache's limit (machines of a list, names of a
+/// request).
+pub(crate) trait Weighed {
+    fn weight(&self) -> usize;
+}
+
+/// Values read from the database, by key, up to `LIMIT` in weight. Each is handed out only
+/// when its owner proves it current: by the [`crate::Store::commit_token`] it was last proven
+/// at (nothing committed since), or by a check of its own ([`KeptCache::kept_if`]).
+#[derive(Debug)]
+pub(crate) struct KeptCache<V, const LIMIT: usize>(Arc<Mutex<Inner<V>>>);
+
+impl<V, const LIMIT: usize> Clone for KeptCache<V, LIMIT> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<V, const LIMIT: usize> Default for KeptCache<V, LIMIT> {
+    fn default() -> Self {
+        Self(Arc::new(Mutex::new(Inner {
+            entries: HashMap::new(),
+            weight: 0,
+            clock: 0,
+        })))
+    }
+}
+
+#[derive(Debug)]
+struct Inner<V> {
+    entries: HashMap<String, Kept<V>>,
+    weight: usize,
+    clock: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Kept<V> {
+    /// Shared with the copies handed out (a clone is cheap for the values kept here).
+    pub(crate) value: V,
+    last_used: u64,
+    /// The commit token read just before the value was last read or proven current: while
+    /// the database's token still equals it, nothing was committed since.
+    pub(crate) proven: Option<String>,
+}
+
+impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
+    fn lock(&self) -> MutexGuard<'_, Inner<V>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a value is kept under `key` (a later read may still find it stale).
+    pub(crate) fn holds(&self, key: &str) -> bool {
+        self.lock().entries.contains_key(key)
+    }
+
+    /// The value kept under `key` if it was proven current as of `token` (nothing was
+    /// committed since).
+    pub(crate) fn get_unchanged(&self, key: &str, token: &str) -> Option<V> {
+        self.kept_if(key, |kept| kept.proven.as_deref() == Some(token))
+    }
+
+    /// The value kept under `key` if `current` says it is (it may record a new proof), which
+    /// counts as a use.
+    pub(crate) fn kept_if(
+        &self,
+        key: &str,
+        current: impl FnOnce(&mut Kept<V>) -> bool,
+    ) -> Option<V> {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        let kept = inner.entries.get_mut(key)?;
+        if !current(kept) {
+            return None;
+        }
+        kept.last_used = now;
+        Some(kept.value.clone())
+    }
+
+    /// Lets `change` replace the value kept under `key`, if any, with an equal one; not a use.
+    pub(crate) fn replace_with(&self, key: &str, change: impl FnOnce(&mut V)) {
+        if let Some(kept) = self.lock().entries.get_mut(key) {
+            change(&mut kept.value);
+        }
+    }
+
+    pub(crate) fn forget(&self, key: &str) {
+        let mut inner = self.lock();
+        if let Some(old) = inner.entries.remove(key) {
+            inner.weight -= old.value.weight();
+        }
+    }
+
+    /// Keeps `value` under `key`, proven current as of `token`; a value heavier than the
+    /// whole limit is not kept, and the least recently used make room.
+    pub(crate) fn put(&self, key: String, value: V, token: Option<String>) {
+        self.forget(&key);
+        let added = value.weight();
+        if added > LIMIT {
+            return;
+        }
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        inner.weight += added;
+        inner.entries.insert(
+            key,
+            Kept {
+                value,
+                last_used: now,
+                proven: token,
+            },
+        );
+        while inner.weight > LIMIT {
+            let Some(oldest) = inner
+                .entries
+                .iter()
+                .min_by_key(|(_, kept)| kept.last_used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            if let Some(dropped) = inner.entries.remove(&oldest) {
+                inner.weight -= dropped.value.weight();
+            }
+        }
+    }
+}
