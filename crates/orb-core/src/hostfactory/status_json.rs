@@ -4,9 +4,6 @@
 //! scanned a byte at a time, the sixty thousand constant keys included. Here keys are
 //! written as they are, and a value is checked for anything to escape in one pass the
 //! compiler vectorises; the rare value that needs escaping goes through serde_json.
-
-use std::fmt::Write as _;
-
 use super::output::{InstanceTags, MachineEntry, RequestStatusEntry, StatusReply};
 use crate::template::wire::tags_to_string;
 
@@ -88,7 +85,8 @@ impl Writer {
         self.key(MACHINE_FIELD, false, "publicIpAddress");
         self.opt_str(m.public_ip_address);
         self.key(MACHINE_FIELD, false, "launchtime");
-        let _ = write!(self.0, "{}", m.launchtime);
+        // serde_json writes integers with itoa too; `write!` went through core::fmt.
+        self.0.push_str(itoa::Buffer::new().format(m.launchtime));
         self.key(MACHINE_FIELD, false, "message");
         self.str(m.message);
         self.key(MACHINE_FIELD, false, "cloudHostId");
