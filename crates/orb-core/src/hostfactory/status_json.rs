@@ -91,26 +91,23 @@ impl Writer {
         self.str(m.message);
         self.key(MACHINE_FIELD, false, "cloudHostId");
         self.opt_str(m.cloud_host_id);
-        if let Some(instance_type) = m.instance_type {
-            self.key(MACHINE_FIELD, false, "instanceType");
-            self.str(instance_type);
-        }
-        if let Some(price_type) = m.price_type {
-            self.key(MACHINE_FIELD, false, "priceType");
-            self.str(price_type);
-        }
+        self.skipped_if_none("instanceType", m.instance_type);
+        self.skipped_if_none("priceType", m.price_type);
         self.key(MACHINE_FIELD, false, "instanceTags");
         self.tags(m.instance_tags);
-        if let Some(request_id) = m.request_id {
-            self.key(MACHINE_FIELD, false, "requestId");
-            self.str(request_id);
-        }
-        if let Some(return_request_id) = m.return_request_id {
-            self.key(MACHINE_FIELD, false, "returnRequestId");
-            self.str(return_request_id);
-        }
+        self.skipped_if_none("requestId", m.request_id);
+        self.skipped_if_none("returnRequestId", m.return_request_id);
         self.0.push_str(MACHINE);
         self.0.push('}');
+    }
+
+    /// A machine's field that serde leaves out when it is `None`
+    /// (`skip_serializing_if = "Option::is_none"`), never its first.
+    fn skipped_if_none(&mut self, key: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            self.key(MACHINE_FIELD, false, key);
+            self.str(value);
+        }
     }
 
     /// A field's key, after the comma that ends the field before it (unless `first`).
