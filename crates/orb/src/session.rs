@@ -13,6 +13,7 @@ use orb_store::Store;
 use crate::cli::{GlobalArgs, SchedulerKind};
 use crate::context::{self, LoadedConfig};
 use crate::failure::{CliResult, Failure};
+use crate::hostfactory::WrittenMachines;
 use crate::provider_factory::{ProviderContext, build_provider_for_app};
 use crate::render;
 
@@ -157,6 +158,7 @@ impl Session {
             broker: Arc::new(broker),
             warnings,
             catalog_failure,
+            written: None,
         })
     }
 
@@ -222,6 +224,9 @@ pub struct BrokerEnv {
     pub warnings: Vec<String>,
     /// Why the template file could not be read; `getAvailableTemplates` fails with it.
     pub catalog_failure: Option<Failure>,
+    /// `orb serve`'s big requests' machines as its last getRequestStatus replies wrote
+    /// them; `None` in a process that answers one call.
+    pub written: Option<WrittenMachines>,
 }
 
 /// A failed command: one `error:` line on stderr, its exit code, and for HostFactory a

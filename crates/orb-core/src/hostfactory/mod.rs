@@ -10,5 +10,7 @@ pub mod mapping;
 pub mod output;
 mod status_json;
 
+pub use status_json::machine_items;
+
 #[cfg(test)]
 mod tests;

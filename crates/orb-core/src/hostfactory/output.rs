@@ -140,6 +140,13 @@ pub struct RequestStatusEntry<'a> {
     pub request_id: &'a str,
     pub status: &'static str,
     pub message: Cow<'a, str>,
+    /// The request's stored machines already written as items of the reply's `machines`
+    /// array ([`machine_items`](super::machine_items)), kept by `orb serve` between calls
+    /// while the machines did not change. Written before `machines`, which then holds only
+    /// the names orb never managed. Only [`StatusReply::to_pretty_json`] writes it; serde
+    /// leaves it out.
+    #[serde(skip)]
+    pub written_machines: Option<&'a str>,
     pub machines: Vec<MachineEntry<'a>>,
 }
 
@@ -258,33 +265,57 @@ pub fn request_status_entry<'a>(
         .iter()
         .map(|m| machine_entry(request.request_type, m))
         .collect();
-    for unknown in &request.unknown_machines {
-        entries.push(MachineEntry {
-            machine_id: unknown,
-            name: unknown,
-            result: "fail",
-            status: MachineStatus::Unknown.as_str(),
-            private_ip_address: None,
-            public_ip_address: None,
-            launchtime: 0,
-            message: "unknown machine: orb does not manage a host with this id or name",
-            cloud_host_id: None,
-            instance_type: None,
-            price_type: None,
-            instance_tags: InstanceTags(&NO_TAGS),
-            request_id: None,
-            return_request_id: None,
-        });
-    }
+    entries.extend(unknown_machine_entries(request));
     RequestStatusEntry {
         request_id: request.request_id.as_str(),
         status: hf_request_status(request.status),
-        message: match &request.status_message {
-            Some(message) => Cow::Borrowed(message),
-            None => Cow::Owned(default_request_message(request)),
-        },
+        message: request_message(request),
+        written_machines: None,
         machines: entries,
     }
+}
+
+/// [`request_status_entry`] with the stored machines already written: `items` is what
+/// [`machine_items`](super::machine_items) wrote for `request.request_type` and the
+/// machines the request holds now.
+pub fn request_status_entry_written<'a>(
+    request: &'a Request,
+    items: &'a str,
+) -> RequestStatusEntry<'a> {
+    RequestStatusEntry {
+        request_id: request.request_id.as_str(),
+        status: hf_request_status(request.status),
+        message: request_message(request),
+        written_machines: Some(items),
+        machines: unknown_machine_entries(request).collect(),
+    }
+}
+
+fn request_message(request: &Request) -> Cow<'_, str> {
+    match &request.status_message {
+        Some(message) => Cow::Borrowed(message),
+        None => Cow::Owned(default_request_message(request)),
+    }
+}
+
+/// Names the caller gave that orb never managed: each once, as `fail`.
+fn unknown_machine_entries(request: &Request) -> impl Iterator<Item = MachineEntry<'_>> {
+    request.unknown_machines.iter().map(|unknown| MachineEntry {
+        machine_id: unknown,
+        name: unknown,
+        result: "fail",
+        status: MachineStatus::Unknown.as_str(),
+        private_ip_address: None,
+        public_ip_address: None,
+        launchtime: 0,
+        message: "unknown machine: orb does not manage a host with this id or name",
+        cloud_host_id: None,
+        instance_type: None,
+        price_type: None,
+        instance_tags: InstanceTags(&NO_TAGS),
+        request_id: None,
+        return_request_id: None,
+    })
 }
 
 /// The entry for an id orb has no record of: finished with an error, so HostFactory stops
@@ -294,6 +325,7 @@ pub fn unknown_request_entry(request_id: &str) -> RequestStatusEntry<'_> {
         request_id,
         status: "complete_with_error",
         message: Cow::Borrowed("request not found"),
+        written_machines: None,
         machines: Vec::new(),
     }
 }

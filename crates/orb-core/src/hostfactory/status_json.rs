@@ -4,8 +4,13 @@
 //! scanned a byte at a time, the sixty thousand constant keys included. Here keys are
 //! written as they are, and a value is checked for anything to escape in one pass the
 //! compiler vectorises; the rare value that needs escaping goes through serde_json.
-use super::output::{InstanceTags, MachineEntry, RequestStatusEntry, StatusReply};
+use super::output::{InstanceTags, MachineEntry, RequestStatusEntry, StatusReply, machine_entry};
+use crate::machine::Machine;
+use crate::request::RequestType;
 use crate::template::wire::tags_to_string;
+
+/// Bytes a machine takes in the reply, about; a little more, so a buffer is not copied.
+const MACHINE_BYTES: usize = 1024;
 
 impl StatusReply<'_> {
     /// The reply as pretty JSON (two spaces a level, no final line break), exactly as
@@ -16,7 +21,10 @@ impl StatusReply<'_> {
             + self
                 .requests
                 .iter()
-                .map(|r| 256 + r.message.len() + 1024 * r.machines.len())
+                .map(|r| {
+                    let written = r.written_machines.map_or(0, str::len);
+                    256 + r.message.len() + written + MACHINE_BYTES * r.machines.len()
+                })
                 .sum::<usize>();
         let mut out = Writer(String::with_capacity(size));
         out.0.push_str("{\n  \"requests\": ");
@@ -24,6 +32,21 @@ impl StatusReply<'_> {
         out.0.push_str("\n}");
         out.0
     }
+}
+
+/// `machines` as the items of a getRequestStatus reply's `machines` array for a request of
+/// `request_type`, each on its line, without the brackets: what
+/// [`RequestStatusEntry::written_machines`] takes. Empty for no machines.
+pub fn machine_items(request_type: RequestType, machines: &[Machine]) -> String {
+    let mut out = Writer(String::with_capacity(MACHINE_BYTES * machines.len()));
+    for (i, machine) in machines.iter().enumerate() {
+        if i > 0 {
+            out.0.push(',');
+        }
+        out.0.push_str(MACHINE);
+        out.machine(&machine_entry(request_type, machine));
+    }
+    out.0
 }
 
 /// A line break and the indentation of: the reply's field, a request, a request's fields,
@@ -46,7 +69,20 @@ impl Writer {
         self.key(REQUEST_FIELD, false, "message");
         self.str(&r.message);
         self.key(REQUEST_FIELD, false, "machines");
-        self.list(&r.machines, MACHINE, REQUEST_FIELD, Writer::machine);
+        match r.written_machines.filter(|items| !items.is_empty()) {
+            None => self.list(&r.machines, MACHINE, REQUEST_FIELD, Writer::machine),
+            Some(items) => {
+                self.0.push('[');
+                self.0.push_str(items);
+                for m in &r.machines {
+                    self.0.push(',');
+                    self.0.push_str(MACHINE);
+                    self.machine(m);
+                }
+                self.0.push_str(REQUEST_FIELD);
+                self.0.push(']');
+            }
+        }
         self.0.push_str(REQUEST);
         self.0.push('}');
     }
@@ -249,6 +285,7 @@ mod tests {
                     } else {
                         Cow::Owned(format!("owned {r}: \"{}\"", AWKWARD[r % AWKWARD.len()]))
                     },
+                    written_machines: None,
                     machines: (0..machines * (r % 3))
                         .map(|i| machine(i + r, AWKWARD[(i * 7 + r) % AWKWARD.len()]))
                         .collect(),

@@ -4,6 +4,7 @@
 use insta::assert_json_snapshot;
 use serde_json::json;
 
+use super::machine_items;
 use super::output::*;
 use crate::ids::RequestId;
 use crate::machine::{Machine, MachineStatus};
@@ -169,4 +170,66 @@ fn return_requests_replies() {
             ReclaimEntry { machine: "orb-fe4cda5c019444bc981b-0002".into(), grace_period: 30 },
         ]),
     }));
+}
+
+#[test]
+fn machines_written_ahead_make_the_same_reply() {
+    let mut acquire = request(RequestType::Acquire, RequestStatus::Complete, 3, 2);
+    let mut returned = machine(
+        "orb-fe4cda5c019444bc981b-0000",
+        MachineStatus::Terminated,
+        Some("10.0.0.7"),
+        None,
+    );
+    returned.return_request_id = Some(return_id());
+    let machines = vec![
+        returned,
+        machine(
+            "orb-fe4cda5c019444bc981b-0001",
+            MachineStatus::Failed,
+            None,
+            Some("quote \" and\nline break"),
+        ),
+        machine(
+            "orb-fe4cda5c019444bc981b-0002",
+            MachineStatus::Running,
+            Some("10.0.0.8"),
+            None,
+        ),
+    ];
+    let mut ret = request(RequestType::Return, RequestStatus::InProgress, 2, 1);
+    for (unknown, machines) in [(vec![], &machines[..]), (vec!["ghost", "x\"y"], &[][..])]
+        .into_iter()
+        .chain([(vec!["ghost"], &machines[..1]), (vec![], &[][..])])
+    {
+        for request in [&mut acquire, &mut ret] {
+            request.unknown_machines = unknown.iter().map(|s| s.to_string()).collect();
+            let items = machine_items(request.request_type, machines);
+            let written = StatusReply {
+                requests: vec![request_status_entry_written(request, &items)],
+            };
+            let built = StatusReply {
+                requests: vec![request_status_entry(request, machines)],
+            };
+            assert_eq!(
+                written.to_pretty_json(),
+                built.to_pretty_json(),
+                "{:?} with {} machines and unknown {unknown:?}",
+                request.request_type,
+                machines.len()
+            );
+        }
+    }
+    // The items are the request type's: an acquire's do not stand in for a return's.
+    let items = machine_items(RequestType::Acquire, &machines);
+    assert_ne!(
+        StatusReply {
+            requests: vec![request_status_entry_written(&ret, &items)]
+        }
+        .to_pretty_json(),
+        StatusReply {
+            requests: vec![request_status_entry(&ret, &machines)]
+        }
+        .to_pretty_json()
+    );
 }

@@ -6,12 +6,14 @@
 pub mod daemon_client;
 pub mod daemon_target;
 mod operations;
+mod written;
 
 pub use operations::{
     Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, get_available_templates, get_request_status,
     get_return_requests, machine_keys, request_machines, request_return_machines, run_operation,
     stale_warning, submitted, submitted_output,
 };
+pub use written::WrittenMachines;
 
 use serde_json::Value;
 

@@ -2,14 +2,16 @@
 //! `orb serve`'s `POST /api/v1/hostfactory/{operation}` both call [`run_operation`], so a
 //! script prints the same bytes and exits with the same code whichever way it went.
 
+use std::sync::Arc;
+
 use orb_core::hostfactory::input::{
     MachineSelector, RequestMachinesInput, RequestStatusQuery, ReturnMachinesInput,
     ReturnRequestsQuery,
 };
 use orb_core::hostfactory::mapping::submit_message;
 use orb_core::hostfactory::output::{
-    ReclaimEntry, StatusReply, SubmitReply, request_status_entry, return_requests_reply,
-    template_entry, templates_reply, unknown_request_entry,
+    ReclaimEntry, StatusReply, SubmitReply, request_status_entry, request_status_entry_written,
+    return_requests_reply, template_entry, templates_reply, unknown_request_entry,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -393,15 +395,26 @@ pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String])
 /// getRequestStatus: every id gets an answer; an unknown one is finished with an error.
 pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<ScriptReply> {
     let found = env.broker.statuses(ids).await?;
+    // Big requests' machines as `orb serve` wrote them before, or writes and keeps now.
+    let written: Vec<Option<Arc<str>>> = found
+        .iter()
+        .map(|lookup| match (lookup, &env.written) {
+            (Lookup::Found(view), Some(kept)) => kept.items(&view.request, &view.machines),
+            _ => None,
+        })
+        .collect();
     let mut entries = Vec::with_capacity(found.len());
     let mut notes = Vec::new();
-    for lookup in &found {
-        match lookup {
-            Lookup::Found(view) => {
+    for (lookup, items) in found.iter().zip(&written) {
+        match (lookup, items) {
+            (Lookup::Found(view), items) => {
                 notes.extend(stale_warning(view));
-                entries.push(request_status_entry(&view.request, &view.machines));
+                entries.push(match items {
+                    Some(items) => request_status_entry_written(&view.request, items),
+                    None => request_status_entry(&view.request, &view.machines),
+                });
             }
-            Lookup::Unknown(raw) => entries.push(unknown_request_entry(raw)),
+            (Lookup::Unknown(raw), _) => entries.push(unknown_request_entry(raw)),
         }
     }
     // Written by hand, byte for byte serde_json's pretty form (a third faster at 5,000

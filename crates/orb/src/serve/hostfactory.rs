@@ -90,5 +90,6 @@ fn call_env(state: &AppState) -> CliResult<BrokerEnv> {
         broker: state.shared_broker(),
         warnings: loaded.warnings,
         catalog_failure: loaded.failure,
+        written: Some(state.written_machines()),
     })
 }

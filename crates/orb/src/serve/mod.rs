@@ -55,6 +55,7 @@ pub use metrics::Metrics;
 use orb_broker::Broker;
 
 use crate::effective_config::EffectiveConfig;
+use crate::hostfactory::WrittenMachines;
 use crate::template_checks::{TemplateChecker, check_template};
 
 /// Knobs of the HTTP layer (the broker has its own settings).
@@ -105,6 +106,8 @@ struct Inner {
     template_file: template_file::TemplateFile,
     /// The configuration the server started with, for `GET /api/v1/config/…`.
     config: OnceLock<Arc<EffectiveConfig>>,
+    /// Big requests' machines as getRequestStatus last wrote them.
+    written: WrittenMachines,
 }
 
 impl AppState {
@@ -120,6 +123,7 @@ impl AppState {
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
                 config: OnceLock::new(),
+                written: WrittenMachines::default(),
             }),
         }
     }
@@ -153,6 +157,7 @@ impl AppState {
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
                 config: OnceLock::new(),
+                written: WrittenMachines::default(),
             }),
         }
     }
@@ -178,6 +183,7 @@ impl AppState {
                 template_source: OnceLock::new(),
                 template_file: Default::default(),
                 config: OnceLock::new(),
+                written: WrittenMachines::default(),
             }),
         }
     }
@@ -210,6 +216,11 @@ impl AppState {
     /// The broker, shared (the HostFactory route runs its operations on it).
     pub fn shared_broker(&self) -> Arc<Broker> {
         self.inner.broker.clone()
+    }
+
+    /// What getRequestStatus calls keep of the replies they wrote.
+    pub fn written_machines(&self) -> WrittenMachines {
+        self.inner.written.clone()
     }
 
     /// Brings the broker's templates up to date with the template file (when the server

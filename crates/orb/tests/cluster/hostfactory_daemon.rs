@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use crate::support::serve_process::spawn_listening;
 use crate::support::{clear_env, init_local_control_plane, orb};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::DeleteParams;
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
 
@@ -43,7 +46,7 @@ impl Ran {
 
 struct Setup {
     root: tempfile::TempDir,
-    _ns: TestNamespace,
+    ns: TestNamespace,
     scripts: PathBuf,
 }
 
@@ -58,11 +61,7 @@ impl Setup {
             .output()
             .unwrap();
         assert!(install.status.success(), "install: {install:?}");
-        Setup {
-            root,
-            _ns: ns,
-            scripts,
-        }
+        Setup { root, ns, scripts }
     }
 
     fn path(&self) -> &Path {
@@ -120,10 +119,22 @@ impl Setup {
         what: &str,
         id: &str,
         route: Route<'_>,
-        done: fn(&Value) -> bool,
+        done: impl Fn(&Value) -> bool,
+    ) {
+        self.wait_until_within(what, id, route, Duration::from_secs(60), done)
+            .await;
+    }
+
+    async fn wait_until_within(
+        &self,
+        what: &str,
+        id: &str,
+        route: Route<'_>,
+        within: Duration,
+        done: impl Fn(&Value) -> bool,
     ) {
         let input = json!({"requests": [{"requestId": id}]});
-        wait_for(what, Duration::from_secs(60), || async {
+        wait_for(what, within, || async {
             let entry =
                 self.script("getRequestStatus.sh", &input, route).json()["requests"][0].clone();
             if done(&entry) {
@@ -204,7 +215,11 @@ fn with_ids_masked(stdout: &str, ids: &[&str]) -> String {
 }
 
 fn submitted_id(ran: &Ran) -> String {
-    ran.json()["requestId"].as_str().unwrap().to_string()
+    let reply = ran.json();
+    reply["requestId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no request id: {ran:?}"))
+        .to_string()
 }
 
 #[tokio::test]
@@ -389,4 +404,112 @@ async fn a_daemon_that_does_not_answer_is_skipped_with_a_note_and_the_same_stdou
     let requested = setup.script("requestMachines.sh", &request, Route::Daemon(&nowhere));
     assert_eq!(requested.code, Some(0), "{requested:?}");
     assert!(requested.stderr.contains("ran requestMachines directly"));
+}
+
+/// A request of 500 machines or more: `orb serve` keeps its machines as it wrote them and
+/// hands that text out again while the store's machine list is the same one. Through the
+/// daemon the reply stays the direct reply call after call, and the kept text follows its
+/// machines: a return and a pod deleted behind orb's back show on the next call.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_big_requests_status_through_the_daemon_follows_its_machines() {
+    const MACHINES: usize = 500; // the daemon keeps the written machines from 500 on
+    let setup = Setup::new("hf-big").await;
+    let cluster = TestCluster::connect().await;
+    // A node of the test's own, so 500 pods take no other test's room.
+    let node = cluster.node_with_room("hf-big", MACHINES as u32 + 10).await;
+    let templates_file = setup.path().join("config/templates.json");
+    let mut templates: Value =
+        serde_json::from_str(&std::fs::read_to_string(&templates_file).unwrap()).unwrap();
+    templates["templates"].as_array_mut().unwrap().push(json!({
+        "templateId": "big", "maxNumber": MACHINES, "imageId": "busybox:1.36",
+        "nodeSelector": node.node_selector(), "tolerations": node.tolerations(),
+    }));
+    std::fs::write(&templates_file, templates.to_string()).unwrap();
+    let config_file = setup.path().join("config/config.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_file).unwrap()).unwrap();
+    config["request"]["max_machines_per_request"] = json!(MACHINES);
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let daemon = Daemon::start(setup.path());
+    let socket = daemon.socket.clone();
+
+    let request = json!({"template": {"templateId": "big", "machineCount": MACHINES}});
+    let acquire =
+        submitted_id(&setup.script("requestMachines.sh", &request, Route::Daemon(&socket)));
+    setup
+        .wait_until_within(
+            "500 machines running",
+            &acquire,
+            Route::Daemon(&socket),
+            Duration::from_secs(300),
+            |e| e["status"] == "complete",
+        )
+        .await;
+    let status = json!({"requests": [{"requestId": acquire}, {"requestId": "req-unknown"}]});
+    let first = setup.both_ways("getRequestStatus.sh", &status, &socket);
+    let machines = first.json()["requests"][0]["machines"].clone();
+    assert_eq!(
+        machines.as_array().unwrap().len(),
+        MACHINES,
+        "{}",
+        first.stdout
+    );
+    // The second call hands out the kept text: still the direct reply.
+    let again = setup.both_ways("getRequestStatus.sh", &status, &socket);
+    assert_eq!(again.stdout, first.stdout);
+
+    // A return of three: the acquire's entries of those three name it on the next call.
+    let names: Vec<String> = (0..3)
+        .map(|i| machines[i]["name"].as_str().unwrap().to_string())
+        .collect();
+    let returned = names
+        .iter()
+        .map(|n| json!({"name": n, "machineId": n}))
+        .collect::<Vec<_>>();
+    let ret = submitted_id(&setup.script(
+        "requestReturnMachines.sh",
+        &json!({"machines": returned}),
+        Route::Daemon(&socket),
+    ));
+    setup
+        .wait_until("the return to complete", &ret, &socket, |e| {
+            e["status"] == "complete"
+        })
+        .await;
+    let after_return = setup.both_ways("getRequestStatus.sh", &status, &socket);
+    let entries = after_return.json()["requests"][0]["machines"].clone();
+    for entry in entries.as_array().unwrap() {
+        let named = names.iter().any(|n| entry["name"] == n.as_str());
+        assert_eq!(
+            entry["returnRequestId"].as_str() == Some(ret.as_str()),
+            named,
+            "{entry}"
+        );
+    }
+
+    // A pod deleted behind orb's back: its machine stops being running on the next calls.
+    let gone = machines[10]["name"].as_str().unwrap().to_string();
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), setup.ns.name());
+    pods.delete(&gone, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    setup
+        .wait_until_within(
+            "the deleted pod's machine to leave running",
+            &acquire,
+            Route::Daemon(&socket),
+            Duration::from_secs(60),
+            |e| {
+                e["machines"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["name"] == gone.as_str() && m["status"] != "running")
+            },
+        )
+        .await;
+    setup.both_ways("getRequestStatus.sh", &status, &socket);
+    let exit = daemon.stop();
+    assert!(exit.success(), "{exit:?}");
 }
