@@ -4,7 +4,8 @@
 use std::future::Future;
 use std::task::Poll;
 
-use foldhash::{HashMap, HashSet, HashSetExt};
+use foldhash::{HashSet, HashSetExt};
+use orb_core::sorted::SortedMap;
 
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
@@ -446,11 +447,15 @@ fn fold_report(
     report: &StatusReport,
     now: jiff::Timestamp,
 ) -> Vec<bool> {
-    let observed: HashMap<&str, &MachineObservation> = report
-        .machines
-        .iter()
-        .map(|o| (o.machine_id.as_str(), &**o))
-        .collect();
+    // Sorted by id: the stored machines are asked in their order, which is the report's
+    // (both by id) for an acquire's own pods, so most are found with one comparison.
+    let observed: SortedMap<'_, &MachineObservation> = SortedMap::new(
+        report
+            .machines
+            .iter()
+            .map(|o| (o.machine_id.as_str(), &**o)),
+    );
+    let mut cursor = 0;
     let is_acquire = request.request_type == RequestType::Acquire;
     let mut updates = Vec::new();
     // Stored machines whose id the report names (ids are unique: the table's key).
@@ -459,7 +464,7 @@ fn fold_report(
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let seen = observed.get(m.machine_id.as_str());
+            let seen = observed.get_from(&mut cursor, m.machine_id.as_str());
             matched += usize::from(seen.is_some());
             match seen {
                 Some(_) if is_acquire && m.return_request_id.is_some() => false,

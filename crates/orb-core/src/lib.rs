@@ -16,6 +16,7 @@ pub mod provider;
 pub mod quantity;
 pub mod request;
 pub mod shared;
+pub mod sorted;
 pub mod template;
 /// Request and machine builders for tests; see the `test-support` feature.
 #[cfg(any(test, feature = "test-support"))]

@@ -109,8 +109,8 @@ impl K8sProvider {
                         continue;
                     }
                 };
-            let expected: foldhash::HashSet<&str> =
-                refs.iter().map(|m| m.machine_id.as_str()).collect();
+            let expected =
+                orb_core::sorted::SortedNames::new(refs.iter().map(|m| m.machine_id.as_str()));
             let pods = self.live_pods(client, &record, &expected, None).await?;
             // By name, once: a scan per machine is quadratic in one request of thousands.
             let by_name: std::collections::HashMap<&str, _> = pods

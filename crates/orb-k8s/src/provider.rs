@@ -342,7 +342,7 @@ impl K8sProvider {
         &self,
         client: &Client,
         record: &RequestRecord,
-        expected: &foldhash::HashSet<&str>,
+        expected: &orb_core::sorted::SortedNames<'_>,
         ahead: Option<crate::status::PodsAhead>,
     ) -> Result<Vec<Arc<crate::kept::Kept>>, K8sError> {
         use crate::metrics::ReasonLabels;

@@ -14,6 +14,7 @@ use orb_core::provider::{
 };
 use orb_core::request::RequestType;
 use orb_core::shared::Shared;
+use orb_core::sorted::SortedNames;
 
 use crate::error::K8sError;
 use crate::fulfilment::{
@@ -111,25 +112,22 @@ pub const GONE_REASON: &str =
 pub(crate) fn expected_pods<'a>(
     input: &'a StatusInput,
     record: &'a RequestRecord,
-) -> foldhash::HashSet<&'a str> {
-    let stored: foldhash::HashSet<&str> = input
-        .machines
-        .iter()
-        .map(|m| m.machine().machine_id.as_str())
-        .collect();
-    input
-        .machines
-        .iter()
-        .filter(|m| m.status.is_live())
-        .map(|m| m.machine().machine_id.as_str())
-        .chain(
-            record
-                .pod_names
-                .iter()
-                .map(String::as_str)
-                .filter(|name| !stored.contains(name)),
-        )
-        .collect()
+) -> SortedNames<'a> {
+    let stored = SortedNames::new(
+        input
+            .machines
+            .iter()
+            .map(|m| m.machine().machine_id.as_str()),
+    );
+    let live = SortedNames::new(
+        input
+            .machines
+            .iter()
+            .filter(|m| m.status.is_live())
+            .map(|m| m.machine().machine_id.as_str()),
+    );
+    let recorded = SortedNames::new(record.pod_names.iter().map(String::as_str));
+    live.union(recorded.minus(&stored))
 }
 
 /// Whether `names` (the pods a view holds) include every pod in `expected`. A view that lacks
@@ -137,10 +135,9 @@ pub(crate) fn expected_pods<'a>(
 /// trusted to call that machine gone.
 pub(crate) fn holds_every<'a>(
     names: impl IntoIterator<Item = &'a str>,
-    expected: &foldhash::HashSet<&str>,
+    expected: &SortedNames<'_>,
 ) -> bool {
-    let held: foldhash::HashSet<&str> = names.into_iter().collect();
-    expected.iter().all(|name| held.contains(name))
+    SortedNames::new(names).contains_all(expected)
 }
 
 /// An acquire's pods LISTed before the broker read its machines
@@ -169,7 +166,7 @@ impl PodsAhead {
     pub(crate) fn answer(
         self,
         record: &RequestRecord,
-        expected: &foldhash::HashSet<&str>,
+        expected: &SortedNames<'_>,
     ) -> Option<Result<Vec<Kept>, K8sError>> {
         if !self.covers(record) {
             return None;
@@ -375,16 +372,10 @@ impl K8sProvider {
                 }
             }
         }
-        let missing: Vec<&str> = {
-            let seen: foldhash::HashSet<&str> =
-                machines.iter().map(|m| m.machine_id.as_str()).collect();
-            expected
-                .iter()
-                .copied()
-                .filter(|name| !seen.contains(name))
-                .collect()
-        };
-        for name in missing {
+        let missing = expected.minus(&SortedNames::new(
+            machines.iter().map(|m| m.machine_id.as_str()),
+        ));
+        for name in missing.iter() {
             let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
             gone.status_reason = Some(GONE_REASON.into());
             gone.resource_id = Some(resource_id.clone().unwrap_or_else(|| name.to_string()));
@@ -427,11 +418,11 @@ impl K8sProvider {
                 continue;
             };
             let kind = record.kind;
-            let expected: foldhash::HashSet<&str> = refs
-                .iter()
-                .filter(|m| m.status.is_live())
-                .map(|m| m.machine_id.as_str())
-                .collect();
+            let expected = SortedNames::new(
+                refs.iter()
+                    .filter(|m| m.status.is_live())
+                    .map(|m| m.machine_id.as_str()),
+            );
             let pods = match self.live_pods(client, &record, &expected, None).await {
                 Ok(pods) => pods,
                 Err(e) => return Ok(unread(&e)),
