@@ -226,10 +226,16 @@ impl Broker {
 
     /// Machine references for provider calls, with each machine's acquire bookkeeping.
     async fn machine_refs(&self, machines: &[Machine]) -> Result<Vec<MachineRef>, BrokerError> {
-        let records = self.acquire_records(machines, None).await?;
+        let runs = self.acquire_records(machines, None).await?;
+        let mut run = runs.iter().peekable();
         Ok(machines
             .iter()
-            .zip(records)
+            .enumerate()
+            .map(|(i, m)| {
+                while run.next_if(|(end, _)| *end <= i).is_some() {}
+                let (_, data) = run.peek().expect("the runs cover every machine");
+                (m, data.clone())
+            })
             .map(|(m, request_provider_data)| MachineRef {
                 machine_id: m.machine_id.clone(),
                 name: m.name.clone(),
@@ -244,20 +250,28 @@ impl Broker {
             .collect())
     }
 
-    /// Machine by machine, the provider bookkeeping of the acquire that created it, read once
-    /// per acquire; `known` (an acquire request already read, and its provider data) is not
-    /// read again.
+    /// The provider bookkeeping of the acquire that created each machine, read once per
+    /// acquire, by runs of consecutive machines of one acquire (see
+    /// [`StatusMachines::from_runs`]); `known` (an acquire request already read, and its
+    /// provider data) is not read again.
     async fn acquire_records(
         &self,
         machines: &[Machine],
         known: Option<(&RequestId, std::sync::Arc<serde_json::Value>)>,
-    ) -> Result<Vec<std::sync::Arc<serde_json::Value>>, BrokerError> {
+    ) -> Result<Vec<(usize, std::sync::Arc<serde_json::Value>)>, BrokerError> {
         let mut acquires: BTreeMap<RequestId, std::sync::Arc<serde_json::Value>> = BTreeMap::new();
         if let Some((id, data)) = known {
             acquires.insert(id.clone(), data);
         }
-        let mut records = Vec::with_capacity(machines.len());
-        for m in machines {
+        let mut runs: Vec<(usize, std::sync::Arc<serde_json::Value>)> = Vec::new();
+        let mut current: Option<&RequestId> = None;
+        for (i, m) in machines.iter().enumerate() {
+            if current == Some(&m.request_id)
+                && let Some((end, _)) = runs.last_mut()
+            {
+                *end = i + 1;
+                continue;
+            }
             if !acquires.contains_key(&m.request_id) {
                 let data = self.store.get_request(&m.request_id).await?.map_or_else(
                     || std::sync::Arc::new(serde_json::Value::Null),
@@ -265,8 +279,9 @@ impl Broker {
                 );
                 acquires.insert(m.request_id.clone(), data);
             }
-            records.push(acquires[&m.request_id].clone());
+            runs.push((i + 1, acquires[&m.request_id].clone()));
+            current = Some(&m.request_id);
         }
-        Ok(records)
+        Ok(runs)
     }
 }

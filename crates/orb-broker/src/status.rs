@@ -247,7 +247,7 @@ impl Broker {
                             provider_api: request.provider_api,
                             provider_data,
                             template,
-                            machines: StatusMachines::new(
+                            machines: StatusMachines::from_runs(
                                 machines.clone(),
                                 self.acquire_records(&machines, known).await?,
                             ),

@@ -20,6 +20,9 @@ pub struct ScriptedProvider {
     pub ended: Mutex<Vec<EndedAcquire>>,
     pub notices: Mutex<Vec<ReclaimNotice>>,
     pub calls: Mutex<Vec<String>>,
+    /// Each status and release call's machines, with the acquire record it was handed for
+    /// each.
+    pub machine_records: Mutex<Vec<Vec<(String, serde_json::Value)>>>,
     /// When set, the next acquire first stores a change to its own request in this store,
     /// as a status poll running at the same moment would.
     pub concurrent_writer: Mutex<Option<orb_store::Store>>,
@@ -152,6 +155,13 @@ impl Provider for ScriptedProvider {
             .map(|m| m.machine_id.clone())
             .collect();
         self.record(format!("release {}", ids.join(",")));
+        self.machine_records.lock().unwrap().push(
+            input
+                .machines
+                .iter()
+                .map(|m| (m.machine_id.clone(), (*m.request_provider_data).clone()))
+                .collect(),
+        );
         let failed = self.release_failures.lock().unwrap().clone();
         let error = self.release_error.lock().unwrap().take();
         let also_released = std::mem::take(&mut *self.also_released.lock().unwrap());
@@ -183,6 +193,13 @@ impl Provider for ScriptedProvider {
 
     fn status(&self, input: StatusInput) -> ProviderFuture<'_, StatusReport> {
         self.record(format!("status {}", input.request_id));
+        self.machine_records.lock().unwrap().push(
+            input
+                .machines
+                .iter()
+                .map(|m| (m.machine_id.clone(), m.request_provider_data.clone()))
+                .collect(),
+        );
         let next = self.statuses.lock().unwrap().pop_front();
         let writer = self.status_writer.lock().unwrap().take();
         Box::pin(async move {

@@ -801,6 +801,41 @@ async fn a_return_naming_machines_only_by_name_works() {
 }
 
 #[tokio::test]
+async fn a_return_of_machines_of_two_acquires_hands_each_its_own_acquires_record() {
+    let f = fixture().await;
+    let first = f.broker.request_machines("worker", 2).await.unwrap();
+    let second = f.broker.request_machines("worker", 2).await.unwrap();
+    let names: Vec<String> = [&second.machines[1], &first.machines[0], &second.machines[0]]
+        .iter()
+        .chain(&[&first.machines[1]])
+        .map(|m| m.name.clone())
+        .collect();
+    let keys: Vec<MachineKey> = names.iter().map(|n| by_name(n)).collect();
+    let ret = f
+        .broker
+        .return_machines(&keys, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    f.broker.refresh(&ret.request.request_id).await.unwrap();
+    let calls = f.provider.machine_records.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "one release, one status read: {calls:?}");
+    for machines in calls {
+        let mut seen: Vec<&str> = machines.iter().map(|(id, _)| id.as_str()).collect();
+        seen.sort();
+        let mut wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+        wanted.sort();
+        assert_eq!(seen, wanted);
+        for (id, record) in &machines {
+            let pods = record["pod_names"].as_array().unwrap();
+            assert!(
+                pods.iter().any(|p| p == id.as_str()),
+                "{id} was handed another acquire's record: {record}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn unknown_names_refuse_or_are_reported_once() {
     let f = fixture().await;
     let acquire = f.broker.request_machines("worker", 1).await.unwrap();

@@ -212,8 +212,10 @@ pub struct StatusInput {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatusMachines {
     list: MachineList,
-    /// `acquire_data[i]` belongs to `list[i]`; one `Arc` per acquire, shared by its machines.
-    acquire_data: Vec<std::sync::Arc<Value>>,
+    /// The acquire bookkeeping by runs of consecutive machines: each run's end (the index
+    /// after its last machine) and its acquire's record. All of an acquire's own machines
+    /// are one run, so a status read does not count one reference per machine.
+    runs: Vec<(usize, std::sync::Arc<Value>)>,
 }
 
 impl StatusMachines {
@@ -228,7 +230,28 @@ impl StatusMachines {
             acquire_data.len(),
             "one acquire record per machine"
         );
-        Self { list, acquire_data }
+        let mut runs: Vec<(usize, std::sync::Arc<Value>)> = Vec::new();
+        for (i, data) in acquire_data.into_iter().enumerate() {
+            match runs.last_mut() {
+                Some((end, last)) if std::sync::Arc::ptr_eq(last, &data) => *end = i + 1,
+                _ => runs.push((i + 1, data)),
+            }
+        }
+        Self { list, runs }
+    }
+
+    /// `runs` holds, for each run of consecutive machines of one acquire, the index after
+    /// its last machine and the acquire's bookkeeping.
+    ///
+    /// # Panics
+    /// When the runs do not end in order at the list's end: a caller's mistake.
+    pub fn from_runs(list: MachineList, runs: Vec<(usize, std::sync::Arc<Value>)>) -> Self {
+        assert!(
+            runs.windows(2).all(|w| w[0].0 < w[1].0)
+                && runs.last().map_or(0, |r| r.0) == list.len(),
+            "acquire runs must end in order at the last machine"
+        );
+        Self { list, runs }
     }
 
     pub fn len(&self) -> usize {
@@ -240,7 +263,11 @@ impl StatusMachines {
     }
 
     pub fn iter(&self) -> StatusMachineIter<'_> {
-        StatusMachineIter(self.list.iter().zip(self.acquire_data.iter()))
+        StatusMachineIter {
+            machines: self.list.iter().enumerate(),
+            runs: &self.runs,
+            run: 0,
+        }
     }
 }
 
@@ -255,23 +282,29 @@ impl<'a> IntoIterator for &'a StatusMachines {
 
 /// The machines of a [`StatusMachines`], in stored order.
 #[derive(Debug, Clone)]
-pub struct StatusMachineIter<'a>(
-    std::iter::Zip<std::slice::Iter<'a, Machine>, std::slice::Iter<'a, std::sync::Arc<Value>>>,
-);
+pub struct StatusMachineIter<'a> {
+    machines: std::iter::Enumerate<std::slice::Iter<'a, Machine>>,
+    runs: &'a [(usize, std::sync::Arc<Value>)],
+    /// The run of the machine handed out last (runs only move forward).
+    run: usize,
+}
 
 impl<'a> Iterator for StatusMachineIter<'a> {
     type Item = StatusMachine<'a>;
 
     fn next(&mut self) -> Option<StatusMachine<'a>> {
-        let (machine, data) = self.0.next()?;
+        let (i, machine) = self.machines.next()?;
+        while self.runs[self.run].0 <= i {
+            self.run += 1;
+        }
         Some(StatusMachine {
             machine,
-            request_provider_data: data,
+            request_provider_data: &self.runs[self.run].1,
         })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.0.size_hint()
+        self.machines.size_hint()
     }
 }
 
@@ -456,6 +489,48 @@ mod tests {
             "the input reads the kept list itself"
         );
         assert_eq!(machines.len(), 2);
+    }
+
+    #[test]
+    fn runs_of_one_acquire_serve_each_of_its_machines() {
+        let list: MachineList = ["a", "b", "c", "d"]
+            .map(|n| machine(n).build())
+            .to_vec()
+            .into();
+        let (one, two) = (
+            Arc::new(serde_json::json!(1)),
+            Arc::new(serde_json::json!(2)),
+        );
+        let records = |m: &StatusMachines| -> Vec<Value> {
+            m.iter().map(|m| m.request_provider_data.clone()).collect()
+        };
+        let by_runs =
+            StatusMachines::from_runs(list.clone(), vec![(3, one.clone()), (4, two.clone())]);
+        let by_machine = StatusMachines::new(
+            list.clone(),
+            vec![one.clone(), one.clone(), one.clone(), two.clone()],
+        );
+        assert_eq!(records(&by_runs), [1, 1, 1, 2].map(Value::from));
+        assert_eq!(
+            by_runs, by_machine,
+            "neighbours sharing a record make one run"
+        );
+        assert_eq!(by_machine.runs.len(), 2);
+        // Equal records that are not shared stay apart, and records may come back.
+        let apart = StatusMachines::new(
+            list.clone(),
+            vec![one.clone(), Arc::new(serde_json::json!(1)), two, one],
+        );
+        assert_eq!(apart.runs.len(), 4);
+        assert_eq!(records(&apart), [1, 1, 2, 1].map(Value::from));
+        assert!(StatusMachines::from_runs(MachineList::default(), vec![]).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "acquire runs must end in order at the last machine")]
+    fn runs_that_stop_short_are_refused() {
+        let list: MachineList = vec![machine("a").build(), machine("b").build()].into();
+        let _ = StatusMachines::from_runs(list, vec![(1, Arc::new(Value::Null))]);
     }
 
     #[test]
