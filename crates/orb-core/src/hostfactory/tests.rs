@@ -42,6 +42,18 @@ fn machine(name: &str, status: MachineStatus, ip: Option<&str>, reason: Option<&
         .build()
 }
 
+/// The acquire's first machine, terminated by the return [`return_id`].
+fn returned_machine() -> Machine {
+    let mut returned = machine(
+        "orb-fe4cda5c019444bc981b-0000",
+        MachineStatus::Terminated,
+        Some("10.0.0.7"),
+        None,
+    );
+    returned.return_request_id = Some(return_id());
+    returned
+}
+
 fn request(kind: RequestType, status: RequestStatus, wanted: u32, done: u32) -> Request {
     let id = match kind {
         RequestType::Acquire => acquire_id(),
@@ -127,14 +139,7 @@ fn status_reply_for_acquire_return_and_unknown_ids() {
     let mut ret = request(RequestType::Return, RequestStatus::Complete, 1, 1);
     ret.template_id = None;
     ret.unknown_machines = vec!["host-we-never-made".into()];
-    let mut returned = machine(
-        "orb-fe4cda5c019444bc981b-0000",
-        MachineStatus::Terminated,
-        Some("10.0.0.7"),
-        None,
-    );
-    returned.return_request_id = Some(return_id());
-    let returned = [returned];
+    let returned = [returned_machine()];
     let reply = StatusReply {
         requests: vec![
             request_status_entry(&acquire, &acquired),
@@ -175,15 +180,8 @@ fn return_requests_replies() {
 #[test]
 fn machines_written_ahead_make_the_same_reply() {
     let mut acquire = request(RequestType::Acquire, RequestStatus::Complete, 3, 2);
-    let mut returned = machine(
-        "orb-fe4cda5c019444bc981b-0000",
-        MachineStatus::Terminated,
-        Some("10.0.0.7"),
-        None,
-    );
-    returned.return_request_id = Some(return_id());
     let machines = vec![
-        returned,
+        returned_machine(),
         machine(
             "orb-fe4cda5c019444bc981b-0001",
             MachineStatus::Failed,
