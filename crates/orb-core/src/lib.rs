@@ -10,6 +10,7 @@ pub mod config;
 pub mod dirs;
 pub mod hostfactory;
 pub mod ids;
+pub mod kept;
 pub mod lifecycle;
 pub mod machine;
 pub mod provider;

@@ -18,7 +18,6 @@ mod claims;
 mod codec;
 mod error;
 mod events;
-mod kept;
 mod limits;
 mod machines;
 mod migrate;

@@ -2,12 +2,12 @@
 
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
+use orb_core::kept::KeptCache;
 use orb_core::machine::{Machine, MachineList};
 use sqlx::any::{Any, AnyRow};
 use sqlx::{AssertSqlSafe, Transaction};
 
 use crate::codec::{RowReader, micros, opt_micros, to_json};
-use crate::kept::{KeptCache, Weighed};
 use crate::{Backend, Result, Store, StoreError};
 
 pub(crate) const MACHINE_COLUMNS: &str = "machine_id, name, request_id, return_request_id, template_id, \
@@ -213,12 +213,6 @@ const LIST_CACHE_MACHINES: usize = 20_000;
 /// raises a version and so makes it stale. Kept lists are shared with the lists handed out:
 /// a read that changes nothing copies nothing.
 pub(crate) type ListCache = KeptCache<MachineList, LIST_CACHE_MACHINES>;
-
-impl Weighed for MachineList {
-    fn weight(&self) -> usize {
-        self.len()
-    }
-}
 
 /// The list kept under `key` if `versions` (the database's `id version` pairs) match it
 /// exactly; it is then proven current as of `token`.

@@ -2,6 +2,7 @@
 
 use orb_core::ProviderApi;
 use orb_core::ids::RequestId;
+use orb_core::kept::KeptCache;
 use orb_core::machine::Machine;
 use orb_core::request::{Request, RequestStatus, RequestType};
 use sqlx::any::{Any, AnyRow};
@@ -9,7 +10,6 @@ use sqlx::{AssertSqlSafe, Transaction};
 
 use crate::codec::{RowReader, micros, opt_micros, to_json};
 use crate::events;
-use crate::kept::{KeptCache, Weighed};
 use crate::machines::write_machines;
 use crate::{Result, Store, StoreError};
 
@@ -29,12 +29,6 @@ const REQUEST_CACHE_NAMES: usize = 20_000;
 /// ([`Store::commit_token`], SQLite only: on PostgreSQL every read decodes the row); its name
 /// lists are shared with the copies handed out.
 pub(crate) type RequestCache = KeptCache<Request, REQUEST_CACHE_NAMES>;
-
-impl Weighed for Request {
-    fn weight(&self) -> usize {
-        1 + self.resource_ids.len() + self.machine_ids.len() + self.unknown_machines.len()
-    }
-}
 
 /// Which requests to list; empty/`None` fields match everything. Newest first.
 #[derive(Debug, Clone, Default)]

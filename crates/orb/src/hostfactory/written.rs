@@ -3,10 +3,10 @@
 //! completed 5,000-machine request reads the same kept machine list from the store call
 //! after call; writing its 3.4 MB of JSON again was half of what such a call cost the daemon.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use orb_core::hostfactory::machine_items;
+use orb_core::kept::{KeptCache, Weighed};
 use orb_core::machine::MachineList;
 use orb_core::request::Request;
 use orb_core::shared::Shared;
@@ -19,26 +19,27 @@ const MIN_MACHINES: usize = 500;
 /// mostly the store's own, held here a little longer.
 const LIMIT_MACHINES: usize = 20_000;
 
-/// The written machines of recently read requests, most recently used last. An entry holds
-/// the machine list it was written from, so the list cannot change under it (a write to a
-/// shared list copies it first) and its address cannot be reused: the same address is the
-/// same machines.
+/// The written machines of recently read requests, by request id (which names its type
+/// too: an acquire's and a return's items differ), least recently used dropped first. An
+/// entry holds the machine list it was written from, so the list cannot change under it (a
+/// write to a shared list copies it first) and its address cannot be reused: the same
+/// address is the same machines.
 #[derive(Debug, Clone, Default)]
-pub struct WrittenMachines(Arc<Mutex<VecDeque<Written>>>);
+pub struct WrittenMachines(KeptCache<Written, LIMIT_MACHINES>);
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Written {
-    /// Names its type too: an acquire's and a return's items differ.
-    request_id: String,
     list: MachineList,
     items: Arc<str>,
 }
 
-impl WrittenMachines {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Written>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+impl Weighed for Written {
+    fn weight(&self) -> usize {
+        self.list.len()
     }
+}
 
+impl WrittenMachines {
     /// `machines` of `request` written as the reply's array items
     /// ([`machine_items`]): the kept text when this request's list is the one it was
     /// written from, else written now (and kept, for a big list). `None` for a short list,
@@ -48,33 +49,18 @@ impl WrittenMachines {
             return None;
         }
         let id = request.request_id.as_str();
+        if let Some(kept) = self
+            .0
+            .kept_if(id, |kept| Shared::ptr_eq(&kept.value.list, machines))
         {
-            let mut kept = self.lock();
-            if let Some(at) = kept
-                .iter()
-                .position(|w| w.request_id == id && Shared::ptr_eq(&w.list, machines))
-            {
-                let hit = kept.remove(at).expect("position is in range");
-                let items = hit.items.clone();
-                kept.push_back(hit);
-                return Some(items);
-            }
+            return Some(kept.items);
         }
         let items: Arc<str> = machine_items(request.request_type, machines).into();
-        let mut kept = self.lock();
-        kept.retain(|w| w.request_id != id);
-        kept.push_back(Written {
-            request_id: id.to_string(),
+        let written = Written {
             list: machines.clone(),
             items: items.clone(),
-        });
-        let mut total: usize = kept.iter().map(|w| w.list.len()).sum();
-        while total > LIMIT_MACHINES {
-            let Some(oldest) = kept.pop_front() else {
-                break;
-            };
-            total -= oldest.list.len();
-        }
+        };
+        self.0.put(id.to_string(), written, None);
         Some(items)
     }
 }
@@ -163,12 +149,9 @@ mod tests {
     fn short_lists_are_not_kept_and_the_oldest_go_past_the_limit() {
         let written = WrittenMachines::default();
         let short = list(MIN_MACHINES - 1, "s");
-        assert!(
-            written
-                .items(&request(RequestType::Acquire), &short)
-                .is_none()
-        );
-        assert!(written.lock().is_empty());
+        let asked = request(RequestType::Acquire);
+        assert!(written.items(&asked, &short).is_none());
+        assert!(!written.0.holds(asked.request_id.as_str()), "not kept");
 
         let per = LIMIT_MACHINES / 4;
         let lists: Vec<MachineList> = (0..5).map(|i| list(per, &format!("l{i}"))).collect();
@@ -182,13 +165,12 @@ mod tests {
             &written.items(&requests[0], &lists[0]).unwrap()
         ));
         written.items(&requests[4], &lists[4]).unwrap();
-        let kept: Vec<String> = written
-            .lock()
+        let kept: Vec<bool> = requests
             .iter()
-            .map(|w| w.request_id.clone())
+            .map(|r| written.0.holds(r.request_id.as_str()))
             .collect();
-        assert_eq!(kept.len(), 4, "{kept:?}");
-        assert!(!kept.contains(&requests[1].request_id.to_string()));
+        assert_eq!(kept.iter().filter(|k| **k).count(), 4, "{kept:?}");
+        assert!(!kept[1], "the second is the one dropped: {kept:?}");
         assert!(Arc::ptr_eq(
             &first[0],
             &written.items(&requests[0], &lists[0]).unwrap()

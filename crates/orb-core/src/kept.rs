@@ -1,20 +1,20 @@
-//! [`KeptCache`]: values this process read from the database, handed out again while they
-//! are proven current, least recently used dropped first.
+//! [`KeptCache`]: values a process made or read once (from the database, or written out),
+//! handed out again while their owner proves them current, least recently used dropped first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a kept value counts against its cache's limit (machines of a list, names of a
 /// request).
-pub(crate) trait Weighed {
+pub trait Weighed {
     fn weight(&self) -> usize;
 }
 
-/// Values read from the database, by key, up to `LIMIT` in weight. Each is handed out only
-/// when its owner proves it current: by the [`crate::Store::commit_token`] it was last proven
-/// at (nothing committed since), or by a check of its own ([`KeptCache::kept_if`]).
+/// Values by key, up to `LIMIT` in weight. Each is handed out only when its owner proves it
+/// current: by the token it was last proven at ([`KeptCache::get_unchanged`]; the store's
+/// commit token: nothing committed since), or by a check of its own ([`KeptCache::kept_if`]).
 #[derive(Debug)]
-pub(crate) struct KeptCache<V, const LIMIT: usize>(Arc<Mutex<Inner<V>>>);
+pub struct KeptCache<V, const LIMIT: usize>(Arc<Mutex<Inner<V>>>);
 
 impl<V, const LIMIT: usize> Clone for KeptCache<V, LIMIT> {
     fn clone(&self) -> Self {
@@ -40,13 +40,14 @@ struct Inner<V> {
 }
 
 #[derive(Debug)]
-pub(crate) struct Kept<V> {
+pub struct Kept<V> {
     /// Shared with the copies handed out (a clone is cheap for the values kept here).
-    pub(crate) value: V,
+    pub value: V,
     last_used: u64,
-    /// The commit token read just before the value was last read or proven current: while
-    /// the database's token still equals it, nothing was committed since.
-    pub(crate) proven: Option<String>,
+    /// The owner's token as of when the value was last read or proven current (the store's:
+    /// its commit token, read just before; while the database's token still equals it,
+    /// nothing was committed since). `None`: no token.
+    pub proven: Option<String>,
 }
 
 impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
@@ -55,23 +56,19 @@ impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
     }
 
     /// Whether a value is kept under `key` (a later read may still find it stale).
-    pub(crate) fn holds(&self, key: &str) -> bool {
+    pub fn holds(&self, key: &str) -> bool {
         self.lock().entries.contains_key(key)
     }
 
     /// The value kept under `key` if it was proven current as of `token` (nothing was
     /// committed since).
-    pub(crate) fn get_unchanged(&self, key: &str, token: &str) -> Option<V> {
+    pub fn get_unchanged(&self, key: &str, token: &str) -> Option<V> {
         self.kept_if(key, |kept| kept.proven.as_deref() == Some(token))
     }
 
     /// The value kept under `key` if `current` says it is (it may record a new proof), which
     /// counts as a use.
-    pub(crate) fn kept_if(
-        &self,
-        key: &str,
-        current: impl FnOnce(&mut Kept<V>) -> bool,
-    ) -> Option<V> {
+    pub fn kept_if(&self, key: &str, current: impl FnOnce(&mut Kept<V>) -> bool) -> Option<V> {
         let mut inner = self.lock();
         inner.clock += 1;
         let now = inner.clock;
@@ -84,13 +81,13 @@ impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
     }
 
     /// Lets `change` replace the value kept under `key`, if any, with an equal one; not a use.
-    pub(crate) fn replace_with(&self, key: &str, change: impl FnOnce(&mut V)) {
+    pub fn replace_with(&self, key: &str, change: impl FnOnce(&mut V)) {
         if let Some(kept) = self.lock().entries.get_mut(key) {
             change(&mut kept.value);
         }
     }
 
-    pub(crate) fn forget(&self, key: &str) {
+    pub fn forget(&self, key: &str) {
         let mut inner = self.lock();
         if let Some(old) = inner.entries.remove(key) {
             inner.weight -= old.value.weight();
@@ -99,7 +96,7 @@ impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
 
     /// Keeps `value` under `key`, proven current as of `token`; a value heavier than the
     /// whole limit is not kept, and the least recently used make room.
-    pub(crate) fn put(&self, key: String, value: V, token: Option<String>) {
+    pub fn put(&self, key: String, value: V, token: Option<String>) {
         self.forget(&key);
         let added = value.weight();
         if added > LIMIT {
@@ -130,5 +127,19 @@ impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
                 inner.weight -= dropped.value.weight();
             }
         }
+    }
+}
+
+impl Weighed for crate::machine::MachineList {
+    /// Its machines.
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Weighed for crate::request::Request {
+    /// The row and the names it lists.
+    fn weight(&self) -> usize {
+        1 + self.resource_ids.len() + self.machine_ids.len() + self.unknown_machines.len()
     }
 }
