@@ -114,8 +114,11 @@ impl<'a, V> SortedMap<'a, V> {
     }
 
     pub fn get(&self, name: &str) -> Option<&V> {
-        let at = self.0.binary_search_by(|(key, _)| (*key).cmp(name)).ok()?;
-        Some(&self.0[at].1)
+        Some(&self.0[self.position(name)?].1)
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.0.binary_search_by(|(key, _)| (*key).cmp(name)).ok()
     }
 
     /// [`Self::get`] for names asked in order: `cursor` is where the last answer was found,
@@ -127,7 +130,7 @@ impl<'a, V> SortedMap<'a, V> {
             *cursor += 1;
             return Some(value);
         }
-        let at = self.0.binary_search_by(|(key, _)| (*key).cmp(name)).ok()?;
+        let at = self.position(name)?;
         *cursor = at + 1;
         Some(&self.0[at].1)
     }

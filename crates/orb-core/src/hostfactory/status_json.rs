@@ -28,7 +28,7 @@ impl StatusReply<'_> {
                 .sum::<usize>();
         let mut out = Writer(String::with_capacity(size));
         out.0.push_str("{\n  \"requests\": ");
-        out.list(&self.requests, REQUEST, TOP_FIELD, Writer::request);
+        out.list("", &self.requests, REQUEST, TOP_FIELD, Writer::request);
         out.0.push_str("\n}");
         out.0
     }
@@ -39,13 +39,8 @@ impl StatusReply<'_> {
 /// [`RequestStatusEntry::written_machines`] takes. Empty for no machines.
 pub fn machine_items(request_type: RequestType, machines: &[Machine]) -> String {
     let mut out = Writer(String::with_capacity(MACHINE_BYTES * machines.len()));
-    for (i, machine) in machines.iter().enumerate() {
-        if i > 0 {
-            out.0.push(',');
-        }
-        out.0.push_str(MACHINE);
-        out.machine(&machine_entry(request_type, machine));
-    }
+    let entries = machines.iter().map(|m| machine_entry(request_type, m));
+    out.items(entries, MACHINE, true, |out, entry| out.machine(&entry));
     out.0
 }
 
@@ -69,41 +64,55 @@ impl Writer {
         self.key(REQUEST_FIELD, false, "message");
         self.str(&r.message);
         self.key(REQUEST_FIELD, false, "machines");
-        match r.written_machines.filter(|items| !items.is_empty()) {
-            None => self.list(&r.machines, MACHINE, REQUEST_FIELD, Writer::machine),
-            Some(items) => {
-                self.0.push('[');
-                self.0.push_str(items);
-                for m in &r.machines {
-                    self.0.push(',');
-                    self.0.push_str(MACHINE);
-                    self.machine(m);
-                }
-                self.0.push_str(REQUEST_FIELD);
-                self.0.push(']');
-            }
-        }
+        let written = r.written_machines.unwrap_or_default();
+        self.list(
+            written,
+            &r.machines,
+            MACHINE,
+            REQUEST_FIELD,
+            Writer::machine,
+        );
         self.0.push_str(REQUEST);
         self.0.push('}');
     }
 
-    /// A list, each item on a line of its own at `item`, the closing bracket at `close`;
-    /// empty, `[]`.
-    fn list<T>(&mut self, items: &[T], item: &str, close: &str, write: fn(&mut Self, &T)) {
-        if items.is_empty() {
+    /// A list: the items `written` before (as [`Writer::items`] writes them), then `items`,
+    /// each on a line of its own at `item`, the closing bracket at `close`; empty, `[]`.
+    fn list<T>(
+        &mut self,
+        written: &str,
+        items: &[T],
+        item: &str,
+        close: &str,
+        write: fn(&mut Self, &T),
+    ) {
+        if written.is_empty() && items.is_empty() {
             self.0.push_str("[]");
             return;
         }
         self.0.push('[');
-        for (i, value) in items.iter().enumerate() {
-            if i > 0 {
+        self.0.push_str(written);
+        self.items(items, item, written.is_empty(), write);
+        self.0.push_str(close);
+        self.0.push(']');
+    }
+
+    /// A list's items, each on a line of its own at `item` after the comma that ends the one
+    /// before (none before the list's `first`).
+    fn items<T>(
+        &mut self,
+        items: impl IntoIterator<Item = T>,
+        item: &str,
+        first: bool,
+        write: impl Fn(&mut Self, T),
+    ) {
+        for (i, value) in items.into_iter().enumerate() {
+            if i > 0 || !first {
                 self.0.push(',');
             }
             self.0.push_str(item);
             write(self, value);
         }
-        self.0.push_str(close);
-        self.0.push(']');
     }
 
     fn machine(&mut self, m: &MachineEntry<'_>) {
