@@ -108,6 +108,8 @@ struct Server {
     _root: tempfile::TempDir,
     /// `ORB_STORAGE_URL` of the server (None: SQLite under its root).
     storage: Option<String>,
+    /// From the last restart's spawn to the server saying where it listens.
+    listening: Duration,
 }
 
 impl Drop for Server {
@@ -178,6 +180,7 @@ fn start_server(namespace: &str, watch: bool, storage: Option<String>) -> Server
         addr,
         _root: root,
         storage,
+        listening: Duration::ZERO,
     }
 }
 
@@ -228,12 +231,13 @@ fn spawn_server(root: &std::path::Path, storage: Option<&str>) -> (Child, String
 impl Server {
     /// Stops this server and starts another on the same config and store (the time to a
     /// serving cache after a restart or an upgrade, with every pod already there); returns
-    /// when the new process was spawned.
+    /// when the new process was spawned, and sets how long it took to listen.
     fn restart(&mut self) -> Instant {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let spawned = Instant::now();
         let (child, addr) = spawn_server(self._root.path(), self.storage.as_deref());
+        self.listening = spawned.elapsed();
         self.child = child;
         self.addr = addr;
         spawned
@@ -242,6 +246,8 @@ impl Server {
 
 /// What the restarted server reached, and when (from spawn).
 struct Restart {
+    /// The process up and listening (its cache starts listing then).
+    listening: Duration,
     serving: Duration,
     reconciled: Duration,
     /// The start-up reconciliation's own figure, from `/readyz`.
@@ -282,6 +288,7 @@ fn time_restart(server: &Server, spawned: Instant, pods: usize) -> Restart {
                 .and_then(|ms| ms.parse::<f64>().ok())
             {
                 return Restart {
+                    listening: server.listening,
                     serving,
                     reconciled: spawned.elapsed(),
                     reconcile_ms: ms,
@@ -705,6 +712,7 @@ fn run(namespace: &str, sizes: Sizes) {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let listening = median(restarts.iter().map(|r| secs(r.listening)).collect());
     let serving = median(restarts.iter().map(|r| secs(r.serving)).collect());
     let reconciled = median(restarts.iter().map(|r| secs(r.reconciled)).collect());
     let reconcile_s = median(restarts.iter().map(|r| r.reconcile_ms / 1000.0).collect());
@@ -726,7 +734,7 @@ fn run(namespace: &str, sizes: Sizes) {
         cached_after.as_secs_f64()
     );
     println!(
-        "start-up reconciliation after a restart: done {reconciled:.2} s after spawn, its own pass {reconcile_s:.2} s; store rows written by {reads} status reads of unchanged requests: {written} ({rows_per_read:.3} a read); by the reads that reported {changed} pods of one request deleted: {changed_rows} ({}; store: {})",
+        "start-up reconciliation after a restart: listening {listening:.2} s after spawn, done {reconciled:.2} s after spawn, its own pass {reconcile_s:.2} s; store rows written by {reads} status reads of unchanged requests: {written} ({rows_per_read:.3} a read); by the reads that reported {changed} pods of one request deleted: {changed_rows} ({}; store: {})",
         if changed_rows <= changed as i64 + 1 {
             "only the changed machines and the request"
         } else {
@@ -760,6 +768,7 @@ fn run(namespace: &str, sizes: Sizes) {
             "cache_complete_seconds": cached_after.as_secs_f64(),
             "restart_serving_seconds": serving,
             "restart_serving_rounds_s": restarts.iter().map(|r| secs(r.serving)).collect::<Vec<_>>(),
+            "restart_listening_seconds": listening,
             "bare_list_seconds": bare_s,
             "bare_list_rounds_s": bare.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
             "serving_over_bare_list": serving_ratio,
