@@ -43,8 +43,9 @@ pub struct Kept {
     /// through the store's kept machine lists, with its machine): a status read copies a
     /// reference count where it copied a map of strings.
     pub(crate) labels: Shared<BTreeMap<String, String>>,
-    /// The provider data status reads derive from this pod, derived at the first read and
-    /// shared the same way.
+    /// The provider data and the observation status reads derive from this pod, derived at
+    /// the first read and shared the same way (the provider data also with every kept pod
+    /// whose provider data is equal).
     derived: Derived,
 }
 
