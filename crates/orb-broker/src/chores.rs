@@ -10,7 +10,7 @@ use orb_core::ids::RequestId;
 use orb_core::machine::Machine;
 use orb_core::request::Request;
 
-use crate::{Broker, BrokerError, is_unrecorded_acquire, is_unrecorded_return, nothing_recorded};
+use crate::{Broker, BrokerError, is_unrecorded_return};
 
 impl Broker {
     /// Resumes acquires that stopped between storing the request and storing the provider's
@@ -22,16 +22,8 @@ impl Broker {
             Err(e) => return vec![format!("unfinished acquires not listed: {e}")],
         };
         let mut lines = Vec::new();
-        // The request row rules out every acquire whose provider answer was stored; only the
-        // others have their machines counted. `orb serve` settles at start-up, beside its
-        // watch cache's first LIST: reading the machines of 1,000 unfinished requests of 50
-        // was a quarter of its CPU while that LIST ran (50,000 pods, 2 cores).
-        for request in unfinished.into_iter().filter(nothing_recorded) {
-            let machines = match self.machines_of(&request).await {
-                Ok(m) => m.len(),
-                Err(_) => continue,
-            };
-            if !is_unrecorded_acquire(&request, machines) {
+        for request in unfinished {
+            if !matches!(self.is_unrecorded_stored_acquire(&request).await, Ok(true)) {
                 continue;
             }
             let id = request.request_id.clone();
