@@ -39,39 +39,139 @@ pub struct KeptPage {
 /// most `params.limit` pods, or all of them without a limit. Errors are kube's, as for a
 /// JSON LIST: an answer orb cannot read is a decoding error naming what was wrong.
 pub async fn list_kept(api: &Api<Kept>, params: &ListParams) -> Result<KeptPage, kube::Error> {
+    open_kept(api, params).await?.finish().await
+}
+
+/// Every pod `params` select, page by page (`params.limit` a page), each page handed to
+/// `each` in order. The next page is asked for as soon as the current one's metadata is in
+/// (the apiserver writes it before the items), so the apiserver writes page n + 1 while
+/// page n is still arriving and being read, instead of waiting for orb's next request.
+pub async fn list_kept_pages(
+    api: &Api<Kept>,
+    params: &ListParams,
+    mut each: impl FnMut(KeptPage),
+) -> Result<(), kube::Error> {
+    let mut page = open_kept(api, params).await?;
+    loop {
+        let Some(token) = page.next_token().await? else {
+            each(page.finish().await?);
+            return Ok(());
+        };
+        let next = params.clone().continue_token(&token);
+        // On an error in either, the other is dropped (its connection closed).
+        let (read, next) = tokio::try_join!(page.finish(), open_kept(api, &next))?;
+        each(read);
+        page = next;
+    }
+}
+
+/// A LIST page of pods whose answer has begun to arrive.
+pub struct OpenKeptPage {
+    encoding: Encoding,
+    body: kube::client::Body,
+    /// The body has ended (it is not polled again).
+    ended: bool,
+    read: PageRead,
+}
+
+enum PageRead {
+    /// Read pod by pod as the body arrives (see `kept::protobuf::PodListStream`).
+    Protobuf(crate::kept::protobuf::PodListStream),
+    /// A JSON answer is read whole, the first time anything of it is asked for.
+    Json(Option<ObjectList<Kept>>),
+}
+
+/// Sends the LIST of one page and returns once the answer's head is in.
+pub async fn open_kept(api: &Api<Kept>, params: &ListParams) -> Result<OpenKeptPage, kube::Error> {
     let request = kube::core::Request::new(api.resource_url())
         .list(params)
         .map_err(kube::Error::BuildRequest)?;
-    let (encoding, mut body) = open(&api.clone().into_client(), request, PROTOBUF_OR_JSON).await?;
-    match encoding {
-        Encoding::Protobuf => {
-            // Read pod by pod as the body arrives (see `kept::protobuf::PodListStream`).
-            let mut stream = crate::kept::protobuf::PodListStream::new();
-            while let Some(frame) = body.frame().await {
-                if let Ok(piece) = frame?.into_data() {
-                    stream.push(&piece).map_err(|e| unreadable("pod list", e))?;
+    let (encoding, body) = open(&api.clone().into_client(), request, PROTOBUF_OR_JSON).await?;
+    let read = match encoding {
+        Encoding::Protobuf => PageRead::Protobuf(crate::kept::protobuf::PodListStream::new()),
+        Encoding::Json => PageRead::Json(None),
+    };
+    Ok(OpenKeptPage {
+        encoding,
+        body,
+        ended: false,
+        read,
+    })
+}
+
+impl OpenKeptPage {
+    /// The next page's token (`None` on the last page), reading no further into the body
+    /// than the list's metadata.
+    pub async fn next_token(&mut self) -> Result<Option<String>, kube::Error> {
+        match &mut self.read {
+            PageRead::Protobuf(stream) => loop {
+                if let Some(token) = stream.continue_token() {
+                    return Ok(token.map(str::to_string));
                 }
+                // The body ended before the list's metadata: `finish` says what is wrong.
+                if !push_frame(&mut self.body, stream).await? {
+                    self.ended = true;
+                    return Ok(None);
+                }
+            },
+            PageRead::Json(list) => {
+                let list = match list {
+                    Some(list) => list,
+                    None => list.insert(read_json(&mut self.body).await?),
+                };
+                Ok(list.metadata.continue_.clone().filter(|c| !c.is_empty()))
             }
-            let list = stream.finish().map_err(|e| unreadable("pod list", e))?;
-            Ok(KeptPage {
-                items: list.items,
-                encoding,
-                resource_version: list.resource_version,
-                continue_token: list.continue_token,
-            })
-        }
-        Encoding::Json => {
-            let body = body.collect().await?.to_bytes();
-            let list: ObjectList<Kept> =
-                serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
-            Ok(KeptPage {
-                items: list.items,
-                encoding,
-                resource_version: list.metadata.resource_version,
-                continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
-            })
         }
     }
+
+    /// The rest of the page.
+    pub async fn finish(mut self) -> Result<KeptPage, kube::Error> {
+        match self.read {
+            PageRead::Protobuf(mut stream) => {
+                while !self.ended && push_frame(&mut self.body, &mut stream).await? {}
+                let list = stream.finish().map_err(|e| unreadable("pod list", e))?;
+                Ok(KeptPage {
+                    items: list.items,
+                    encoding: self.encoding,
+                    resource_version: list.resource_version,
+                    continue_token: list.continue_token,
+                })
+            }
+            PageRead::Json(list) => {
+                let list = match list {
+                    Some(list) => list,
+                    None => read_json(&mut self.body).await?,
+                };
+                Ok(KeptPage {
+                    items: list.items,
+                    encoding: self.encoding,
+                    resource_version: list.metadata.resource_version,
+                    continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
+                })
+            }
+        }
+    }
+}
+
+/// Reads the body's next frame into `stream`; false once the body has ended.
+async fn push_frame(
+    body: &mut kube::client::Body,
+    stream: &mut crate::kept::protobuf::PodListStream,
+) -> Result<bool, kube::Error> {
+    match body.frame().await {
+        None => Ok(false),
+        Some(frame) => {
+            if let Ok(piece) = frame?.into_data() {
+                stream.push(&piece).map_err(|e| unreadable("pod list", e))?;
+            }
+            Ok(true)
+        }
+    }
+}
+
+async fn read_json(body: &mut kube::client::Body) -> Result<ObjectList<Kept>, kube::Error> {
+    let body = body.collect().await?.to_bytes();
+    serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
 }
 
 /// One page of a metadata-only LIST (`PartialObjectMetadataList`).

@@ -644,26 +644,25 @@ impl PodCache {
 /// in memory at once.
 const LIST_PAGE: u32 = 500;
 
-/// Every managed pod of `api`'s scope, page by page, and the resourceVersion to watch from
-/// (the first page's: a paginated LIST is one consistent snapshot).
+/// Every managed pod of `api`'s scope, page by page (each next page asked for while the
+/// current one arrives, see [`crate::protobuf_list::list_kept_pages`]), and the
+/// resourceVersion to watch from (the first page's: a paginated LIST is one consistent
+/// snapshot).
 async fn list_all(
     api: &Api<Kept>,
     selector: &str,
 ) -> Result<(Vec<Kept>, Option<String>), kube::Error> {
     let mut items = Vec::new();
-    let mut params = ListParams::default().labels(selector).limit(LIST_PAGE);
     let mut resource_version = None;
-    loop {
-        let page = crate::protobuf_list::list_kept(api, &params).await?;
+    let params = ListParams::default().labels(selector).limit(LIST_PAGE);
+    crate::protobuf_list::list_kept_pages(api, &params, |page| {
         if resource_version.is_none() {
             resource_version = page.resource_version;
         }
         items.extend(page.items);
-        match page.continue_token {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok((items, resource_version)),
-        }
-    }
+    })
+    .await?;
+    Ok((items, resource_version))
 }
 
 fn is_gone(e: &kube::Error) -> bool {

@@ -22,6 +22,8 @@ pub(crate) struct PodListStream {
     stage: Stage,
     kind: Option<String>,
     read: PodListRead,
+    /// The list's metadata (resourceVersion, continue token) has been read.
+    meta_read: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +46,16 @@ impl PodListStream {
             stage: Stage::Magic,
             kind: None,
             read: PodListRead::default(),
+            meta_read: false,
         }
+    }
+
+    /// The next page's token, once the list's metadata has been read (`Some(None)` on the
+    /// last page). The apiserver writes the metadata before the items, so this is known
+    /// after the first few bytes of the list; a list that held none is known at its end.
+    pub(crate) fn continue_token(&self) -> Option<Option<&str>> {
+        (self.meta_read || matches!(self.stage, Stage::Trailer))
+            .then_some(self.read.continue_token.as_deref())
     }
 
     /// Reads what `piece` completes. Errors are final: the body cannot be framed past one.
@@ -128,7 +139,8 @@ impl PodListStream {
                     match field.number {
                         1 => {
                             (self.read.resource_version, self.read.continue_token) =
-                                list_meta(field.message()?)?
+                                list_meta(field.message()?)?;
+                            self.meta_read = true;
                         }
                         2 => self.read.items.push(pod(field.message()?)?),
                         _ => {}
@@ -202,6 +214,41 @@ mod tests {
         assert_eq!(read_in(&bytes).unwrap(), whole, "byte by byte");
         let sevens: Vec<&[u8]> = body.chunks(7).collect();
         assert_eq!(read_in(&sevens).unwrap(), whole, "seven at a time");
+    }
+
+    #[test]
+    fn the_next_pages_token_is_known_before_the_first_pod() {
+        let body = two_pods();
+        let meta = encode(&[(
+            1,
+            W::M(vec![(1, W::S("")), (2, W::S("4711")), (3, W::S("next"))]),
+        )]);
+        // Magic, typeMeta, the list's header (tag and length), then its metadata.
+        let meta_at = body
+            .windows(meta.len())
+            .position(|w| w == meta.as_slice())
+            .expect("the list metadata is in the body");
+        let mut stream = PodListStream::new();
+        stream.push(&body[..meta_at + meta.len() - 1]).unwrap();
+        assert_eq!(
+            stream.continue_token(),
+            None,
+            "one byte of the metadata missing"
+        );
+        stream
+            .push(&body[meta_at + meta.len() - 1..meta_at + meta.len()])
+            .unwrap();
+        assert_eq!(stream.continue_token(), Some(Some("next")));
+        assert!(stream.read.items.is_empty(), "no pod has been read yet");
+        stream.push(&body[meta_at + meta.len()..]).unwrap();
+        assert_eq!(stream.finish().unwrap().items.len(), 2);
+
+        // A list without metadata (not what the apiserver writes): known at its end, no token.
+        let bare = kubernetes_body("PodList", encode(&[(2, W::M(failed_pod()))]));
+        let mut stream = PodListStream::new();
+        stream.push(&bare[..bare.len() - 4]).unwrap();
+        assert_eq!(stream.continue_token(), Some(None));
+        assert_eq!(stream.read.items.len(), 1);
     }
 
     #[test]
