@@ -119,10 +119,12 @@ def main():
     ap.add_argument("--operator-steady", default="")
     ap.add_argument("--daemon", default="")
     ap.add_argument("--console", default="")
+    ap.add_argument("--list-pages", default="")
     ap.add_argument("--commit", required=True)
     ap.add_argument("--json", required=True)
     ap.add_argument("--expect", action="append", default=[],
-                    choices=["acquire", "daemon", "operator", "operator-steady", "console"],
+                    choices=["acquire", "daemon", "operator", "operator-steady", "console",
+                             "list-pages"],
                     help="a part that ran: fail when no figures of it could be read")
     a = ap.parse_args()
 
@@ -134,6 +136,7 @@ def main():
     steady = operator_results(a.operator_steady)
     daemon = operator_results(a.daemon)
     console = operator_results(a.console)
+    list_pages = operator_results(a.list_pages)
     verdicts = []
     if console:
         what, limit = TARGETS["console_render_ms"]
@@ -237,6 +240,15 @@ def main():
         print(f"| machine list fetch, median | {console['machine_list_fetch_median_ms']:.0f} ms |")
     else:
         print("\n(web console overview not run)")
+    if list_pages:
+        print(f"\n| paginated LIST, {list_pages['pods']} pods, {list_pages['page']} a page | "
+              "one page after the other | next page asked for while one arrives | ratio |")
+        print("|---|---:|---:|---:|")
+        for w in list_pages["ways"]:
+            print(f"| {w['way']} | {w['one_after_the_other_s']:.3f} s | {w['overlapped_s']:.3f} s | "
+                  f"{w['overlapped_over_one_after_the_other']:.2f} |")
+    else:
+        print("\n(paginated LIST, overlapped pages, not run)")
     runs = [(f"one burst, {r['create_concurrency']} creates in flight", r) for r in [operator] if r]
     runs += [(f"created at {r.get('create_rate', 0):.0f} a second", r) for r in [steady] if r]
     for arrival, r in runs:
@@ -272,13 +284,14 @@ def main():
         "acquire": [r for r in acquire if r["bench"] == "acquire"],
         "release": [r for r in acquire if r["bench"] == "release"],
         "operator": operator, "operator_steady": steady, "daemon": daemon, "console": console,
+        "list_pages": list_pages,
         "targets": verdicts,
     }
     with open(a.json, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
     produced = {"acquire": acquire, "daemon": daemon, "operator": operator,
-                "operator-steady": steady, "console": console}
+                "operator-steady": steady, "console": console, "list-pages": list_pages}
     missing = [part for part in a.expect if not produced[part]]
     if not crit:
         missing.insert(0, "criterion (no estimates newer than the run's start)")

@@ -44,12 +44,12 @@ build_benches() {
   [[ "$smoke" == 1 ]] && build=(cargo test)
   while read -r name path; do exe[$name]=$path; done < <(
     "${build[@]}" --locked -p orb-k8s -p pdb-operator -p orb -p orb-store \
-      --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench operator_scale \
+      --bench hot_paths --bench budget_math --bench store_reads --bench startup --bench acquire_pods --bench list_pages --bench operator_scale \
       --bench daemon_status --bench console_overview \
       --no-run --message-format=json |
       jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["bench"]) | "\(.target.name) \(.executable)"'
   )
-  for name in hot_paths budget_math store_reads startup acquire_pods operator_scale daemon_status console_overview; do
+  for name in hot_paths budget_math store_reads startup acquire_pods list_pages operator_scale daemon_status console_overview; do
     [[ -x "${exe[$name]:-}" ]] || { echo "bench: error: bench '$name' did not build" >&2; exit 1; }
   done
 }

@@ -8,6 +8,9 @@
 #   - acquire of 100/500/1,000 machines per handler vs a bare kube-rs loop, and release of 500
 #     pods, on the local control plane (orb-k8s acquire_pods; BENCH_ACQUIRE_HANDLERS,
 #     BENCH_ACQUIRE_COUNTS, BENCH_ACQUIRE_ROUNDS, BENCH_RELEASE_COUNT, BENCH_POLL_MS);
+#   - a paginated LIST of 5,000 pods with each next page asked for while the current one
+#     arrives (the watch cache's way) vs one page after the other, straight and through a
+#     proxy with added delay (orb-k8s list_pages; BENCH_LIST_PODS, BENCH_LIST_DELAYS_MS);
 #   - the real pdb-operator at 1,000 Deployments: create->PDB p50/p99 next to a bare PDB loop on
 #     the same burst (BENCH_OPERATOR_ROUNDS rounds, default 3), full resync, resident memory
 #     (pdb-operator operator_scale; skipped when no control plane answers);
@@ -49,7 +52,9 @@ if [[ "$smoke" == 1 ]]; then
     BENCH_RESTARTS="${BENCH_RESTARTS:-1}" BENCH_CHANGED="${BENCH_CHANGED:-2}" \
     BENCH_DEPLOYMENTS="${BENCH_DEPLOYMENTS:-20}" BENCH_OPERATOR_ROUNDS="${BENCH_OPERATOR_ROUNDS:-1}" \
     BENCH_BARE_CONCURRENCY="${BENCH_BARE_CONCURRENCY-0}" \
-    BENCH_CONSOLE_MACHINES="${BENCH_CONSOLE_MACHINES:-50}" BENCH_CONSOLE_LOADS="${BENCH_CONSOLE_LOADS:-1}"
+    BENCH_CONSOLE_MACHINES="${BENCH_CONSOLE_MACHINES:-50}" BENCH_CONSOLE_LOADS="${BENCH_CONSOLE_LOADS:-1}" \
+    BENCH_LIST_PODS="${BENCH_LIST_PODS:-30}" BENCH_LIST_PAGE="${BENCH_LIST_PAGE:-10}" \
+    BENCH_LIST_ROUNDS="${BENCH_LIST_ROUNDS:-1}" BENCH_LIST_DELAYS_MS="${BENCH_LIST_DELAYS_MS:-2}"
 fi
 # The parts that ran: collect.py fails when one of them printed no figures it could read.
 expect=()
@@ -81,6 +86,9 @@ else
   echo "bench: acquire per handler and release vs a bare kube-rs loop ($KUBECONFIG)" >&2
   "${exe[acquire_pods]}" --bench 2>&1 | tee "$raw/acquire.txt" >&2
   expect+=(--expect acquire)
+  echo "bench: a paginated LIST, pages one after the other vs overlapped ($KUBECONFIG)" >&2
+  "${exe[list_pages]}" --bench 2>&1 | tee "$raw/list_pages.txt" >&2
+  expect+=(--expect list-pages)
 fi
 
 settle() { settle_bench_namespaces 600; }
@@ -132,7 +140,7 @@ python3 "$repo/bench/collect.py" \
   --criterion-dir "$CRITERION_HOME" --since "$run_start" \
   --startup "$raw/startup.txt" --acquire "$raw/acquire.txt" --operator "$raw/operator.txt" \
   --operator-steady "$raw/operator-steady.txt" \
-  --daemon "$raw/daemon.txt" --console "$raw/console.txt" \
+  --daemon "$raw/daemon.txt" --console "$raw/console.txt" --list-pages "$raw/list_pages.txt" \
   --commit "$(git rev-parse --short HEAD)" --json "$out_dir/$stamp.json" "${expect[@]}"
 if [[ "$smoke" == 1 ]]; then
   echo "bench: smoke run passed (every bench ran and collect.py read its figures; nothing kept)" >&2
