@@ -34,6 +34,9 @@
 //! e.g. an empty PostgreSQL database `postgres://…`; default SQLite in its root directory;
 //! the LIST-per-read server always keeps its own SQLite).
 
+// The result line is one `json!` with many fields.
+#![recursion_limit = "256"]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -253,13 +256,23 @@ struct Restart {
     reconciled: Duration,
     /// The start-up reconciliation's own figure, from `/readyz`.
     reconcile_ms: f64,
+    /// CPU seconds the restarted server used until its cache served.
+    server_cpu: f64,
+    /// CPU seconds kube-apiserver used from just before the restart until the cache served.
+    apiserver_cpu: f64,
 }
 
 /// Polls the restarted server until its cache serves all `pods` and its start-up
 /// reconciliation has reported.
-fn time_restart(server: &Server, spawned: Instant, pods: usize) -> Restart {
+fn time_restart(
+    server: &Server,
+    spawned: Instant,
+    apiserver_cpu_before: f64,
+    pods: usize,
+) -> Restart {
     let mut conn = Conn::open(&server.addr);
     let mut serving = None;
+    let mut cpu = (f64::NAN, f64::NAN);
     loop {
         assert!(
             spawned.elapsed() < Duration::from_secs(600),
@@ -277,6 +290,10 @@ fn time_restart(server: &Server, spawned: Instant, pods: usize) -> Restart {
             if value("orb_k8s_cache_serving ") >= 1.0 && value("orb_k8s_cache_pods ") >= pods as f64
             {
                 serving = Some(spawned.elapsed());
+                cpu = (
+                    cpu_seconds(&format!("/proc/{}/stat", server.child.id())),
+                    apiserver_cpu() - apiserver_cpu_before,
+                );
             }
         }
         if let Some(serving) = serving {
@@ -293,6 +310,8 @@ fn time_restart(server: &Server, spawned: Instant, pods: usize) -> Restart {
                     serving,
                     reconciled: spawned.elapsed(),
                     reconcile_ms: ms,
+                    server_cpu: cpu.0,
+                    apiserver_cpu: cpu.1,
                 };
             }
             assert!(
@@ -334,10 +353,20 @@ fn bare_list(namespace: &str, pods: usize) -> Duration {
     })
 }
 
+/// One bare protobuf LIST: how long it took, the CPU seconds the listing thread used and
+/// the CPU seconds kube-apiserver used meanwhile.
+struct BareRound {
+    took: Duration,
+    cpu: f64,
+    apiserver_cpu: f64,
+}
+
 /// The same pages as protobuf, the way the cache now LISTs them (orb-k8s's `list_kept`),
 /// decoded into what the cache keeps, and not kept: the limit for the cache's own LIST.
-fn bare_list_protobuf(namespace: &str, pods: usize) -> Duration {
-    with_client(async |client| {
+fn bare_list_protobuf(namespace: &str, pods: usize) -> BareRound {
+    let apiserver_before = apiserver_cpu();
+    let cpu_before = cpu_seconds("/proc/thread-self/stat");
+    let took = with_client(async |client| {
         use orb_k8s::kept::Kept;
         let api: kube::Api<Kept> = kube::Api::namespaced(client, namespace);
         timed_pages(pods, async |params| {
@@ -348,7 +377,69 @@ fn bare_list_protobuf(namespace: &str, pods: usize) -> Duration {
             (page.items.len(), page.continue_token)
         })
         .await
+    });
+    BareRound {
+        took,
+        cpu: cpu_seconds("/proc/thread-self/stat") - cpu_before,
+        apiserver_cpu: apiserver_cpu() - apiserver_before,
+    }
+}
+
+/// The same protobuf pages read the way the cache reads them, each next page asked for
+/// while the current one arrives (`list_kept_pages`), decoded and not kept.
+fn bare_list_protobuf_overlapped(namespace: &str, pods: usize) -> Duration {
+    with_client(async |client| {
+        use orb_k8s::kept::Kept;
+        let api: kube::Api<Kept> = kube::Api::namespaced(client, namespace);
+        let params = kube::api::ListParams::default()
+            .labels("orb.io/managed=true")
+            .limit(500);
+        let t0 = Instant::now();
+        let mut seen = 0;
+        orb_k8s::protobuf_list::list_kept_pages(&api, &params, |page| {
+            assert_eq!(page.encoding, orb_k8s::protobuf_list::Encoding::Protobuf);
+            seen += page.items.len();
+        })
+        .await
+        .expect("listing pods");
+        let took = t0.elapsed();
+        assert!(
+            seen >= pods,
+            "the overlapped LIST saw {seen} of {pods} pods"
+        );
+        took
     })
+}
+
+/// User and system CPU seconds from a `/proc/.../stat` file (NaN when it cannot be read).
+/// The kernel counts in clock ticks, 100 a second on Linux.
+fn cpu_seconds(stat_path: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // The command name (field 2) may hold spaces; the fields after its ')' start at 3.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
+}
+
+/// CPU seconds kube-apiserver has used (NaN when no process of that name is found here).
+fn apiserver_cpu() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return f64::NAN;
+    };
+    entries
+        .flatten()
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "kube-apiserver")
+        })
+        .map_or(f64::NAN, |e| {
+            cpu_seconds(&e.path().join("stat").to_string_lossy())
+        })
 }
 
 /// Times a paginated LIST of the managed pods, 500 a page: `page` reads one and gives how
@@ -644,16 +735,20 @@ fn run(namespace: &str, sizes: Sizes) {
     let mut restarts = Vec::new();
     let mut bare = Vec::new();
     let mut bare_protobuf = Vec::new();
+    let mut overlapped = Vec::new();
     for round in 0..restart_rounds {
         if round % 2 == 1 {
             bare.push(bare_list(namespace, pods));
             bare_protobuf.push(bare_list_protobuf(namespace, pods));
+            overlapped.push(bare_list_protobuf_overlapped(namespace, pods));
         }
+        let apiserver_before = apiserver_cpu();
         let spawned = server.restart();
-        restarts.push(time_restart(&server, spawned, pods));
+        restarts.push(time_restart(&server, spawned, apiserver_before, pods));
         if round % 2 == 0 {
             bare.push(bare_list(namespace, pods));
             bare_protobuf.push(bare_list_protobuf(namespace, pods));
+            overlapped.push(bare_list_protobuf_overlapped(namespace, pods));
         }
     }
     let restart_rss = rss_mib(server.child.id());
@@ -719,7 +814,12 @@ fn run(namespace: &str, sizes: Sizes) {
     let reconcile_s = median(restarts.iter().map(|r| r.reconcile_ms / 1000.0).collect());
     let bare_s = median(bare.iter().map(|d| secs(*d)).collect());
     let serving_ratio = serving / bare_s;
-    let bare_protobuf_s = median(bare_protobuf.iter().map(|d| secs(*d)).collect());
+    let bare_protobuf_s = median(bare_protobuf.iter().map(|r| secs(r.took)).collect());
+    let overlapped_s = median(overlapped.iter().map(|d| secs(*d)).collect());
+    let server_cpu = median(restarts.iter().map(|r| r.server_cpu).collect());
+    let serving_apiserver_cpu = median(restarts.iter().map(|r| r.apiserver_cpu).collect());
+    let bare_cpu = median(bare_protobuf.iter().map(|r| r.cpu).collect());
+    let bare_apiserver_cpu = median(bare_protobuf.iter().map(|r| r.apiserver_cpu).collect());
     let serving_protobuf_ratio = serving / bare_protobuf_s;
     let rows_per_read = written as f64 / reads as f64;
     println!(
@@ -727,6 +827,13 @@ fn run(namespace: &str, sizes: Sizes) {
     );
     println!(
         "| restart -> serving cache, against the same pages as protobuf (the cache's own LIST, decoded as kept) | {serving:.2} s | {bare_protobuf_s:.2} s | ratio {serving_protobuf_ratio:.2} |"
+    );
+    println!(
+        "| the same protobuf pages, each next one asked for while the current one arrives (as the cache reads them) | {serving:.2} s | {overlapped_s:.2} s | ratio {:.2} |",
+        serving / overlapped_s
+    );
+    println!(
+        "CPU to a serving cache (medians): the restarted server {server_cpu:.2} s, kube-apiserver {serving_apiserver_cpu:.2} s; the bare protobuf LIST {bare_cpu:.2} s, kube-apiserver meanwhile {bare_apiserver_cpu:.2} s"
     );
     println!(
         "p50 ratio LIST/cache {:.1}x; resident memory with {pods} cached pods: {rss:.1} MiB (after a restart: {restart_rss:.1} MiB; a server without the cache: {list_rss:.1} MiB; peaks: {peak:.1} MiB over the acquire, {restart_peak:.1} MiB over the last restart); acquire of {pods} pods took {:.1} s, cache complete after {:.1} s",
@@ -748,6 +855,12 @@ fn run(namespace: &str, sizes: Sizes) {
         },
     );
     let rss_target = rss_target_mib(pods);
+    let cpu = json!({
+        "restart_server_to_serving": server_cpu,
+        "restart_apiserver_to_serving": serving_apiserver_cpu,
+        "bare_list_protobuf": bare_cpu,
+        "bare_list_protobuf_apiserver": bare_apiserver_cpu,
+    });
     println!(
         "BENCH_JSON {}",
         json!({
@@ -774,7 +887,10 @@ fn run(namespace: &str, sizes: Sizes) {
             "bare_list_rounds_s": bare.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
             "serving_over_bare_list": serving_ratio,
             "bare_list_protobuf_seconds": bare_protobuf_s,
-            "bare_list_protobuf_rounds_s": bare_protobuf.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
+            "bare_list_protobuf_rounds_s": bare_protobuf.iter().map(|r| secs(r.took)).collect::<Vec<_>>(),
+            "overlapped_list_protobuf_seconds": overlapped_s,
+            "overlapped_list_protobuf_rounds_s": overlapped.iter().map(|d| secs(*d)).collect::<Vec<_>>(),
+            "cpu_seconds": cpu,
             "serving_over_bare_list_protobuf": serving_protobuf_ratio,
             "restart_reconciled_seconds": reconciled,
             "reconcile_pass_seconds": reconcile_s,
