@@ -325,6 +325,85 @@ async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
     task.await.unwrap();
 }
 
+/// A LIST page that fails part way (the second page answered 410 Gone, as for an expired
+/// continue token, while the first is still being read) leaves the cache not serving, and
+/// the next try lists again from the first page: every pod cached once. Two tries fail, so
+/// the check that nothing is served runs well inside the backoff (1 s, then 2 s).
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_list_page_that_fails_makes_the_cache_list_again_from_the_first() {
+    use futures::{StreamExt, TryStreamExt};
+    let h = harness("cache-page-gone", json!({})).await;
+    let ns = h.ns.name().to_string();
+    let api: Api<Pod> = Api::namespaced(h.cluster.client.clone(), &ns);
+    // More than one of the cache's 500-pod pages; Pending (no node matches), so they hold still.
+    let count = 620;
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let mut pod = managed_pod(&format!("p-{i:03}"), &format!("req-{}", i % 7));
+                pod.spec.as_mut().unwrap().node_selector =
+                    Some(BTreeMap::from([("orb-rs.io/none".into(), "none".into())]));
+                api.create(&PostParams::default(), &pod).await
+            }
+        })
+        .buffer_unordered(50)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(&h.cluster).await;
+    let pods = RequestMatch::path(&format!("/namespaces/{ns}/pods?"));
+    proxy.script(
+        RequestMatch {
+            path_contains: Some("continue=".into()),
+            ..pods.clone()
+        },
+        [Fault::Gone, Fault::Gone],
+    );
+    let metrics = K8sMetrics::new();
+    let cache = new_cache(&ns, None, &metrics);
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(cache.clone().run(proxy.client(), stopped));
+    wait_for("the failed LIST counted", WAIT, || async {
+        if restarts(&metrics, "error") >= 1 {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!("{:?}", cache.health()))
+        }
+    })
+    .await;
+    assert_eq!(
+        cache.pods_of(&ns, "req-1"),
+        Err(Miss::NotSynced),
+        "nothing is served from a LIST that failed part way"
+    );
+    wait_cache_equals_list(&cache, &api, &ns, "the cache after the second try").await;
+    assert_eq!(cache.all_pods(Some(&ns)).len(), count);
+    assert_eq!(proxy.counts().gone, 2);
+    assert_eq!(
+        restarts(&metrics, "error"),
+        2,
+        "two failed pages, then a whole LIST"
+    );
+    let seen = proxy.requests_matching(&pods);
+    let lists: Vec<_> = seen
+        .iter()
+        .filter(|r| !r.path.contains("watch=true"))
+        .collect();
+    let second_pages = lists
+        .iter()
+        .filter(|r| r.path.contains("continue="))
+        .count();
+    assert_eq!(
+        (lists.len() - second_pages, second_pages),
+        (3, 3),
+        "the first page three times, the second three times (twice refused): {lists:?}"
+    );
+    let _ = stop.send(true);
+    task.await.unwrap();
+}
+
 /// `stale_cache_timeout_seconds` from the provider config decides when the cache `orb serve`
 /// builds stops answering.
 #[tokio::test]
