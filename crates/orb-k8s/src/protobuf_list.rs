@@ -67,7 +67,6 @@ pub async fn list_kept_pages(
 
 /// A LIST page of pods whose answer has begun to arrive.
 pub struct OpenKeptPage {
-    encoding: Encoding,
     body: kube::client::Body,
     /// The body has ended (it is not polled again).
     ended: bool,
@@ -78,7 +77,7 @@ enum PageRead {
     /// Read pod by pod as the body arrives (see `kept::protobuf::PodListStream`).
     Protobuf(crate::kept::protobuf::PodListStream),
     /// A JSON answer is read whole, the first time anything of it is asked for.
-    Json(Option<ObjectList<Kept>>),
+    Json(Option<KeptPage>),
 }
 
 /// Sends the LIST of one page and returns once the answer's head is in.
@@ -92,7 +91,6 @@ pub async fn open_kept(api: &Api<Kept>, params: &ListParams) -> Result<OpenKeptP
         Encoding::Json => PageRead::Json(None),
     };
     Ok(OpenKeptPage {
-        encoding,
         body,
         ended: false,
         read,
@@ -114,12 +112,12 @@ impl OpenKeptPage {
                     return Ok(None);
                 }
             },
-            PageRead::Json(list) => {
-                let list = match list {
-                    Some(list) => list,
-                    None => list.insert(read_json(&mut self.body).await?),
+            PageRead::Json(page) => {
+                let page = match page {
+                    Some(page) => page,
+                    None => page.insert(read_json(&mut self.body).await?),
                 };
-                Ok(list.metadata.continue_.clone().filter(|c| !c.is_empty()))
+                Ok(page.continue_token.clone())
             }
         }
     }
@@ -132,23 +130,13 @@ impl OpenKeptPage {
                 let list = stream.finish().map_err(|e| unreadable("pod list", e))?;
                 Ok(KeptPage {
                     items: list.items,
-                    encoding: self.encoding,
+                    encoding: Encoding::Protobuf,
                     resource_version: list.resource_version,
                     continue_token: list.continue_token,
                 })
             }
-            PageRead::Json(list) => {
-                let list = match list {
-                    Some(list) => list,
-                    None => read_json(&mut self.body).await?,
-                };
-                Ok(KeptPage {
-                    items: list.items,
-                    encoding: self.encoding,
-                    resource_version: list.metadata.resource_version,
-                    continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
-                })
-            }
+            PageRead::Json(Some(page)) => Ok(page),
+            PageRead::Json(None) => read_json(&mut self.body).await,
         }
     }
 }
@@ -169,9 +157,21 @@ async fn push_frame(
     }
 }
 
-async fn read_json(body: &mut kube::client::Body) -> Result<ObjectList<Kept>, kube::Error> {
+/// A JSON page, read whole.
+async fn read_json(body: &mut kube::client::Body) -> Result<KeptPage, kube::Error> {
     let body = body.collect().await?.to_bytes();
-    serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
+    let list: ObjectList<Kept> = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+    Ok(KeptPage {
+        items: list.items,
+        encoding: Encoding::Json,
+        resource_version: list.metadata.resource_version,
+        continue_token: json_continue(list.metadata.continue_),
+    })
+}
+
+/// A JSON list's next-page token: the apiserver writes an empty one on the last page.
+fn json_continue(token: Option<String>) -> Option<String> {
+    token.filter(|c| !c.is_empty())
 }
 
 /// One page of a metadata-only LIST (`PartialObjectMetadataList`).
@@ -221,7 +221,7 @@ pub(crate) fn json_metadata_page(body: &[u8]) -> Result<MetadataPage, serde_json
             .map(|item| item.metadata)
             .collect(),
         encoding: Encoding::Json,
-        continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
+        continue_token: json_continue(list.metadata.continue_),
     })
 }
 
