@@ -391,12 +391,9 @@ fn bare_list_protobuf_overlapped(namespace: &str, pods: usize) -> Duration {
     with_client(async |client| {
         use orb_k8s::kept::Kept;
         let api: kube::Api<Kept> = kube::Api::namespaced(client, namespace);
-        let params = kube::api::ListParams::default()
-            .labels("orb.io/managed=true")
-            .limit(500);
         let t0 = Instant::now();
         let mut seen = 0;
-        orb_k8s::protobuf_list::list_kept_pages(&api, &params, |page| {
+        orb_k8s::protobuf_list::list_kept_pages(&api, &managed_pages(), |page| {
             assert_eq!(page.encoding, orb_k8s::protobuf_list::Encoding::Protobuf);
             seen += page.items.len();
         })
@@ -442,6 +439,13 @@ fn apiserver_cpu() -> f64 {
         })
 }
 
+/// The managed pods, 500 a page (the cache's page).
+fn managed_pages() -> kube::api::ListParams {
+    kube::api::ListParams::default()
+        .labels("orb.io/managed=true")
+        .limit(500)
+}
+
 /// Times a paginated LIST of the managed pods, 500 a page: `page` reads one and gives how
 /// many pods it held and the next page's token. Checks that at least `pods` were seen.
 async fn timed_pages(
@@ -449,9 +453,7 @@ async fn timed_pages(
     mut page: impl AsyncFnMut(&kube::api::ListParams) -> (usize, Option<String>),
 ) -> Duration {
     let t0 = Instant::now();
-    let mut params = kube::api::ListParams::default()
-        .labels("orb.io/managed=true")
-        .limit(500);
+    let mut params = managed_pages();
     let mut seen = 0;
     loop {
         let (count, token) = page(&params).await;

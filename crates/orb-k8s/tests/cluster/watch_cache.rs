@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{
-    Snapshot, WAIT, acquire, harness, provider_for, snapshot, status_input, template, wait_verdict,
+    Harness, Snapshot, WAIT, acquire, harness, provider_for, snapshot, status_input, template,
+    wait_verdict,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -71,6 +72,25 @@ fn new_cache(ns: &str, resync: Option<Duration>, metrics: &K8sMetrics) -> Arc<Po
         resync,
         metrics.clone(),
     ))
+}
+
+/// A proxy in front of the cluster that answers the first `times` requests whose path holds
+/// `fragment` with 410 Gone, and the match of every pod request of `h`'s namespace.
+async fn proxy_answering_gone(
+    h: &Harness,
+    fragment: &str,
+    times: usize,
+) -> (FaultProxy, RequestMatch) {
+    let proxy = FaultProxy::start(&h.cluster).await;
+    let pods = RequestMatch::path(&format!("/namespaces/{}/pods?", h.ns.name()));
+    proxy.script(
+        RequestMatch {
+            path_contains: Some(fragment.into()),
+            ..pods.clone()
+        },
+        std::iter::repeat_n(Fault::Gone, times),
+    );
+    (proxy, pods)
 }
 
 fn restarts(metrics: &K8sMetrics, reason: &'static str) -> u64 {
@@ -295,15 +315,7 @@ async fn a_410_gone_from_the_watch_makes_the_loop_relist_and_resume() {
     }
     // The cache reaches the apiserver through the proxy, which answers the first watch of
     // this namespace with 410 Gone, as for a compacted resourceVersion.
-    let proxy = FaultProxy::start(&h.cluster).await;
-    let watches = RequestMatch::path(&format!("/namespaces/{ns}/pods?"));
-    proxy.script(
-        RequestMatch {
-            path_contains: Some("watch=true".into()),
-            ..watches.clone()
-        },
-        [Fault::Gone],
-    );
+    let (proxy, watches) = proxy_answering_gone(&h, "watch=true", 1).await;
     let metrics = K8sMetrics::new();
     let cache = new_cache(&ns, None, &metrics);
     let (stop, stopped) = watch::channel(false);
@@ -352,15 +364,7 @@ async fn a_list_page_that_fails_makes_the_cache_list_again_from_the_first() {
         .try_collect::<Vec<_>>()
         .await
         .unwrap();
-    let proxy = FaultProxy::start(&h.cluster).await;
-    let pods = RequestMatch::path(&format!("/namespaces/{ns}/pods?"));
-    proxy.script(
-        RequestMatch {
-            path_contains: Some("continue=".into()),
-            ..pods.clone()
-        },
-        [Fault::Gone, Fault::Gone],
-    );
+    let (proxy, pods) = proxy_answering_gone(&h, "continue=", 2).await;
     let metrics = K8sMetrics::new();
     let cache = new_cache(&ns, None, &metrics);
     let (stop, stopped) = watch::channel(false);
