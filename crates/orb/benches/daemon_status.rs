@@ -11,11 +11,19 @@
 //!   cargo bench -p orb --bench daemon_status
 //!
 //! How the pods stay Pending, BENCH_PENDING:
-//! - `gated` (the default): a scheduling gate (`pod_spec_override.schedulingGates`), which
-//!   kube-scheduler never tries to place. It still follows every pod: at 50,000 it used half
-//!   to all of a core through a run (2026-12-07), on the machine the daemon runs on;
+//! - `elsewhere` (the default): a `schedulerName` no scheduler answers to
+//!   (`pod_spec_override`), so kube-scheduler queues none of them, as with pods that were
+//!   placed long ago;
+//! - `gated`: a scheduling gate (`pod_spec_override.schedulingGates`). kube-scheduler never
+//!   tries to place such a pod but holds every one in its queue and walks them on cluster
+//!   events (kubernetes/kubernetes#124384 shows it for pod deletions): at 50,000 it used a
+//!   whole core through the run (2026-12-07), on the two cores the apiserver and the server
+//!   share. The default until 2026-12-07;
 //! - `unschedulable`: a nodeSelector no node matches, as in the first runs. kube-scheduler
 //!   then retries 10,000 pods on the same two cores while the reads are timed.
+//!
+//! It prints how much CPU kube-scheduler used through the reads and through the restarts, as
+//! a share of one core, since that is taken from the apiserver and the server on this machine.
 //!
 //! Then it restarts the server `BENCH_RESTARTS` times with every pod in place and times, from
 //! spawn, a serving cache (its initial paginated LIST) and the end of the start-up
@@ -123,12 +131,13 @@ impl Drop for Server {
     }
 }
 
-/// `gated` or `unschedulable` (see the module docs).
+/// `elsewhere`, `gated` or `unschedulable` (see the module docs).
 fn pending_mode() -> &'static str {
     match std::env::var("BENCH_PENDING").as_deref() {
         Ok("unschedulable") => "unschedulable",
-        Ok("gated") | Err(_) => "gated",
-        Ok(other) => panic!("BENCH_PENDING={other}: use gated or unschedulable"),
+        Ok("gated") => "gated",
+        Ok("elsewhere") | Err(_) => "elsewhere",
+        Ok(other) => panic!("BENCH_PENDING={other}: use elsewhere, gated or unschedulable"),
     }
 }
 
@@ -163,9 +172,12 @@ fn prepare_root(namespace: &str, watch: bool) -> tempfile::TempDir {
         "unschedulable" => {
             template["nodeSelector"] = json!({"orb-rs.io/bench": "no-such-node"});
         }
-        _ => {
+        "gated" => {
             template["pod_spec_override"] =
                 json!({"schedulingGates": [{"name": "orb-rs.io/bench"}]});
+        }
+        _ => {
+            template["pod_spec_override"] = json!({"schedulerName": "orb-rs-bench-nobody"});
         }
     }
     std::fs::write(
@@ -425,18 +437,38 @@ fn cpu_seconds(stat_path: &str) -> f64 {
 
 /// CPU seconds kube-apiserver has used (NaN when no process of that name is found here).
 fn apiserver_cpu() -> f64 {
+    process_cpu("kube-apiserver")
+}
+
+/// CPU seconds the process named `comm` has used (NaN when none is found here).
+fn process_cpu(comm: &str) -> f64 {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return f64::NAN;
     };
     entries
         .flatten()
-        .find(|e| {
-            std::fs::read_to_string(e.path().join("comm"))
-                .is_ok_and(|c| c.trim() == "kube-apiserver")
-        })
+        .find(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == comm))
         .map_or(f64::NAN, |e| {
             cpu_seconds(&e.path().join("stat").to_string_lossy())
         })
+}
+
+/// Measures the share of one core kube-scheduler uses from `start` until `share` is called.
+struct SchedulerLoad {
+    cpu: f64,
+    at: Instant,
+}
+
+impl SchedulerLoad {
+    fn start() -> Self {
+        Self {
+            cpu: process_cpu("kube-scheduler"),
+            at: Instant::now(),
+        }
+    }
+    fn share(&self) -> f64 {
+        (process_cpu("kube-scheduler") - self.cpu) / self.at.elapsed().as_secs_f64()
+    }
 }
 
 /// The managed pods, 500 a page (the cache's page).
@@ -723,7 +755,9 @@ fn run(namespace: &str, sizes: Sizes) {
         assert_eq!(code, 200, "{body}");
     }
     let written_before = rows_written(&server);
+    let scheduler = SchedulerLoad::start();
     let cache_times = time_reads(&mut conn, &ids, reads);
+    let scheduler_reads = scheduler.share();
     let written = rows_written(&server) - written_before;
     let served_from_cache = metric(&mut conn, "orb_k8s_status_reads_total{reason=\"cache\"}");
     let rss = rss_mib(server.child.id());
@@ -738,6 +772,7 @@ fn run(namespace: &str, sizes: Sizes) {
     let mut bare = Vec::new();
     let mut bare_protobuf = Vec::new();
     let mut overlapped = Vec::new();
+    let scheduler = SchedulerLoad::start();
     for round in 0..restart_rounds {
         if round % 2 == 1 {
             bare.push(bare_list(namespace, pods));
@@ -753,6 +788,7 @@ fn run(namespace: &str, sizes: Sizes) {
             overlapped.push(bare_list_protobuf_overlapped(namespace, pods));
         }
     }
+    let scheduler_restarts = scheduler.share();
     let restart_rss = rss_mib(server.child.id());
     let restart_peak = peak_rss_mib(server.child.id());
     let changed = env_num("BENCH_CHANGED", 10).min(per_request);
@@ -857,7 +893,13 @@ fn run(namespace: &str, sizes: Sizes) {
         },
     );
     let rss_target = rss_target_mib(pods);
+    println!(
+        "kube-scheduler (BENCH_PENDING={}): {scheduler_reads:.2} of a core through the timed reads, {scheduler_restarts:.2} through the restarts",
+        pending_mode()
+    );
     let cpu = json!({
+        "kube_scheduler_share_reads": scheduler_reads,
+        "kube_scheduler_share_restarts": scheduler_restarts,
         "restart_server_to_serving": server_cpu,
         "restart_apiserver_to_serving": serving_apiserver_cpu,
         "bare_list_protobuf": bare_cpu,
