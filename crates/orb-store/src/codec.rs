@@ -8,6 +8,52 @@ use sqlx::any::AnyRow;
 
 use crate::StoreError;
 
+/// Where a [`RowReader`] takes column values from: a row sqlx fetched, or a row read on the
+/// calling thread ([`crate::SameThreadReader`]). Both decode through the same
+/// [`RowReader`] calls, so a row reads the same whichever way it came.
+pub(crate) trait ColumnSource {
+    fn text(&self, column: &str) -> Result<String, String>;
+    fn opt_text(&self, column: &str) -> Result<Option<String>, String>;
+    fn int(&self, column: &str) -> Result<i64, String>;
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, String>;
+}
+
+impl ColumnSource for AnyRow {
+    fn text(&self, column: &str) -> Result<String, String> {
+        self.try_get(column).map_err(|e| e.to_string())
+    }
+
+    fn opt_text(&self, column: &str) -> Result<Option<String>, String> {
+        self.try_get(column).map_err(|e| e.to_string())
+    }
+
+    fn int(&self, column: &str) -> Result<i64, String> {
+        self.try_get(column).map_err(|e| e.to_string())
+    }
+
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, String> {
+        self.try_get(column).map_err(|e| e.to_string())
+    }
+}
+
+impl ColumnSource for rusqlite::Row<'_> {
+    fn text(&self, column: &str) -> Result<String, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+
+    fn opt_text(&self, column: &str) -> Result<Option<String>, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+
+    fn int(&self, column: &str) -> Result<i64, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, String> {
+        self.get(column).map_err(|e| e.to_string())
+    }
+}
+
 pub(crate) fn micros(t: Timestamp) -> i64 {
     t.as_microsecond()
 }
@@ -21,15 +67,15 @@ pub(crate) fn to_json<T: Serialize>(value: &T) -> String {
 }
 
 /// Reads columns of one row, turning every decoding problem into [`StoreError::Corrupt`].
-pub(crate) struct RowReader<'r> {
-    pub row: &'r AnyRow,
+pub(crate) struct RowReader<'r, R: ColumnSource + ?Sized = AnyRow> {
+    pub row: &'r R,
     pub entity: &'static str,
     pub id: String,
 }
 
-impl<'r> RowReader<'r> {
-    pub fn new(row: &'r AnyRow, entity: &'static str, id_column: &str) -> Self {
-        let id = row.try_get::<String, _>(id_column).unwrap_or_default();
+impl<'r, R: ColumnSource + ?Sized> RowReader<'r, R> {
+    pub fn new(row: &'r R, entity: &'static str, id_column: &str) -> Self {
+        let id = row.text(id_column).unwrap_or_default();
         Self { row, entity, id }
     }
 
@@ -42,26 +88,22 @@ impl<'r> RowReader<'r> {
     }
 
     pub fn text(&self, column: &str) -> Result<String, StoreError> {
-        self.row
-            .try_get::<String, _>(column)
-            .map_err(|e| self.corrupt(column, e))
+        self.row.text(column).map_err(|e| self.corrupt(column, e))
     }
 
     pub fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
         self.row
-            .try_get::<Option<String>, _>(column)
+            .opt_text(column)
             .map_err(|e| self.corrupt(column, e))
     }
 
     pub fn int(&self, column: &str) -> Result<i64, StoreError> {
-        self.row
-            .try_get::<i64, _>(column)
-            .map_err(|e| self.corrupt(column, e))
+        self.row.int(column).map_err(|e| self.corrupt(column, e))
     }
 
     pub fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
         self.row
-            .try_get::<Option<i64>, _>(column)
+            .opt_int(column)
             .map_err(|e| self.corrupt(column, e))
     }
 

@@ -23,6 +23,7 @@ mod machines;
 mod migrate;
 mod purge;
 mod requests;
+mod same_thread;
 
 use std::path::Path;
 use std::time::Duration;
@@ -40,6 +41,7 @@ pub use purge::{
     machine_blockers, request_blockers,
 };
 pub use requests::RequestFilter;
+pub use same_thread::{SameThreadError, SameThreadReader};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

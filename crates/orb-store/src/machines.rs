@@ -168,7 +168,7 @@ pub(crate) fn decode(row: &AnyRow) -> Result<Machine> {
 /// (an ORDER BY inside the aggregate costs SQLite a temporary b-tree of every row; the caller
 /// sorts). Reading 500 machines row by row costs a copy and a conversion of each of 10,500
 /// values (26 us a machine on SQLite); one text value is parsed in a fraction of that.
-fn aggregate_sql(backend: Backend, condition: &str) -> String {
+pub(crate) fn aggregate_sql(backend: Backend, condition: &str) -> String {
     aggregate_of(backend, MACHINE_COLUMNS, condition)
 }
 
@@ -184,6 +184,20 @@ fn aggregate_of(backend: Backend, columns: &str, condition: &str) -> String {
              FROM machines WHERE {condition}"
         ),
     }
+}
+
+/// The machines of one [`aggregate_sql`] value, in list order; `None` when the text does not
+/// decode as machine columns (a hand-edited row of the wrong type: only a read row by row
+/// names the machine and column at fault).
+pub(crate) fn from_aggregate(text: &str) -> Option<Result<Vec<Machine>>> {
+    let columns = serde_json::from_str::<Vec<MachineColumns>>(text).ok()?;
+    Some(
+        columns
+            .into_iter()
+            .map(MachineColumns::into_machine)
+            .collect::<Result<_>>()
+            .map(in_list_order),
+    )
 }
 
 /// A query for the `machine_id version` pairs of the machines matching `condition`, as one
@@ -292,7 +306,7 @@ impl Store {
 
 /// The column, request id and [`ListCache`] key of a filter for exactly one request's
 /// machines (an acquire's or a return's): the only lists kept.
-fn one_request(filter: &MachineFilter) -> Option<(&'static str, &RequestId, String)> {
+pub(crate) fn one_request(filter: &MachineFilter) -> Option<(&'static str, &RequestId, String)> {
     if filter.live_only || filter.not_returning || filter.template_id.is_some() {
         return None;
     }
@@ -590,12 +604,8 @@ impl Store {
             .fetch_one(&self.pool)
             .await
             .map_err(StoreError::db(action))?;
-        if let Ok(columns) = serde_json::from_str::<Vec<MachineColumns>>(&text) {
-            return columns
-                .into_iter()
-                .map(MachineColumns::into_machine)
-                .collect::<Result<_>>()
-                .map(in_list_order);
+        if let Some(machines) = from_aggregate(&text) {
+            return machines;
         }
         let sql =
             format!("SELECT {MACHINE_COLUMNS} FROM machines WHERE {condition} ORDER BY {ORDER}");

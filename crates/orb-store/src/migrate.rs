@@ -43,7 +43,7 @@ const SQLITE_RACE_BUDGET: Duration = Duration::from_secs(30);
 
 /// The schema version a SQLite file that this build brought fully up to date records in its
 /// `user_version` header field: the number of the last migration above.
-const SQLITE_SCHEMA_VERSION: i64 = 2;
+pub(crate) const SQLITE_SCHEMA_VERSION: i64 = 2;
 
 pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
     if backend == Backend::Postgres {
@@ -85,14 +85,15 @@ struct SqliteHeader {
     journal_mode: String,
 }
 
+/// One statement reading the schema version and journal mode from a SQLite file's header.
+pub(crate) const SQLITE_HEADER_SQL: &str = "SELECT v.user_version, j.journal_mode \
+    FROM pragma_user_version AS v, pragma_journal_mode AS j";
+
 async fn sqlite_header(pool: &AnyPool) -> Option<SqliteHeader> {
-    let (user_version, journal_mode): (i64, String) = sqlx::query_as(
-        "SELECT v.user_version, j.journal_mode FROM pragma_user_version AS v, \
-         pragma_journal_mode AS j",
-    )
-    .fetch_one(pool)
-    .await
-    .ok()?;
+    let (user_version, journal_mode): (i64, String) = sqlx::query_as(SQLITE_HEADER_SQL)
+        .fetch_one(pool)
+        .await
+        .ok()?;
     Some(SqliteHeader {
         user_version,
         journal_mode: journal_mode.to_ascii_lowercase(),

@@ -5,10 +5,10 @@ use orb_core::ids::RequestId;
 use orb_core::kept::KeptCache;
 use orb_core::machine::Machine;
 use orb_core::request::{Request, RequestStatus, RequestType};
-use sqlx::any::{Any, AnyRow};
+use sqlx::any::Any;
 use sqlx::{AssertSqlSafe, Transaction};
 
-use crate::codec::{RowReader, micros, opt_micros, to_json};
+use crate::codec::{ColumnSource, RowReader, micros, opt_micros, to_json};
 use crate::events;
 use crate::machines::write_machines;
 use crate::{Result, Store, StoreError};
@@ -39,7 +39,7 @@ pub struct RequestFilter {
     pub limit: Option<u32>,
 }
 
-pub(crate) fn decode(row: &AnyRow) -> Result<Request> {
+pub(crate) fn decode<R: ColumnSource + ?Sized>(row: &R) -> Result<Request> {
     let r = RowReader::new(row, "request", "request_id");
     let id = r.text("request_id")?;
     Ok(Request {
