@@ -42,7 +42,7 @@ use serde::Serialize;
 
 use crate::catalog::CatalogCell;
 
-pub use lookup::Lookup;
+pub use lookup::{Lookup, settled_statuses};
 pub use reclaim::Reclaim;
 pub use release::{MachineKey, UnknownNames};
 pub use resume::{is_unrecorded_acquire, nothing_recorded};

@@ -3,7 +3,9 @@
 //! calls these instead of parsing ids and building machine keys itself.
 
 use orb_core::ids::RequestId;
+use orb_store::SameThreadReader;
 
+use crate::status::{answered_from_storage, machines_filter};
 use crate::{Broker, BrokerError, MachineKey, RequestView, UnknownNames};
 
 /// What a status call found for one id.
@@ -39,4 +41,33 @@ impl Broker {
         let keys: Vec<MachineKey> = names.iter().map(MachineKey::id_or_name).collect();
         self.return_machines(&keys, UnknownNames::Refuse).await
     }
+}
+
+/// What [`Broker::statuses`] finds for `raw_ids`, read by a process that answers this one call
+/// and no broker: `Some` only when every request named is answered from storage alone
+/// ([`answered_from_storage`]: finished, recorded, nothing it holds can change) or unknown,
+/// and then exactly the same lookups. `None` when one must be asked of the provider, or the
+/// reader could not read one (a broker's store then reads it, or says what is wrong).
+pub fn settled_statuses(reader: &SameThreadReader, raw_ids: &[String]) -> Option<Vec<Lookup>> {
+    let mut found = Vec::with_capacity(raw_ids.len());
+    for raw in raw_ids {
+        let Ok(id) = RequestId::parse(raw) else {
+            found.push(Lookup::Unknown(raw.clone()));
+            continue;
+        };
+        let Some(request) = reader.get_request(&id).ok()? else {
+            found.push(Lookup::Unknown(raw.clone()));
+            continue;
+        };
+        let machines = reader.request_machines(&machines_filter(&request)).ok()?;
+        if !answered_from_storage(&request, &machines) {
+            return None;
+        }
+        found.push(Lookup::Found(Box::new(RequestView {
+            request,
+            machines: machines.into(),
+            note: None,
+        })));
+    }
+    Some(found)
 }

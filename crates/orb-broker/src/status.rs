@@ -206,9 +206,9 @@ impl Broker {
             }
         }
         // A finished request is answered from storage once nothing it holds can change any
-        // more ([`still_followed`]).
+        // more ([`still_followed`]); it is recorded by now.
         let follow_up = stored.status.is_terminal();
-        if follow_up && !still_followed(&stored, &stored_machines) {
+        if answered_from_storage(&stored, &stored_machines) {
             return Ok(Some(RequestView {
                 request: stored,
                 machines: stored_machines,
@@ -386,7 +386,7 @@ impl Broker {
 }
 
 /// The filter for the machines of `request`: an acquire's, or those a return covers.
-fn machines_filter(request: &Request) -> MachineFilter {
+pub(crate) fn machines_filter(request: &Request) -> MachineFilter {
     match request.request_type {
         RequestType::Acquire => MachineFilter {
             request_id: Some(request.request_id.clone()),
@@ -397,6 +397,16 @@ fn machines_filter(request: &Request) -> MachineFilter {
             ..Default::default()
         },
     }
+}
+
+/// Whether a status read of `request` (with its stored `machines`) is answered from storage
+/// without asking the provider: it is finished, has recorded what it created or released, and
+/// nothing it holds can change any more ([`still_followed`]). A one-call process that finds
+/// this of every request it is asked about needs no broker ([`crate::settled_statuses`]).
+pub(crate) fn answered_from_storage(request: &Request, machines: &[Machine]) -> bool {
+    request.status.is_terminal()
+        && !is_unrecorded(request, machines.len())
+        && !still_followed(request, machines)
 }
 
 /// An acquire that has not recorded what it created, or a return that has not recorded its

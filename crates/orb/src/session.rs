@@ -57,6 +57,12 @@ const STORE_CLOSE_WAIT: Duration = Duration::from_secs(2);
 impl Session {
     pub fn new(global: GlobalArgs) -> Self {
         let dirs = context::resolve(&global);
+        Self::with_dirs(global, dirs)
+    }
+
+    /// A session on directories resolved by the caller (tests and embedders that must not
+    /// depend on this process's environment).
+    pub fn with_dirs(global: GlobalArgs, dirs: Dirs) -> Self {
         Self {
             global,
             dirs,

@@ -409,9 +409,9 @@ async fn one_shot_calls_leave_no_wal_behind() {
     let wal = env.db().with_extension("db-wal");
     let shm = env.db().with_extension("db-shm");
     let status_of = |id: &str| json!({"requests": [{"requestId": id}]}).to_string();
-    let (settles, reads) = (status_of(STUCK), status_of(DONE));
+    let (settles, reads, settled) = (status_of(STUCK), status_of(DONE), status_of(FAILED));
     type Call<'a> = Box<dyn Fn() -> Output + 'a>;
-    let calls: [(&str, Call<'_>); 5] = [
+    let calls: [(&str, Call<'_>); 6] = [
         (
             "a HostFactory status that settles a request (a write)",
             Box::new(|| env.hf(&["requests", "status"], &settles)),
@@ -419,6 +419,10 @@ async fn one_shot_calls_leave_no_wal_behind() {
         (
             "a HostFactory status that only reads",
             Box::new(|| env.hf(&["requests", "status"], &reads)),
+        ),
+        (
+            "a HostFactory status of a settled request (read without sqlx)",
+            Box::new(|| env.hf(&["requests", "status"], &settled)),
         ),
         (
             "orb requests status",
@@ -434,7 +438,7 @@ async fn one_shot_calls_leave_no_wal_behind() {
         ),
     ];
     // An exit that cuts the close off wins that race only some of the time: many calls.
-    for (what, call) in calls.iter().cycle().take(25) {
+    for (what, call) in calls.iter().cycle().take(30) {
         let out = call();
         assert!(out.status.success(), "{what}: {}", stderr(&out));
         assert!(

@@ -6,13 +6,15 @@
 pub mod daemon_client;
 pub mod daemon_target;
 mod operations;
+mod settled;
 mod written;
 
 pub use operations::{
     Operation, SCRIPT_OUTPUT_MEDIA_TYPE, ScriptReply, get_available_templates, get_request_status,
     get_return_requests, machine_keys, request_machines, request_return_machines, run_operation,
-    stale_warning, submitted, submitted_output,
+    stale_warning, status_reply, submitted, submitted_output,
 };
+pub use settled::status_from_storage;
 pub use written::WrittenMachines;
 
 use serde_json::Value;
@@ -136,6 +138,11 @@ fn daemon_choice(session: &Session) -> CliResult<(Choice, DaemonSection)> {
 }
 
 async fn direct(session: &Session, op: Operation, input: Option<&Value>) -> ScriptReply {
+    if op == Operation::GetRequestStatus
+        && let Some(reply) = status_from_storage(session, input)
+    {
+        return reply;
+    }
     let reply = run_operation(op, input, async || {
         let loaded = session.config()?;
         session.hostfactory_env(&loaded).await

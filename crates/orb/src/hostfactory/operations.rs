@@ -16,6 +16,7 @@ use orb_core::hostfactory::output::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::WrittenMachines;
 use crate::failure::{CliResult, Failure};
 use crate::render;
 use crate::session::{BrokerEnv, Output, failure_output};
@@ -395,10 +396,15 @@ pub fn submitted_output(stdout: String, view: &RequestView, warnings: &[String])
 /// getRequestStatus: every id gets an answer; an unknown one is finished with an error.
 pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<ScriptReply> {
     let found = env.broker.statuses(ids).await?;
-    // Big requests' machines as `orb serve` wrote them before, or writes and keeps now.
+    Ok(status_reply(&found, env.written.as_ref()))
+}
+
+/// The getRequestStatus reply to what a status call `found`, with `orb serve`'s big
+/// requests' machines as it wrote them before, or writes and keeps now (`written`).
+pub fn status_reply(found: &[Lookup], written: Option<&WrittenMachines>) -> ScriptReply {
     let written: Vec<Option<Arc<str>>> = found
         .iter()
-        .map(|lookup| match (lookup, &env.written) {
+        .map(|lookup| match (lookup, written) {
             (Lookup::Found(view), Some(kept)) => kept.items(&view.request, &view.machines),
             _ => None,
         })
@@ -421,11 +427,11 @@ pub async fn get_request_status(env: &BrokerEnv, ids: &[String]) -> CliResult<Sc
     // machines, where escaping every string was most of the rendering).
     let mut stdout = StatusReply { requests: entries }.to_pretty_json();
     stdout.push('\n');
-    Ok(ScriptReply {
+    ScriptReply {
         stdout,
         stderr: notes,
         exit_code: 0,
-    })
+    }
 }
 
 /// getReturnRequests: the hosts the cluster is taking back on its own.
