@@ -3,9 +3,9 @@
 //! calls these instead of parsing ids and building machine keys itself.
 
 use orb_core::ids::RequestId;
-use orb_store::SameThreadReader;
+use orb_store::{MachineFilter, SameThreadReader};
 
-use crate::status::{answered_from_storage, machines_filter};
+use crate::status::answered_from_storage;
 use crate::{Broker, BrokerError, MachineKey, RequestView, UnknownNames};
 
 /// What a status call found for one id.
@@ -59,7 +59,9 @@ pub fn settled_statuses(reader: &SameThreadReader, raw_ids: &[String]) -> Option
             found.push(Lookup::Unknown(raw.clone()));
             continue;
         };
-        let machines = reader.request_machines(&machines_filter(&request)).ok()?;
+        let machines = reader
+            .request_machines(&MachineFilter::of_request(&request))
+            .ok()?;
         if !answered_from_storage(&request, &machines) {
             return None;
         }

@@ -76,7 +76,7 @@ impl Broker {
     pub async fn machines_of(&self, request: &Request) -> Result<Vec<Machine>, BrokerError> {
         Ok(self
             .store
-            .request_machines(&machines_filter(request))
+            .request_machines(&MachineFilter::of_request(request))
             .await?)
     }
 
@@ -84,7 +84,7 @@ impl Broker {
     async fn machine_list_of(&self, request: &Request) -> Result<MachineList, BrokerError> {
         Ok(self
             .store
-            .request_machine_list(&machines_filter(request))
+            .request_machine_list(&MachineFilter::of_request(request))
             .await?)
     }
 
@@ -309,7 +309,7 @@ impl Broker {
             // Unchanged, the machines now share their tags and provider data with the
             // observation; so does the store's kept list from here on.
             self.store
-                .share_request_machines(&machines_filter(&request), &machines);
+                .share_request_machines(&MachineFilter::of_request(&request), &machines);
         }
         Ok(Some(RequestView {
             request,
@@ -382,20 +382,6 @@ impl Broker {
             m.updated_at = now;
         }
         freed
-    }
-}
-
-/// The filter for the machines of `request`: an acquire's, or those a return covers.
-pub(crate) fn machines_filter(request: &Request) -> MachineFilter {
-    match request.request_type {
-        RequestType::Acquire => MachineFilter {
-            request_id: Some(request.request_id.clone()),
-            ..Default::default()
-        },
-        RequestType::Return => MachineFilter {
-            return_request_id: Some(request.request_id.clone()),
-            ..Default::default()
-        },
     }
 }
 

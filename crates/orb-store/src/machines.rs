@@ -35,6 +35,22 @@ pub struct MachineFilter {
     pub return_request_id: Option<RequestId>,
 }
 
+impl MachineFilter {
+    /// The machines of `request`: an acquire's own, or those a return covers.
+    pub fn of_request(request: &orb_core::request::Request) -> Self {
+        match request.request_type {
+            orb_core::request::RequestType::Acquire => Self {
+                request_id: Some(request.request_id.clone()),
+                ..Default::default()
+            },
+            orb_core::request::RequestType::Return => Self {
+                return_request_id: Some(request.request_id.clone()),
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// One machine's columns as stored, in `MACHINE_COLUMNS` order, before any checking. Both
 /// ways of reading machines (a row each, or one JSON array for the whole list) produce this,
 /// and [`MachineColumns::into_machine`] checks it once.

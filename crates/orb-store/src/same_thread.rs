@@ -175,19 +175,6 @@ mod tests {
         (store, acquire, giving_back)
     }
 
-    fn filter_of(request: &Request) -> MachineFilter {
-        match request.request_type {
-            RequestType::Acquire => MachineFilter {
-                request_id: Some(request.request_id.clone()),
-                ..Default::default()
-            },
-            RequestType::Return => MachineFilter {
-                return_request_id: Some(request.request_id.clone()),
-                ..Default::default()
-            },
-        }
-    }
-
     #[tokio::test]
     async fn reads_what_the_store_reads() {
         let dir = tempfile::tempdir().unwrap();
@@ -201,13 +188,13 @@ mod tests {
                 store.get_request(id).await.unwrap(),
                 "{id}"
             );
-            let filter = filter_of(request);
+            let filter = MachineFilter::of_request(request);
             let here = reader.request_machines(&filter).unwrap();
             assert_eq!(here, store.request_machines(&filter).await.unwrap(), "{id}");
             assert!(!here.is_empty(), "{id}");
         }
         let names: Vec<_> = reader
-            .request_machines(&filter_of(&acquire))
+            .request_machines(&MachineFilter::of_request(&acquire))
             .unwrap()
             .into_iter()
             .map(|m| m.machine_id)

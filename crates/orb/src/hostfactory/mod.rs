@@ -1,7 +1,9 @@
 //! The five HostFactory operations (getAvailableTemplates, requestMachines,
 //! requestReturnMachines, getRequestStatus, getReturnRequests). A call goes to a running
 //! `orb serve` when one is configured or its default socket exists, and runs in this
-//! process otherwise; both ways run [`run_operation`], so stdout and the exit code match.
+//! process otherwise; both ways run [`run_operation`], so stdout and the exit code match. A
+//! status poll of settled requests with no daemon is read on this thread instead
+//! ([`status_from_storage`]), with the same reply.
 
 pub mod daemon_client;
 pub mod daemon_target;
