@@ -4,7 +4,11 @@
 //! a request must still be asked of the provider or the file cannot be read as it is. No
 //! cluster: the Kubernetes provider is built, as a script call builds it, but never asked.
 
+mod support;
+
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use orb_cli::cli::Cli;
@@ -308,6 +312,69 @@ async fn a_machine_row_edited_by_hand_is_reported_by_the_full_way() {
         "the full way names the row: {}",
         full.stdout
     );
+}
+
+/// HostFactory polls from many script processes at once while another process writes:
+/// every poll is answered, with the same reply, and the last one out removes the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pollers_in_parallel_beside_a_writer_all_get_the_same_reply() {
+    let root = Root::new();
+    let (_, returned) = finished_return(&root, 40).await;
+    let input = status_input(&[&returned]);
+    let expected = root.full(&input).await;
+    let file = root.dir.path().join("status.json");
+    std::fs::write(&file, input.to_string()).unwrap();
+    let polling = Arc::new(AtomicBool::new(true));
+    let writer = {
+        let (store, polling) = (root.store().await, polling.clone());
+        tokio::spawn(async move {
+            let mut written = 0;
+            while polling.load(Ordering::Relaxed) {
+                let mut request = acquire(RequestStatus::Complete, 2, ProviderApi::Pod);
+                let mut machines = machines_of(&request, &[MachineStatus::Terminated; 2]);
+                store
+                    .insert_request(&mut request, &mut machines)
+                    .await
+                    .unwrap();
+                written += 1;
+            }
+            store.close().await;
+            written
+        })
+    };
+    let pollers: Vec<_> = (0..6)
+        .map(|_| {
+            let (dir, file) = (root.dir.path().to_path_buf(), file.clone());
+            tokio::task::spawn_blocking(move || {
+                (0..8)
+                    .map(|_| {
+                        support::orb(&dir)
+                            .args(["--scheduler", "hostfactory", "requests", "status", "-f"])
+                            .arg(&file)
+                            .output()
+                            .unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut replies = Vec::new();
+    for poller in pollers {
+        replies.extend(poller.await.unwrap());
+    }
+    polling.store(false, Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    assert!(written > 0, "the writer wrote while the polls ran");
+    for out in &replies {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected.stdout);
+    }
+    assert_eq!(replies.len(), 48);
+    assert!(!root.db().with_extension("db-wal").exists());
 }
 
 /// Runs `sql` on the file the way a person with the sqlite3 shell would.
