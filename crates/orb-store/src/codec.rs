@@ -67,7 +67,7 @@ pub(crate) fn to_json<T: Serialize>(value: &T) -> String {
 }
 
 /// Reads columns of one row, turning every decoding problem into [`StoreError::Corrupt`].
-pub(crate) struct RowReader<'r, R: ColumnSource + ?Sized = AnyRow> {
+pub(crate) struct RowReader<'r, R: ColumnSource + ?Sized> {
     pub row: &'r R,
     pub entity: &'static str,
     pub id: String,

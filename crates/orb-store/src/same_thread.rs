@@ -15,7 +15,7 @@ use std::str::FromStr;
 use orb_core::ids::RequestId;
 use orb_core::machine::Machine;
 use orb_core::request::Request;
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use sqlx::sqlite::SqliteConnectOptions;
 
 use crate::machines::{aggregate_sql, from_aggregate, one_request};
@@ -96,12 +96,10 @@ impl SameThreadReader {
     ) -> Result<Vec<Machine>, SameThreadError> {
         let (column, id, _) = one_request(filter).ok_or(SameThreadError::NotOneRequest)?;
         let sql = aggregate_sql(Backend::Sqlite, &format!("{column} = ?1"));
-        let text: Option<String> = self
+        // An aggregate always yields one row, `[]` when no machine matches.
+        let text: String = self
             .connection
-            .query_row(&sql, [id.to_string()], |row| row.get(0))
-            .optional()?
-            .flatten();
-        let text = text.ok_or(SameThreadError::NeedsRowByRow)?;
+            .query_row(&sql, [id.to_string()], |row| row.get(0))?;
         Ok(from_aggregate(&text).ok_or(SameThreadError::NeedsRowByRow)??)
     }
 }
