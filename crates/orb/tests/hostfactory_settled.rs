@@ -66,8 +66,9 @@ impl Root {
         Store::open_sqlite_file(&self.db()).await.unwrap()
     }
 
-    /// Stores `request` with `machines` (an acquire's own), closed again.
-    async fn put(&self, mut request: Request, mut machines: Vec<Machine>) -> String {
+    /// Stores acquire `request` with a machine of its own in each of `statuses`, closed again.
+    async fn put(&self, mut request: Request, statuses: &[MachineStatus]) -> String {
+        let mut machines = machines_of(&request, statuses);
         let store = self.store().await;
         store
             .insert_request(&mut request, &mut machines)
@@ -165,16 +166,17 @@ async fn settled_requests_read_here_reply_exactly_as_the_full_way() {
     let root = Root::new();
     let (acquired, returned) = finished_return(&root, 40).await;
     // A cancel deleted the Deployment's pods: nothing comes back on its own.
-    let cancelled = {
-        let request = acquire(RequestStatus::Cancelled, 2, ProviderApi::Deployment);
-        let machines = machines_of(&request, &[MachineStatus::Terminated; 2]);
-        root.put(request, machines).await
-    };
+    let cancelled = root
+        .put(
+            acquire(RequestStatus::Cancelled, 2, ProviderApi::Deployment),
+            &[MachineStatus::Terminated; 2],
+        )
+        .await;
     // Failed before it created anything it recorded as a machine.
     let failed = {
         let mut request = acquire(RequestStatus::Failed, 3, ProviderApi::Job);
         request.status_message = Some("image registry.invalid/x:1 cannot be pulled".into());
-        root.put(request, Vec::new()).await
+        root.put(request, &[]).await
     };
     let cases: [(&str, Vec<&str>); 6] = [
         ("a finished return", vec![&returned]),
@@ -219,31 +221,32 @@ async fn settled_requests_read_here_reply_exactly_as_the_full_way() {
 async fn requests_the_provider_must_still_be_asked_about_go_the_full_way() {
     let root = Root::new();
     let (_, returned) = finished_return(&root, 2).await;
-    let running = {
-        let request = acquire(RequestStatus::Complete, 2, ProviderApi::Pod);
-        let machines = machines_of(
-            &request,
+    let running = root
+        .put(
+            acquire(RequestStatus::Complete, 2, ProviderApi::Pod),
             &[MachineStatus::Running, MachineStatus::Terminated],
-        );
-        root.put(request, machines).await
-    };
+        )
+        .await;
     // A Deployment's pod that went without a return: its controller may start a new one.
-    let may_come_back = {
-        let request = acquire(RequestStatus::Complete, 1, ProviderApi::Deployment);
-        let machines = machines_of(&request, &[MachineStatus::Terminated]);
-        root.put(request, machines).await
-    };
+    let may_come_back = root
+        .put(
+            acquire(RequestStatus::Complete, 1, ProviderApi::Deployment),
+            &[MachineStatus::Terminated],
+        )
+        .await;
     // A failed pod is still an object on the cluster until someone deletes it.
-    let failed_pods_left = {
-        let request = acquire(RequestStatus::Failed, 1, ProviderApi::Pod);
-        let machines = machines_of(&request, &[MachineStatus::Failed]);
-        root.put(request, machines).await
-    };
-    let in_progress = {
-        let request = acquire(RequestStatus::InProgress, 2, ProviderApi::Pod);
-        let machines = machines_of(&request, &[MachineStatus::Pending; 2]);
-        root.put(request, machines).await
-    };
+    let failed_pods_left = root
+        .put(
+            acquire(RequestStatus::Failed, 1, ProviderApi::Pod),
+            &[MachineStatus::Failed],
+        )
+        .await;
+    let in_progress = root
+        .put(
+            acquire(RequestStatus::InProgress, 2, ProviderApi::Pod),
+            &[MachineStatus::Pending; 2],
+        )
+        .await;
     for (what, id) in [
         ("a complete acquire with a running machine", &running),
         ("a Deployment machine that may come back", &may_come_back),
