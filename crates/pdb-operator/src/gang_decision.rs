@@ -3,9 +3,9 @@
 //! Beyond seed 003's shape table, three rules keep a budget meaningful while the cluster moves
 //! (issue #19): only live pods are members; a gang's size never falls because pods were evicted
 //! or failed (see [`crate::gang_record`]), so a PDB once written holds through a drain; and a
-//! gang that is still starting (pods and PodGroups appearing one by one) gets no decision until
-//! nothing has joined it for [`STARTUP_SETTLE`], so it does not flap through warnings and
-//! narrower selectors on its way up.
+//! gang that is still starting (the Workload, then its PodGroups and pods appearing one by one)
+//! gets no decision until nothing has joined it for [`STARTUP_SETTLE`], so it does not flap
+//! through warnings and narrower selectors on its way up.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -27,7 +27,8 @@ use crate::workload_api::{
     derive_gang_selector, gang_members, render_selector,
 };
 
-/// How long a gang without a PDB must go without a new pod or PodGroup before it is decided.
+/// How long a gang without a PDB must go without a new pod or PodGroup (or the Workload itself
+/// being new) before it is decided.
 /// A Job or JobSet creates its pods within a few seconds; deciding on the first of them would
 /// post `WorkloadSkipped` (one pod is below minCount), then write a PDB with that pod's every
 /// label as selector, then widen it, once per pod.
@@ -110,13 +111,21 @@ fn retry(
     })
 }
 
-/// Time left before a gang without a PDB may be decided: [`STARTUP_SETTLE`] after its newest
-/// PodGroup or pod was created. Clock skew cannot stall it: each wait is at most the window.
-fn settling(groups: &[&PodGroupView], pods: &[&PodView], now: Timestamp) -> Option<Duration> {
+/// Time left before a gang without a PDB may be decided: [`STARTUP_SETTLE`] after the newest of
+/// the Workload, its PodGroups and its pods was created. The Workload counts because its
+/// PodGroups and pods arrive on watches of their own: a brand-new Workload may be seen before
+/// any of them. Clock skew cannot stall it: each wait is at most the window.
+fn settling(
+    workload: Option<Timestamp>,
+    groups: &[&PodGroupView],
+    pods: &[&PodView],
+    now: Timestamp,
+) -> Option<Duration> {
     let newest = groups
         .iter()
         .filter_map(|g| g.created)
         .chain(pods.iter().filter_map(|p| p.created))
+        .chain(workload)
         .max()?;
     let age = now.duration_since(newest);
     let settle = jiff::SignedDuration::try_from(STARTUP_SETTLE).ok()?;
@@ -190,11 +199,11 @@ pub fn desired_pdb_for_gang(
     let (groups, gang) = gang_members(name, &template, facts.pod_groups, facts.pods);
     if facts.record.is_none() {
         let all_pods: Vec<&PodView> = gang.live.iter().chain(&gang.inactive).copied().collect();
-        if let Some(left) = settling(&groups, &all_pods, now) {
+        if let Some(left) = settling(workload.created, &groups, &all_pods, now) {
             steps.push(step(
                 "start-up",
                 format!(
-                    "a pod or PodGroup joined less than {}s ago; deciding once none has for {}s",
+                    "the Workload, a PodGroup or a pod appeared less than {}s ago; deciding once none has for {}s",
                     STARTUP_SETTLE.as_secs(),
                     STARTUP_SETTLE.as_secs()
                 ),

@@ -263,6 +263,9 @@ pub struct GangWorkloadView {
     pub uid: String,
     pub spec: WorkloadSpec,
     pub terminating: bool,
+    /// `metadata.creationTimestamp` (start-up settling: its PodGroups and pods follow it, on
+    /// watches of their own that may deliver them after the Workload).
+    pub created: Option<Timestamp>,
 }
 
 impl GangWorkloadView {
@@ -285,6 +288,7 @@ impl GangWorkloadView {
             uid: w.metadata.uid.clone().ok_or_else(|| missing("uid"))?,
             spec: w.spec.clone(),
             terminating: w.metadata.deletion_timestamp.is_some(),
+            created: w.metadata.creation_timestamp.as_ref().map(|t| t.0),
         })
     }
 }

@@ -255,6 +255,31 @@ fn a_young_pod_group_without_pods_waits_before_the_deferral() {
     }
 }
 
+/// The Workload's PodGroups and pods come on watches of their own and may be seen after it: a
+/// Workload created a moment ago with nothing of its gang in sight yet is starting, not
+/// deferred; once it is older than the window with still nothing, it is deferred.
+#[test]
+fn a_young_workload_whose_gang_is_not_in_sight_yet_waits_before_the_deferral() {
+    let mut w = gang(3, "single");
+    w.created = Some(now() - jiff::SignedDuration::from_secs(1));
+    match decide(&w, &[], &[], "standard") {
+        Decision::NoPdb(n) => {
+            assert_eq!((n.event, n.cause), (None, "starting"));
+            assert_eq!(n.retry_after, Some(Duration::from_secs(4)));
+            assert!(!n.delete_owned_pdb);
+        }
+        other => panic!("{other:?}"),
+    }
+    w.created = Some(now() - jiff::SignedDuration::from_secs(STARTUP_SETTLE.as_secs() as i64));
+    match decide(&w, &[], &[], "standard") {
+        Decision::NoPdb(n) => {
+            assert_eq!(n.event.unwrap().reason, reasons::WORKLOAD_PDB_DEFERRED);
+            assert_eq!(n.cause, "no_pods");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn deferral_counts_finished_pods() {
     let all: Vec<PodView> = pods(&[2]).into_iter().map(failed).collect();
