@@ -46,6 +46,10 @@ pub struct Session {
     /// config.json as first read; one process reads it once, however many steps of a call
     /// (is it a HostFactory call, is a daemon configured, the broker) look at it.
     loaded: OnceLock<CliResult<LoadedConfig>>,
+    /// The Kubernetes provider as first built from that config: a getRequestStatus poll
+    /// builds it to check the configuration, then, when it must go the full way, hands the
+    /// same one to the broker instead of building it again (and logging its warnings twice).
+    provider: OnceLock<CliResult<Option<Arc<dyn orb_core::provider::Provider>>>>,
     /// The stores this process opened, to close before it exits (see [`Self::close_stores`]).
     opened: Mutex<Vec<Store>>,
 }
@@ -67,6 +71,7 @@ impl Session {
             global,
             dirs,
             loaded: OnceLock::new(),
+            provider: OnceLock::new(),
             opened: Mutex::new(Vec::new()),
         }
     }
@@ -92,20 +97,23 @@ impl Session {
         context::scheduler(&self.global, Some(&loaded.config)) == SchedulerKind::Hostfactory
     }
 
-    /// The selected provider when it is the Kubernetes one, built now: an invalid provider
-    /// configuration stops the command with every problem (seed 001: it raises at start-up).
-    /// `None` for other provider types, which are built when first used.
-    pub fn kubernetes_provider(
-        &self,
-        loaded: &LoadedConfig,
-    ) -> CliResult<Option<Arc<dyn orb_core::provider::Provider>>> {
-        let entry = context::select_provider(&self.global, loaded)?;
-        if !crate::provider_factory::is_kubernetes(entry) {
-            return Ok(None);
-        }
-        build_provider_for_app(entry, &self.provider_context(), &loaded.config.other)
-            .map(Some)
-            .map_err(Failure::from)
+    /// The selected provider when it is the Kubernetes one, built on the first call (later
+    /// calls get the same one, or the same failure): an invalid provider configuration stops
+    /// the command with every problem (seed 001: it raises at start-up). `None` for other
+    /// provider types, which are built when first used.
+    pub fn kubernetes_provider(&self) -> CliResult<Option<Arc<dyn orb_core::provider::Provider>>> {
+        self.provider
+            .get_or_init(|| {
+                let loaded = self.config()?;
+                let entry = context::select_provider(&self.global, &loaded)?;
+                if !crate::provider_factory::is_kubernetes(entry) {
+                    return Ok(None);
+                }
+                build_provider_for_app(entry, &self.provider_context(), &loaded.config.other)
+                    .map(Some)
+                    .map_err(Failure::from)
+            })
+            .clone()
     }
 
     fn provider_context(&self) -> ProviderContext {
@@ -191,7 +199,7 @@ impl Session {
         };
         let provider = match provider {
             Some(provider) => Some(provider),
-            None => self.kubernetes_provider(loaded)?,
+            None => self.kubernetes_provider()?,
         };
         let store = self.open_store(loaded).await?;
         let provider_context = self.provider_context();

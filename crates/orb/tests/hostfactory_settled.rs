@@ -385,3 +385,37 @@ fn rusqlite_exec(db: &Path, sql: &str) {
     let connection = rusqlite::Connection::open(db).unwrap();
     connection.execute_batch(sql).unwrap();
 }
+
+/// A poll that the check on this thread sends the full way builds the Kubernetes provider
+/// once, not once per way: a configuration warning reaches the log once per call, whichever
+/// way the call goes.
+#[test]
+fn a_configuration_warning_is_logged_once_per_poll_either_way() {
+    let root = Root::new();
+    let log = root.dir.path().join("logs/orb.log");
+    let warnings = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("ORB_K8S_DEFAULT_NAMESPACE is a legacy name")
+            .count()
+    };
+    let input = status_input(&["req-00000000-0000-4000-8000-000000000000"]).to_string();
+    let poll = || {
+        support::orb(root.dir.path())
+            .env("ORB_K8S_DEFAULT_NAMESPACE", "batch")
+            .args(["--scheduler", "hostfactory", "requests", "status", "-d"])
+            .arg(&input)
+            .output()
+            .unwrap()
+    };
+    // No file yet: nothing to read here, so the full way runs (and creates it).
+    assert!(!root.db().exists());
+    let first = poll();
+    assert!(first.status.success(), "{first:?}");
+    assert!(root.db().exists(), "the full way ran");
+    assert_eq!(warnings(), 1, "the full way's call");
+    // Now the unknown id is settled and answered here.
+    let second = poll();
+    assert_eq!(second.stdout, first.stdout);
+    assert_eq!(warnings(), 2, "one more for the call answered here");
+}

@@ -22,8 +22,8 @@ pub fn status_from_storage(session: &Session, input: Option<&Value>) -> Option<S
     let loaded = session.config().ok()?;
     // The full way builds the Kubernetes provider before anything else, so a configuration
     // it refuses fails every call, this one included; the same check, and its report left
-    // to the full way.
-    session.kubernetes_provider(&loaded).ok()?;
+    // to the full way, which takes this provider (or failure) from the session as it is.
+    session.kubernetes_provider().ok()?;
     let url = context::storage_url(&loaded.config, &session.dirs);
     let reader = SameThreadReader::open(&url)
         .inspect_err(|why| tracing::debug!(%why, "getRequestStatus not read on this thread"))
