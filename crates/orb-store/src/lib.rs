@@ -146,18 +146,52 @@ pub fn sqlite_url(path: &Path) -> String {
     format!("sqlite://{}?mode=rwc", path.display())
 }
 
-/// The URL with any password replaced, for messages.
+/// The URL with every password in it replaced, for messages and every output: the one of
+/// `user:password@` and the value of any query parameter naming one (`?password=`,
+/// `sslpassword=`), which PostgreSQL URLs accept too.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let creds = &url[scheme_end + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_string(),
-            }
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    // The user part ends at the last '@' before the query, or anywhere when the query has
+    // none before it (a password may hold an unencoded '?' or '@').
+    let query_start = url.find('?').unwrap_or(url.len());
+    let at = url[..query_start]
+        .rfind('@')
+        .or_else(|| url.rfind('@'))
+        .filter(|&at| at >= scheme_end);
+    let mut out = String::with_capacity(url.len());
+    let rest_start = match at.and_then(|at| Some((at, url[scheme_end..at].split_once(':')?.0))) {
+        Some((at, user)) => {
+            out.push_str(&url[..scheme_end]);
+            out.push_str(user);
+            out.push_str(":***");
+            at
         }
-        _ => url.to_string(),
+        None => 0,
+    };
+    let rest = &url[rest_start..];
+    let Some((before, query)) = rest.split_once('?') else {
+        out.push_str(rest);
+        return out;
+    };
+    let (query, fragment) = query.split_at(query.find('#').unwrap_or(query.len()));
+    out.push_str(before);
+    out.push('?');
+    for (i, param) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        match param.split_once('=') {
+            Some((key, _)) if key.to_ascii_lowercase().contains("password") => {
+                out.push_str(key);
+                out.push_str("=***");
+            }
+            _ => out.push_str(param),
+        }
     }
+    out.push_str(fragment);
+    out
 }
 
 #[cfg(test)]
@@ -203,5 +237,21 @@ mod tests {
         );
         assert_eq!(redact("sqlite:///tmp/orb.db"), "sqlite:///tmp/orb.db");
         assert_eq!(redact("postgres://orb@db/orb"), "postgres://orb@db/orb");
+        assert_eq!(
+            redact("postgres://orb@db/orb?sslmode=require&password=s3cret"),
+            "postgres://orb@db/orb?sslmode=require&password=***"
+        );
+        assert_eq!(
+            redact("postgres://orb:s3cret@db/orb?PassWord=s3cret&sslpassword=s3cret#x"),
+            "postgres://orb:***@db/orb?PassWord=***&sslpassword=***#x"
+        );
+        assert_eq!(
+            redact("postgres://db/orb?user=orb&password=p%40ss@word"),
+            "postgres://db/orb?user=orb&password=***"
+        );
+        assert_eq!(
+            redact("postgres://orb:a?b@db/orb"),
+            "postgres://orb:***@db/orb"
+        );
     }
 }
