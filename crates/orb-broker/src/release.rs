@@ -147,23 +147,9 @@ impl Broker {
         keys: &[MachineKey],
         unknown_names: UnknownNames,
     ) -> Result<RequestView, BrokerError> {
-        let lookups: Vec<String> = keys
-            .iter()
-            .flat_map(|k| k.lookups().cloned())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let found = self.store.find_machines(&lookups).await?;
-        let mut chosen: BTreeMap<String, Machine> = BTreeMap::new();
-        let mut unknown = Vec::new();
-        let index = Found::new(&found);
-        for key in keys {
-            match index.resolve(key) {
-                Some(m) => {
-                    chosen.insert(m.machine_id.clone(), m.clone());
-                }
-                None => unknown.push(key.label().to_string()),
-            }
+        let (mut chosen, mut unknown) = self.resolve(keys).await?;
+        if !unknown.is_empty() && self.record_unpolled_acquires().await? {
+            (chosen, unknown) = self.resolve(keys).await?;
         }
         if chosen.is_empty() || (unknown_names == UnknownNames::Refuse && !unknown.is_empty()) {
             return Err(BrokerError::UnknownMachines(format!(
@@ -176,26 +162,24 @@ impl Broker {
                 unknown.join(", ")
             )));
         }
-        let (busy, mut machines): (Vec<Machine>, Vec<Machine>) = chosen
-            .into_values()
-            .partition(|m| m.return_request_id.is_some());
+        let ended = self.ended_returns(chosen.values()).await?;
+        let (busy, mut machines): (Vec<Machine>, Vec<Machine>) =
+            chosen.into_values().partition(|m| {
+                m.return_request_id
+                    .as_ref()
+                    .is_some_and(|r| !ended.contains(r))
+            });
+        let held: Vec<String> = busy
+            .iter()
+            .filter_map(|m| {
+                let by = m.return_request_id.as_ref()?;
+                Some(format!("{} (by {by})", m.machine_id))
+            })
+            .collect();
         if machines.is_empty() {
-            let detail: Vec<String> = busy
-                .iter()
-                .map(|m| {
-                    format!(
-                        "{} (by {})",
-                        m.machine_id,
-                        m.return_request_id
-                            .as_ref()
-                            .map(ToString::to_string)
-                            .unwrap_or_default()
-                    )
-                })
-                .collect();
             return Err(BrokerError::NotAllowed(format!(
                 "already being returned: {}; poll those return requests instead",
-                detail.join(", ")
+                held.join(", ")
             )));
         }
         // Every named machine orb has not seen returned goes to the provider, gone ones
@@ -237,15 +221,14 @@ impl Broker {
         );
         request.machine_ids = machines.iter().map(|m| m.machine_id.clone()).collect();
         request.unknown_machines = unknown;
-        if !busy.is_empty() {
-            request.status_message = Some(format!(
-                "skipped machines already being returned: {}",
-                busy.iter()
-                    .map(|m| m.machine_id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+        // A partial return says what it left out, on the request and to the caller.
+        let skipped = (!held.is_empty()).then(|| {
+            format!(
+                "left out machines already being returned: {}; poll those returns instead",
+                held.join(", ")
+            )
+        });
+        request.status_message.clone_from(&skipped);
         lifecycle::apply(
             &mut request,
             LifecycleEvent::Start {
@@ -280,12 +263,77 @@ impl Broker {
             return Ok(RequestView {
                 request,
                 machines: machines.into(),
-                note: None,
+                note: skipped,
             });
         };
 
-        self.release_and_record(request, machines, provider, &to_release)
-            .await
+        let mut view = self
+            .release_and_record(request, machines, provider, &to_release)
+            .await?;
+        view.note = match (skipped, view.note.take()) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+        Ok(view)
+    }
+
+    /// The stored machines `keys` name, by machine id, and the labels of the keys that name none.
+    async fn resolve(
+        &self,
+        keys: &[MachineKey],
+    ) -> Result<(BTreeMap<String, Machine>, Vec<String>), BrokerError> {
+        let lookups: Vec<String> = keys
+            .iter()
+            .flat_map(|k| k.lookups().cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let found = self.store.find_machines(&lookups).await?;
+        let mut chosen = BTreeMap::new();
+        let mut unknown = Vec::new();
+        let index = Found::new(&found);
+        for key in keys {
+            match index.resolve(key) {
+                Some(m) => {
+                    chosen.insert(m.machine_id.clone(), m.clone());
+                }
+                None => unknown.push(key.label().to_string()),
+            }
+        }
+        Ok((chosen, unknown))
+    }
+
+    /// Reads the unfinished acquires once, as a status call would: a controller's machines are
+    /// recorded by the first read after the acquire, and a return of them may come before it
+    /// (`orb machines request` without `--wait`). Whether there was any to read.
+    async fn record_unpolled_acquires(&self) -> Result<bool, BrokerError> {
+        let acquires = self.unfinished(RequestType::Acquire).await?;
+        for acquire in &acquires {
+            // A read that fails only leaves its machines unknown, which the return reports.
+            if let Err(e) = self.refresh(&acquire.request_id).await {
+                tracing::warn!(request = %acquire.request_id, "reading an unfinished acquire for a return: {e}");
+            }
+        }
+        Ok(!acquires.is_empty())
+    }
+
+    /// The returns holding some of `machines` that have ended (or are gone): a machine such a
+    /// return still names is free, whatever left it held (a store written by an older orb).
+    async fn ended_returns(
+        &self,
+        machines: impl Iterator<Item = &Machine>,
+    ) -> Result<BTreeSet<RequestId>, BrokerError> {
+        let holders: BTreeSet<&RequestId> = machines
+            .filter_map(|m| m.return_request_id.as_ref())
+            .collect();
+        let mut ended = BTreeSet::new();
+        for id in holders {
+            let request = self.store.get_request(id).await?;
+            if request.is_none_or(|r| r.status.is_terminal()) {
+                ended.insert(id.clone());
+            }
+        }
+        Ok(ended)
     }
 
     /// Asks the provider to release `to_release` for the stored return `request` (whose
@@ -350,6 +398,7 @@ impl Broker {
             .await;
         let now = self.now();
         let mut ended = Vec::new();
+        let mut note = None;
         match outcome {
             Ok(outcome) => {
                 // Machines the release takes along though nobody named them join the return,
@@ -380,26 +429,44 @@ impl Broker {
                 if outcome.message.is_some() {
                     request.status_message = outcome.message;
                 }
+                // A machine whose release failed is not being returned: it is freed with the
+                // reason at once, so a later return can take it (nothing else would free it).
+                let mut left_out = Vec::new();
                 for failure in &outcome.failed {
                     if let Some(m) = machines
                         .iter_mut()
                         .find(|m| m.machine_id == failure.machine_id)
                     {
-                        m.status_reason = Some(format!("release failed: {}", failure.reason));
+                        m.return_request_id = None;
+                        m.status_reason = Some(format!(
+                            "release failed: {}; the machine is free to be returned again",
+                            failure.reason
+                        ));
                         m.updated_at = now;
+                        left_out.push(format!("{}: {}", m.machine_id, failure.reason));
                     }
                 }
-                if !to_release.is_empty() && outcome.failed.len() == to_release.len() {
-                    lifecycle::apply(
-                        &mut request,
-                        LifecycleEvent::Fail {
-                            reason: format!(
-                                "every release failed, first: {}",
-                                outcome.failed[0].reason
-                            ),
-                        },
-                        now,
-                    )?;
+                if !left_out.is_empty() {
+                    let why = format!(
+                        "could not release {} (free to be returned again)",
+                        left_out.join("; ")
+                    );
+                    if left_out.len() == request.machine_ids.len() {
+                        lifecycle::apply(
+                            &mut request,
+                            LifecycleEvent::Fail {
+                                reason: why.clone(),
+                            },
+                            now,
+                        )?;
+                    } else {
+                        // The return goes on for the rest and is judged on them alone.
+                        request
+                            .machine_ids
+                            .retain(|id| !outcome.failed.iter().any(|f| &f.machine_id == id));
+                        request.requested_count = request.machine_ids.len() as u32;
+                    }
+                    note = Some(why);
                 }
             }
             Err(ProviderError::Rejected(reason)) => {
@@ -443,7 +510,7 @@ impl Broker {
         Ok(RequestView {
             request,
             machines: machines.into(),
-            note: None,
+            note,
         })
     }
 

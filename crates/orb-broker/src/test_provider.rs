@@ -11,6 +11,9 @@ use orb_core::provider::*;
 #[derive(Default)]
 pub struct ScriptedProvider {
     pub acquire_error: Mutex<Option<ProviderError>>,
+    /// When set, acquires report no machines, as a controller's acquire does: the first
+    /// status read records them.
+    pub acquire_without_machines: Mutex<bool>,
     pub statuses: Mutex<VecDeque<Result<StatusReport, ProviderError>>>,
     pub release_failures: Mutex<Vec<MachineFailure>>,
     /// When set, the next release is refused as a whole with this error.
@@ -126,6 +129,7 @@ impl Provider for ScriptedProvider {
         ));
         let error = self.acquire_error.lock().unwrap().take();
         let writer = self.concurrent_writer.lock().unwrap().take();
+        let without_machines = *self.acquire_without_machines.lock().unwrap();
         Box::pin(async move {
             if let Some(store) = writer {
                 write_meanwhile(&store, &input.request_id, "polled while acquiring").await;
@@ -140,6 +144,7 @@ impl Provider for ScriptedProvider {
                 resource_ids: names.clone(),
                 machines: names
                     .iter()
+                    .filter(|_| !without_machines)
                     .map(|n| MachineObservation::new(n, MachineStatus::Pending))
                     .collect(),
                 provider_data: serde_json::json!({"pod_names": names}),

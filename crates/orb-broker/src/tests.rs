@@ -1,5 +1,7 @@
 //! Lifecycle tests of the broker against a SQLite store and the scripted provider.
 
+mod returns;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -932,7 +934,7 @@ async fn a_failed_release_fails_the_return() {
     assert_eq!(ret.request.status, RequestStatus::Failed);
     assert_eq!(
         ret.machines[0].status_reason.as_deref(),
-        Some("release failed: forbidden")
+        Some("release failed: forbidden; the machine is free to be returned again")
     );
 }
 

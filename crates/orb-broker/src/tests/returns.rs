@@ -1,0 +1,193 @@
+//! Returns that never lock machines for good and say what they left out: a release that
+//! fails frees its machines with the reason, a machine held by a return that ended is free,
+//! and machines of an acquire nobody has read yet can be returned.
+
+use super::*;
+
+fn fail_release_of(f: &Fixture, ids: &[&String], reason: &str) {
+    *f.provider.release_failures.lock().unwrap() = ids
+        .iter()
+        .map(|id| MachineFailure {
+            machine_id: (*id).clone(),
+            reason: reason.into(),
+        })
+        .collect();
+}
+
+async fn stored(f: &Fixture, ids: &[String]) -> Vec<Machine> {
+    f.broker.store.find_machines(ids).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_return_whose_every_release_fails_ends_failed_and_frees_its_machines() {
+    let f = fixture().await;
+    let (ids, keys) = acquired(&f, 2).await;
+    fail_release_of(&f, &[&ids[0], &ids[1]], "pods/eviction is forbidden");
+
+    let failed = f
+        .broker
+        .return_machines(&keys, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(failed.request.status, RequestStatus::Failed);
+    let message = failed.request.status_message.clone().unwrap_or_default();
+    assert!(message.contains("pods/eviction is forbidden"), "{message}");
+    for m in stored(&f, &ids).await {
+        assert_eq!(m.return_request_id, None, "{} stays held", m.machine_id);
+        assert!(
+            m.status_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("pods/eviction is forbidden")),
+            "{:?}",
+            m.status_reason
+        );
+    }
+
+    f.provider.release_failures.lock().unwrap().clear();
+    let again = f
+        .broker
+        .return_machines(&keys, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(again.request.status, RequestStatus::InProgress);
+}
+
+#[tokio::test]
+async fn a_machine_whose_release_failed_is_freed_while_the_rest_are_returned() {
+    let f = fixture().await;
+    let (ids, keys) = acquired(&f, 2).await;
+    fail_release_of(&f, &[&ids[0]], "a PodDisruptionBudget refused the eviction");
+
+    let ret = f
+        .broker
+        .return_machines(&keys, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(ret.request.status, RequestStatus::InProgress);
+    assert_eq!(ret.request.machine_ids, vec![ids[1].clone()]);
+    assert_eq!(ret.request.requested_count, 1);
+    let note = ret.note.clone().unwrap_or_default();
+    assert!(
+        note.contains(&ids[0]) && note.contains("PodDisruptionBudget"),
+        "{note}"
+    );
+    let by_id: HashMap<String, Machine> = stored(&f, &ids)
+        .await
+        .into_iter()
+        .map(|m| (m.machine_id.clone(), m))
+        .collect();
+    assert_eq!(by_id[&ids[0]].return_request_id, None);
+    assert_eq!(
+        by_id[&ids[1]].return_request_id.as_ref(),
+        Some(&ret.request.request_id)
+    );
+
+    // The rest completes the return on its own.
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Fulfilled,
+        &[(&ids[1], MachineStatus::Terminated)],
+    )));
+    let done = f
+        .broker
+        .refresh(&ret.request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.request.status, RequestStatus::Complete);
+
+    f.provider.release_failures.lock().unwrap().clear();
+    let again = f
+        .broker
+        .return_machines(&keys[..1], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(again.request.machine_ids, vec![ids[0].clone()]);
+}
+
+/// A store written by an orb that left machines held by a return that had ended.
+#[tokio::test]
+async fn a_machine_held_by_a_return_that_ended_can_be_returned_again() {
+    let f = fixture().await;
+    let (ids, keys) = acquired(&f, 1).await;
+    let first = f
+        .broker
+        .return_machines(&keys, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    let mut ended = first.request.clone();
+    orb_core::lifecycle::apply(
+        &mut ended,
+        orb_core::lifecycle::LifecycleEvent::Fail {
+            reason: "every release failed".into(),
+        },
+        (f.broker.clock)(),
+    )
+    .unwrap();
+    f.broker
+        .store
+        .update_request(&mut ended, &mut [])
+        .await
+        .unwrap();
+    assert!(stored(&f, &ids).await[0].return_request_id.is_some());
+
+    let again = f
+        .broker
+        .return_machines(&keys, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored(&f, &ids).await[0].return_request_id.as_ref(),
+        Some(&again.request.request_id)
+    );
+}
+
+#[tokio::test]
+async fn a_return_of_a_machine_held_by_another_return_says_what_it_left_out() {
+    let f = fixture().await;
+    let (ids, keys) = acquired(&f, 2).await;
+    let first = f
+        .broker
+        .return_machines(&keys[..1], UnknownNames::Refuse)
+        .await
+        .unwrap();
+    let second = f
+        .broker
+        .return_machines(&keys, UnknownNames::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(second.request.machine_ids, vec![ids[1].clone()]);
+    let note = second.note.clone().unwrap_or_default();
+    assert!(
+        note.contains(&ids[0])
+            && note.contains(first.request.request_id.as_str())
+            && note.contains("already being returned"),
+        "the left-out machine, who holds it and why: {note:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_return_right_after_an_acquire_nobody_read_finds_its_machines() {
+    let f = fixture().await;
+    *f.provider.acquire_without_machines.lock().unwrap() = true;
+    let acquire = f.broker.request_machines("deploy", 2).await.unwrap();
+    assert!(acquire.machines.is_empty(), "a controller's acquire");
+    let name = format!("m-{}-0001", &acquire.request.request_id.hex_digits()[..8]);
+    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        Verdict::Fulfilled,
+        &[
+            (&name.replace("-0001", "-0000"), MachineStatus::Running),
+            (&name, MachineStatus::Running),
+        ],
+    )));
+
+    let ret = f
+        .broker
+        .return_named(std::slice::from_ref(&name))
+        .await
+        .unwrap();
+    assert_eq!(ret.request.machine_ids, vec![name.clone()]);
+    assert_eq!(
+        f.provider.calls().last().unwrap(),
+        &format!("release {name}")
+    );
+}
