@@ -4,7 +4,8 @@
 //! object adopts it — so running the provider's acquire again for the same request id creates
 //! only what is missing and records it all. Whoever creates holds the request's claim
 //! (orb-store); an acquire with nothing recorded whose claim is free has nobody working on it
-//! and is resumed at once by the next process that looks at it.
+//! and is resumed at once by the next process that looks at it. A resume moves the deadline to
+//! a whole grace period from then: what it creates is judged as any acquire's machines are.
 
 use jiff::Timestamp;
 use orb_core::ids::RequestId;
@@ -159,6 +160,15 @@ impl Broker {
                 Vec::new()
             }
             Some(template) => {
+                // The resumed creates get the time any acquire gets: a read long after orb
+                // stopped must judge what the resume delivers, not the time nobody created.
+                lifecycle::apply(
+                    &mut request,
+                    LifecycleEvent::Resume {
+                        grace_secs: self.settings.grace_secs,
+                    },
+                    self.now(),
+                )?;
                 let outcome = match self.provider.get() {
                     Ok(provider) => {
                         provider

@@ -1,5 +1,7 @@
 //! Lifecycle tests of the broker against a SQLite store and the scripted provider.
 
+mod resume;
+
 mod returns;
 
 use std::sync::Arc;

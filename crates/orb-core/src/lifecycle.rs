@@ -54,6 +54,12 @@ pub enum LifecycleEvent {
     },
     /// Settle a request whose deadline has passed; a no-op otherwise.
     DeadlineSweep,
+    /// An interrupted acquire creates again: its machines get a whole grace period from now
+    /// (the deadline moves to `now + grace_secs` unless it is later already), so a read long
+    /// after orb stopped judges the resume's result, not the time nobody was creating.
+    Resume {
+        grace_secs: u64,
+    },
 }
 
 impl LifecycleEvent {
@@ -64,6 +70,7 @@ impl LifecycleEvent {
             Self::Cancel { .. } => "cancel",
             Self::Fail { .. } => "fail",
             Self::DeadlineSweep => "deadline sweep",
+            Self::Resume { .. } => "resume",
         }
     }
 }
@@ -167,6 +174,11 @@ pub fn apply(
         LifecycleEvent::Cancel { reason } => (RequestStatus::Cancelled, Some(reason)),
         LifecycleEvent::Fail { reason } => (RequestStatus::Failed, Some(reason)),
         LifecycleEvent::DeadlineSweep => (from, None),
+        LifecycleEvent::Resume { grace_secs } => {
+            let fresh = now + SignedDuration::from_secs(grace_secs as i64);
+            request.deadline_at = Some(request.deadline_at.map_or(fresh, |d| d.max(fresh)));
+            (from, None)
+        }
     };
     if let Some(message) = message {
         request.status_message = Some(message);
@@ -387,6 +399,18 @@ mod tests {
         assert_eq!(r.status_message.as_deref(), Some(message));
     }
 
+    #[test]
+    fn a_resume_gives_the_acquire_a_whole_grace_period_from_now() {
+        let mut r = request(RequestType::Acquire, InProgress, 2);
+        apply(&mut r, LifecycleEvent::Resume { grace_secs: 300 }, t(400)).unwrap();
+        assert_eq!(r.status, InProgress, "not judged by the deadline it missed");
+        assert_eq!(r.deadline_at, Some(t(700)));
+        apply(&mut r, LifecycleEvent::Resume { grace_secs: 300 }, t(10)).unwrap();
+        assert_eq!(r.deadline_at, Some(t(700)), "a later deadline stays");
+        apply(&mut r, verdict(Verdict::InProgress, 1), t(701)).unwrap();
+        assert_eq!(r.status, Partial, "a whole grace period later it is judged");
+    }
+
     #[rstest]
     #[case::cancel_pending(Pending, LifecycleEvent::Cancel { reason: "by user".into() }, Cancelled)]
     #[case::cancel_running(InProgress, LifecycleEvent::Cancel { reason: "by user".into() }, Cancelled)]
@@ -454,6 +478,7 @@ mod tests {
                 LifecycleEvent::Cancel { reason: "x".into() },
                 LifecycleEvent::Fail { reason: "x".into() },
                 LifecycleEvent::DeadlineSweep,
+                LifecycleEvent::Resume { grace_secs: 300 },
             ]
         };
         for kind in [RequestType::Acquire, RequestType::Return] {
