@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use jiff::Timestamp;
 use orb_core::machine::{Machine, MachineStatus};
-use orb_core::provider::MachineObservation;
+use orb_core::provider::{MachineObservation, REMOVED_BY_ORB, removed_by_orb};
 use orb_core::request::Request;
 use orb_core::shared::Shared;
 
@@ -167,11 +167,16 @@ pub(super) fn fold_observation(
     if !observation.provider_data.is_null()
         && !Shared::ptr_eq(&machine.provider_data, &observation.provider_data)
     {
-        changed |= machine.provider_data != observation.provider_data;
-        machine
-            .to_mut()
-            .provider_data
-            .clone_from(&observation.provider_data);
+        let mut seen = observation.provider_data.clone();
+        // orb removing a machine itself stays known through the reads of its pod going.
+        if removed_by_orb(&machine.provider_data)
+            && !removed_by_orb(&seen)
+            && let Some(data) = seen.as_object_mut()
+        {
+            data.insert(REMOVED_BY_ORB.into(), true.into());
+        }
+        changed |= machine.provider_data != seen;
+        machine.to_mut().provider_data = seen;
     }
     if changed {
         machine.to_mut().updated_at = now;

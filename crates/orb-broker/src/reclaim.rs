@@ -2,12 +2,16 @@
 //! own. The acquires of the candidate machines are refreshed first (so what is stored is the
 //! truth now, also for requests that finished long ago); then two sources: machines that are
 //! gone outside any orb return or failed (from the store), and live machines the provider
-//! reports as evicted, preempted or draining.
+//! reports as evicted, preempted or draining. Never reported: what orb removed itself (a pod
+//! timeout), and any host of a Job while one of its pods still works, because giving one
+//! host of a Job back deletes the whole Job.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use orb_core::ProviderApi;
+use orb_core::ids::RequestId;
 use orb_core::machine::{Machine, MachineStatus};
-use orb_core::provider::ReclaimQuery;
+use orb_core::provider::{ReclaimQuery, removed_by_orb};
 use orb_store::MachineFilter;
 
 use super::status::may_come_back;
@@ -48,6 +52,9 @@ impl Broker {
         if refreshed_any {
             candidates = self.reclaim_candidates(keys).await?;
         }
+        let busy_jobs = self.jobs_at_work(&candidates).await?;
+        candidates
+            .retain(|m| !removed_by_orb(&m.provider_data) && !busy_jobs.contains(&m.request_id));
         let mut found: BTreeMap<String, Reclaim> = BTreeMap::new();
         // Without names, only hosts that ever started are reported: a pod that failed before
         // it ran was never a host HostFactory knew.
@@ -105,6 +112,34 @@ impl Broker {
         Ok((found.into_values().collect(), note))
     }
 
+    /// The Job acquires among `candidates` with a pod still at work (running, waiting to
+    /// start or being removed): none of their hosts may be offered back while it works.
+    async fn jobs_at_work(
+        &self,
+        candidates: &[Machine],
+    ) -> Result<BTreeSet<RequestId>, BrokerError> {
+        let jobs: BTreeSet<&RequestId> = candidates
+            .iter()
+            .filter(|m| m.provider_api == Some(ProviderApi::Job))
+            .map(|m| &m.request_id)
+            .collect();
+        let mut busy = BTreeSet::new();
+        for job in jobs {
+            let units = self
+                .store
+                .list_machines(&MachineFilter {
+                    request_id: Some(job.clone()),
+                    live_only: true,
+                    ..Default::default()
+                })
+                .await?;
+            if units.iter().any(at_work) {
+                busy.insert(job.clone());
+            }
+        }
+        Ok(busy)
+    }
+
     /// The machines a reclaim query covers: those named (every managed one when none is),
     /// not already in an orb return.
     async fn reclaim_candidates(&self, keys: &[MachineKey]) -> Result<Vec<Machine>, BrokerError> {
@@ -125,4 +160,9 @@ impl Broker {
                 .collect()
         })
     }
+}
+
+/// A unit that has not ended: its pod runs, waits to start or is on its way out.
+fn at_work(m: &Machine) -> bool {
+    m.status.is_live() && !matches!(m.status, MachineStatus::Failed | MachineStatus::Stopped)
 }

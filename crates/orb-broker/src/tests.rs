@@ -1,5 +1,6 @@
 //! Lifecycle tests of the broker against a SQLite store and the scripted provider.
 
+mod reclaims;
 mod resume;
 
 mod returns;
@@ -54,6 +55,8 @@ fn catalog() -> Catalog {
                "providerApi": "StatefulSet"}),
         json!({"templateId": "deploy", "imageId": "busybox:1.36", "maxNumber": 4,
                "providerApi": "Deployment"}),
+        json!({"templateId": "job", "imageId": "busybox:1.36", "maxNumber": 4,
+               "providerApi": "Job"}),
     ];
     Catalog {
         file: None,

@@ -124,6 +124,17 @@ impl MachineObservation {
     }
 }
 
+/// The key, `true` in an observation's `provider_data`, of a machine orb removed itself
+/// outside any return (a pod timed out and deleted under `delete_timed_out_pods`). The broker
+/// keeps it on the machine through every later read (the pod being deleted, then gone), so
+/// getReturnRequests never offers it back as a host the cluster took.
+pub const REMOVED_BY_ORB: &str = "removed_by_orb";
+
+/// Whether `provider_data` carries the [`REMOVED_BY_ORB`] mark.
+pub fn removed_by_orb(provider_data: &Value) -> bool {
+    provider_data.get(REMOVED_BY_ORB) == Some(&Value::Bool(true))
+}
+
 /// A machine as the broker knows it, for release, status and reclaim checks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MachineRef {
