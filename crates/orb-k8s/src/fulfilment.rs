@@ -7,6 +7,8 @@
 //! is the exception: its request is complete when the Job is (every unit exited 0), and while
 //! every unit runs it is [`Verdict::Underway`], which no deadline cuts short.
 
+use std::cell::OnceCell;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -15,30 +17,73 @@ use k8s_openapi::api::batch::v1::Job;
 use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
-use orb_core::provider::MachineObservation;
+use orb_core::provider::{MachineObservation, StatusMachines};
 use orb_core::shared::Shared;
 
 use crate::machine_state::{pending_reason, pod_age};
+use crate::pod_read::PodRead;
 
-/// `pod_timeout_seconds`, measured from the pod's creation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodTimeoutPolicy {
+/// What a status read settles of each pod with what the last read stored (the broker's
+/// machines): a machine that ran never goes back to `pending`, and `pod_timeout_seconds`,
+/// measured from the pod's creation, fails only units that never started.
+#[derive(Debug)]
+pub struct PodTimeoutPolicy<'a> {
     pub timeout: Duration,
+    stored: &'a StatusMachines,
+    /// The stored machines that were running, by name, with their pod's UID when known:
+    /// made only when a pod lost its readiness (most reads have none).
+    ran: OnceCell<HashMap<&'a str, Option<&'a str>>>,
 }
 
-impl PodTimeoutPolicy {
-    /// Turns a still-pending machine whose pod is older than the timeout into `failed` with the
-    /// reason it never ran (its pod is still there until someone removes it; once it is gone
-    /// the machine reads `terminated`). Returns whether it timed out. A machine that did not
-    /// is left as it is, still shared.
+impl<'a> PodTimeoutPolicy<'a> {
+    pub fn new(timeout: Duration, stored: &'a StatusMachines) -> Self {
+        Self {
+            timeout,
+            stored,
+            ran: OnceCell::new(),
+        }
+    }
+
+    /// Whether the stored machine of this very pod (not of an earlier incarnation of its
+    /// name) was running.
+    fn ran(&self, pod: &impl PodRead) -> bool {
+        let ran = self.ran.get_or_init(|| {
+            self.stored
+                .iter()
+                .filter(|m| m.status == MachineStatus::Running)
+                .map(|m| (m.machine().machine_id.as_str(), m.machine().uid.as_deref()))
+                .collect()
+        });
+        ran.get(pod.name())
+            .is_some_and(|uid| uid.is_none() || *uid == pod.uid())
+    }
+
+    /// A pod in phase Running has started, so it is never timed out: a machine that was
+    /// running and lost its readiness reads `running` with the not-ready reason, one that
+    /// never was stays `pending` (its acquire completes when it is Ready). A still-pending
+    /// pod that never started and is older than the timeout becomes `failed` with the reason
+    /// it never ran (its pod is still there until someone removes it; once it is gone the
+    /// machine reads `terminated`). Returns whether it timed out. A machine left as it is
+    /// stays shared.
     pub fn apply(
         &self,
-        pod: &impl crate::pod_read::PodRead,
+        pod: &impl PodRead,
         observation: &mut Shared<MachineObservation>,
         now: Timestamp,
     ) -> bool {
         if observation.status != MachineStatus::Pending {
             return false;
+        }
+        match pod.phase().unwrap_or("Pending") {
+            "Pending" => {}
+            "Running" => {
+                if self.ran(pod) {
+                    let observation: &mut MachineObservation = observation;
+                    observation.status = MachineStatus::Running;
+                }
+                return false;
+            }
+            _ => return false,
         }
         let Some(age) = pod_age(pod, now) else {
             return false;

@@ -3,10 +3,13 @@
 //!
 //! Rules, first match wins:
 //! - being deleted → `shutting-down`;
-//! - a fatal waiting reason in any container or init container → `failed` with the reason;
-//! - a crash loop (≥ 2 restarts with a non-zero last exit) → `failed`, unless the pod's
-//!   restartPolicy is OnFailure (restarts are then the point);
-//! - phase Running and Ready → `running`; Running but not Ready, and Pending → `pending`;
+//! - a fatal waiting reason now (`CrashLoopBackOff` included) in any container or init
+//!   container → `failed` with the reason. `failed` means failed now: past restarts, however
+//!   many and however they ended, never fail a pod;
+//! - phase Running and Ready → `running`; Running but not Ready → `pending`, "not ready: …"
+//!   (a pod alone cannot say whether it was ever Ready: the status read, which knows what was
+//!   stored, keeps a machine that ran `running`, see [`crate::fulfilment::PodTimeoutPolicy`]);
+//!   Pending → `pending`;
 //! - Succeeded → `stopped` for Pod and Job (the host exited but its pod is still there, so
 //!   a return or cancel still has something to remove; `terminated` always means gone),
 //!   `running` for Deployment/StatefulSet (their controller replaces the pod, the host stays);
@@ -30,9 +33,6 @@ pub const FATAL_WAITING_REASONS: &[&str] = &[
     "CrashLoopBackOff",
 ];
 
-/// Restarts (with a non-zero last exit) that mark a crash loop.
-pub const CRASH_LOOP_RESTARTS: i32 = 2;
-
 fn all_container_statuses(
     pod: &impl PodRead,
 ) -> impl Iterator<Item = (&'static str, ContainerRead<'_>)> {
@@ -50,21 +50,6 @@ fn fatal_waiting(pod: &impl PodRead) -> Option<String> {
             format!("{reason}: {what} {} {detail}", c.name)
                 .trim_end()
                 .to_string()
-        })
-    })
-}
-
-fn crash_loop(pod: &impl PodRead) -> Option<String> {
-    if pod.restart_policy() == Some("OnFailure") {
-        return None;
-    }
-    all_container_statuses(pod).find_map(|(what, c)| {
-        let (_, exit) = c.last_state.terminated?;
-        (c.restart_count >= CRASH_LOOP_RESTARTS && exit != 0).then(|| {
-            format!(
-                "CrashLoop: {what} {} restarted {} times, last exit code {exit}",
-                c.name, c.restart_count
-            )
         })
     })
 }
@@ -92,6 +77,36 @@ pub fn pending_reason(pod: &impl PodRead) -> Option<String> {
             })
         })
     })
+}
+
+/// Why a pod in phase Running is not Ready: what [`pending_reason`] finds, else the Ready
+/// condition's reason, and the main container's restarts when it has restarted (a crash loop
+/// between two crashes reads like this).
+fn not_ready_reason(pod: &impl PodRead) -> String {
+    let why = pending_reason(pod).or_else(|| {
+        pod.conditions()
+            .find(|c| c.type_ == "Ready")
+            .and_then(|c| match (c.reason, c.message) {
+                (Some(r), Some(m)) => Some(format!("{r}: {m}")),
+                (r, m) => r.or(m).map(str::to_string),
+            })
+    });
+    let restarts = pod.containers(false).find_map(|c| {
+        let (reason, exit) = c.last_state.terminated?;
+        let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+        (c.restart_count > 0).then(|| {
+            format!(
+                "container {} restarted {} times, last exit code {exit}{reason}",
+                c.name, c.restart_count
+            )
+        })
+    });
+    let parts: Vec<String> = why.into_iter().chain(restarts).collect();
+    if parts.is_empty() {
+        "not ready: the pod reports no reason".into()
+    } else {
+        format!("not ready: {}", parts.join("; "))
+    }
 }
 
 fn failed_reason(pod: &impl PodRead) -> String {
@@ -126,16 +141,13 @@ pub fn pod_machine_status(
     }
     let phase = pod.phase().unwrap_or("Pending");
     if matches!(phase, "Pending" | "Running")
-        && let Some(reason) = fatal_waiting(pod).or_else(|| crash_loop(pod))
+        && let Some(reason) = fatal_waiting(pod)
     {
         return (MachineStatus::Failed, Some(reason));
     }
     match phase {
         "Running" if pod.condition_true("Ready") => (MachineStatus::Running, None),
-        "Running" => (
-            MachineStatus::Pending,
-            Some(pending_reason(pod).unwrap_or_else(|| "running, not ready yet".into())),
-        ),
+        "Running" => (MachineStatus::Pending, Some(not_ready_reason(pod))),
         "Pending" => (MachineStatus::Pending, pending_reason(pod)),
         "Succeeded" => match kind {
             ProviderApi::Pod | ProviderApi::Job => (
@@ -222,10 +234,6 @@ mod tests {
         "init_create_config_error",
         "CreateContainerConfigError: init container fetch-config secret \"grid-credentials\" not found"
     )]
-    #[case::crash_loop(
-        "crash_looping",
-        "CrashLoop: container orb restarted 3 times, last exit code 1"
-    )]
     fn recorded_fatal_pods_are_failed_with_the_reason(#[case] name: &str, #[case] reason: &str) {
         let (status, why) = pod_machine_status(&recorded(name), ProviderApi::Pod);
         assert_eq!(status, MachineStatus::Failed);
@@ -233,25 +241,72 @@ mod tests {
         assert!(why.starts_with(reason), "{why}");
     }
 
-    #[test]
-    fn a_crash_loop_under_on_failure_is_not_failed() {
-        let mut p = recorded("crash_looping");
-        p.spec.as_mut().unwrap().restart_policy = Some("OnFailure".into());
-        let (status, _) = pod_machine_status(&p, ProviderApi::Pod);
-        assert_eq!(status, MachineStatus::Pending);
+    /// A main container that restarted `restarts` times, last ending with `exit` (`reason`),
+    /// and now `state`.
+    fn restarted(restarts: i32, exit: i32, reason: &str, ready: bool, state: Value) -> Value {
+        json!({"containerStatuses": [{"name": "orb", "image": "busybox", "imageID": "", "ready": ready,
+            "restartCount": restarts, "state": state,
+            "lastState": {"terminated": {"exitCode": exit, "reason": reason}}}]})
     }
 
-    #[test]
-    fn one_restart_is_not_a_crash_loop() {
+    /// `failed` means failed now: past restarts, however many and however they ended, never
+    /// make a Running and Ready pod failed.
+    #[rstest]
+    #[case::one_restart(1, 2, "Error")]
+    #[case::two_restarts_exit_1(2, 1, "Error")]
+    #[case::oom_killed_five_times(5, 137, "OOMKilled")]
+    fn a_ready_pod_that_restarted_is_running(
+        #[case] restarts: i32,
+        #[case] exit: i32,
+        #[case] reason: &str,
+        #[values(ProviderApi::Pod, ProviderApi::Deployment, ProviderApi::StatefulSet)]
+        kind: ProviderApi,
+    ) {
+        let running = json!({"running": {"startedAt": "2026-07-14T09:05:00Z"}});
         let p = pod(
             "Running",
             true,
-            json!({"containerStatuses": [{"name": "orb", "image": "busybox", "imageID": "", "ready": true, "restartCount": 1,
-                "lastState": {"terminated": {"exitCode": 2}}}]}),
+            restarted(restarts, exit, reason, true, running),
         );
+        assert_eq!(pod_machine_status(&p, kind), (MachineStatus::Running, None));
+    }
+
+    #[test]
+    fn a_pod_waiting_in_crash_loop_back_off_now_is_failed() {
+        let waiting = json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}});
+        let p = pod("Running", false, restarted(3, 1, "Error", false, waiting));
+        let (status, why) = pod_machine_status(&p, ProviderApi::Deployment);
+        assert_eq!(status, MachineStatus::Failed);
         assert_eq!(
-            pod_machine_status(&p, ProviderApi::Pod).0,
-            MachineStatus::Running
+            why.as_deref(),
+            Some("CrashLoopBackOff: container orb back-off 40s")
+        );
+    }
+
+    /// Between two crashes a crash-looping container runs: it is not failed now, and a
+    /// read that cannot know it ever was ready says it is not ready, with its restarts.
+    #[test]
+    fn a_crash_looping_pod_between_crashes_is_not_ready_not_failed() {
+        let (status, why) = pod_machine_status(&recorded("crash_looping"), ProviderApi::Pod);
+        assert_eq!(status, MachineStatus::Pending);
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                "not ready: ContainersNotReady; container orb restarted 3 times, last exit \
+                 code 1 (Error)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_running_pod_that_is_not_ready_says_why() {
+        let mut p = pod("Running", false, json!({}));
+        let ready = &mut p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
+        ready.reason = Some("ContainersNotReady".into());
+        ready.message = Some("containers with unready status: [orb]".into());
+        assert_eq!(
+            pod_machine_status(&p, ProviderApi::Pod).1.as_deref(),
+            Some("not ready: ContainersNotReady: containers with unready status: [orb]")
         );
     }
 

@@ -305,9 +305,7 @@ impl K8sProvider {
             Err(e) => return Ok(unread(&e)),
         };
         let resource_id = record.controller_name().map(str::to_string);
-        let policy = PodTimeoutPolicy {
-            timeout: config.pod_timeout(),
-        };
+        let policy = PodTimeoutPolicy::new(config.pod_timeout(), &input.machines);
         let now = Timestamp::now();
         let mut machines = Vec::with_capacity(pods.len());
         let mut timed_out = Vec::new();

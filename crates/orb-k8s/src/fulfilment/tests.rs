@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use orb_core::ProviderApi;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
-use orb_core::provider::MachineObservation;
+use orb_core::provider::{MachineObservation, StatusMachines};
 use rstest::rstest;
 use serde_json::json;
 
@@ -26,6 +26,10 @@ fn at(s: &str) -> Timestamp {
     s.parse().unwrap()
 }
 
+fn policy(timeout: u64, stored: &StatusMachines) -> PodTimeoutPolicy<'_> {
+    PodTimeoutPolicy::new(Duration::from_secs(timeout), stored)
+}
+
 #[rstest]
 #[case::younger_than_timeout("2026-07-14T10:04:00Z", false)]
 #[case::older_than_timeout("2026-07-14T10:05:01Z", true)]
@@ -38,10 +42,11 @@ fn timeout_is_measured_from_creation_even_without_a_start_time(
         observe_pod(&pod, ProviderApi::Pod, "p-0").into();
     // The observation a watch cache keeps for the pod, shared with the one being judged.
     let kept = observation.clone();
-    let policy = PodTimeoutPolicy {
-        timeout: Duration::from_secs(300),
-    };
-    assert_eq!(policy.apply(&pod, &mut observation, at(now)), timed_out);
+    let stored = StatusMachines::default();
+    assert_eq!(
+        policy(300, &stored).apply(&pod, &mut observation, at(now)),
+        timed_out
+    );
     if timed_out {
         assert_eq!(
             observation.status,
@@ -66,10 +71,63 @@ fn timeout_is_measured_from_creation_even_without_a_start_time(
 fn a_running_pod_never_times_out() {
     let pod = unscheduled("2026-07-14T10:00:00Z");
     let mut observation = MachineObservation::new("p-0", MachineStatus::Running).into();
-    let policy = PodTimeoutPolicy {
-        timeout: Duration::from_secs(1),
-    };
-    assert!(!policy.apply(&pod, &mut observation, at("2026-07-15T00:00:00Z")));
+    let stored = StatusMachines::default();
+    assert!(!policy(1, &stored).apply(&pod, &mut observation, at("2026-07-15T00:00:00Z")));
+}
+
+/// A pod in phase Running, created at 10:00, that is not Ready: started, whatever it did since.
+fn started_not_ready(uid: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "p-0", "uid": uid, "creationTimestamp": "2026-07-14T10:00:00Z"},
+        "spec": {"containers": [{"name": "orb", "image": "busybox"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+            "containerStatuses": [{"name": "orb", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"running": {"startedAt": "2026-07-14T10:00:01Z"}}}]}
+    }))
+    .unwrap()
+}
+
+/// What the broker stored of pod p-0 at the last read.
+fn stored_as(status: MachineStatus, uid: &str) -> StatusMachines {
+    let machine = orb_core::test_support::machine("p-0")
+        .uid(uid)
+        .status(status)
+        .build();
+    StatusMachines::new(
+        Shared::new(vec![machine]),
+        vec![std::sync::Arc::new(serde_json::Value::Null)],
+    )
+}
+
+/// Pods that started never time out, an hour past the timeout, whatever was stored of
+/// them; and one that was running reads `running`, not ready, with the reason.
+#[rstest]
+#[case::was_running(stored_as(R, "u-1"), R)]
+#[case::never_stored(StatusMachines::default(), P)]
+#[case::was_pending(stored_as(P, "u-1"), P)]
+#[case::an_earlier_incarnation_was_running(stored_as(R, "u-0"), P)]
+fn a_started_pod_never_times_out_and_a_machine_that_ran_stays_running(
+    #[case] stored: StatusMachines,
+    #[case] want: MachineStatus,
+    #[values(
+        ProviderApi::Pod,
+        ProviderApi::Deployment,
+        ProviderApi::StatefulSet,
+        ProviderApi::Job
+    )]
+    kind: ProviderApi,
+) {
+    let pod = started_not_ready("u-1");
+    let mut observation: Shared<MachineObservation> = observe_pod(&pod, kind, "p-0").into();
+    let timed_out = policy(300, &stored).apply(&pod, &mut observation, at("2026-07-14T11:00:00Z"));
+    assert!(!timed_out, "{kind}: a unit that started is never timed out");
+    assert_eq!(observation.status, want, "{kind}");
+    assert_eq!(
+        observation.status_reason.as_deref(),
+        Some("not ready: ContainersNotReady"),
+        "{kind}"
+    );
+    assert!(!is_timed_out(&observation));
 }
 
 fn machines(statuses: &[MachineStatus]) -> Vec<Shared<MachineObservation>> {
