@@ -2,8 +2,8 @@
 //! server version against `min_kubernetes_version`, the APIs the enabled features need, and
 //! every RBAC permission they use (SelfSubjectAccessReview), each with the fix when it fails.
 //!
-//! Which permissions are needed is a pure function of the config ([`required_permissions`]),
-//! kept in step with docs/rbac.yaml; the checks themselves only ask the apiserver.
+//! Which permissions are needed is a pure function of the config ([`required_permissions`])
+//! over orb's permission table (crate::rbac); the checks themselves only ask the apiserver.
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -14,95 +14,52 @@ use kube::{Api, Client};
 use serde::Serialize;
 
 use crate::config::{K8sProviderConfig, KubernetesVersion, NamespaceScope};
+use crate::daemon::nodes::NODE_EVENTS_NAMESPACE;
+use crate::rbac::{Feature, GRANTS, Reach};
 
 /// One verb on one resource, in one namespace (`None`: cluster-wide or cluster-scoped).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Permission {
     pub group: &'static str,
     pub resource: &'static str,
+    pub subresource: Option<&'static str>,
     pub verb: &'static str,
     pub namespace: Option<String>,
     /// The feature that needs it, for the report.
-    pub needed_for: &'static str,
+    pub needed_for: Feature,
 }
 
-/// What the four handlers use (docs/rbac.yaml's Role).
-const HANDLER_RULES: &[(&str, &str, &[&str])] = &[
-    (
-        "",
-        "pods",
-        &["create", "get", "list", "watch", "patch", "delete"],
-    ),
-    ("", "services", &["create", "get", "list", "delete"]),
-    (
-        "apps",
-        "deployments",
-        &["create", "get", "list", "watch", "patch", "delete"],
-    ),
-    (
-        "apps",
-        "statefulsets",
-        &["create", "get", "list", "watch", "patch", "delete"],
-    ),
-    (
-        "batch",
-        "jobs",
-        &["create", "get", "list", "watch", "delete"],
-    ),
-];
-
-/// Every permission the config needs, per managed namespace (or cluster-wide for `["*"]`).
+/// Every permission of orb's table ([`GRANTS`]) that the config's features need, per managed
+/// namespace (or cluster-wide for `["*"]`). The Lease is left out: leader election is a flag
+/// of `orb serve`, which checks the Lease itself when it starts.
 pub fn required_permissions(cfg: &K8sProviderConfig, scope: &NamespaceScope) -> Vec<Permission> {
-    let namespaces: Vec<Option<String>> = match scope {
+    let managed: Vec<Option<String>> = match scope {
         NamespaceScope::Single(ns) => vec![Some(ns.clone())],
         NamespaceScope::Multi(list) => list.iter().cloned().map(Some).collect(),
         NamespaceScope::ClusterWide => vec![None],
     };
     let mut out = Vec::new();
-    for ns in &namespaces {
-        for (group, resource, verbs) in HANDLER_RULES {
-            for verb in *verbs {
+    for grant in GRANTS {
+        if grant.feature.enabled_in(cfg) != Some(true) {
+            continue;
+        }
+        let namespaces = match grant.feature.reach() {
+            Reach::Managed => managed.clone(),
+            Reach::Cluster => vec![None],
+            Reach::Namespace => vec![Some(NODE_EVENTS_NAMESPACE.to_string())],
+        };
+        for namespace in namespaces {
+            for verb in grant.verbs {
                 out.push(Permission {
-                    group,
-                    resource,
+                    group: grant.group,
+                    resource: grant.resource,
+                    subresource: grant.subresource,
                     verb,
-                    namespace: ns.clone(),
-                    needed_for: "the handlers",
+                    namespace: namespace.clone(),
+                    needed_for: grant.feature,
                 });
             }
         }
-    }
-    // The events watcher reads core/v1 Events about Nodes, which land in `default`.
-    if cfg.events_watch_enabled {
-        for verb in ["get", "list", "watch"] {
-            out.push(Permission {
-                group: "",
-                resource: "events",
-                verb,
-                namespace: Some(crate::daemon::nodes::NODE_EVENTS_NAMESPACE.to_string()),
-                needed_for: "events_watch_enabled",
-            });
-        }
-    }
-    if cfg.node_watch_enabled {
-        for verb in ["get", "list", "watch"] {
-            out.push(Permission {
-                group: "",
-                resource: "nodes",
-                verb,
-                namespace: None,
-                needed_for: "node_watch_enabled",
-            });
-        }
-    }
-    if cfg.inbound_auth_enabled {
-        out.push(Permission {
-            group: "authentication.k8s.io",
-            resource: "tokenreviews",
-            verb: "create",
-            namespace: None,
-            needed_for: "inbound_auth_enabled",
-        });
     }
     out
 }
@@ -207,12 +164,17 @@ pub async fn run_checks(
             .as_deref()
             .map_or("cluster-wide".to_string(), |n| format!("in {n}"));
         let group = if p.group.is_empty() { "core" } else { p.group };
-        let name = format!("rbac: {} {}/{} {where_}", p.verb, group, p.resource);
+        let resource = match p.subresource {
+            Some(sub) => format!("{}/{sub}", p.resource),
+            None => p.resource.to_string(),
+        };
+        let name = format!("rbac: {} {group}/{resource} {where_}", p.verb);
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(p.group.to_string()),
                     resource: Some(p.resource.to_string()),
+                    subresource: p.subresource.map(String::from),
                     verb: Some(p.verb.to_string()),
                     namespace: p.namespace.clone(),
                     ..Default::default()
@@ -223,7 +185,7 @@ pub async fn run_checks(
         };
         results.push(match reviews.create(&PostParams::default(), &review).await {
             Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {
-                CheckResult::pass(name, format!("allowed (needed for {})", p.needed_for))
+                CheckResult::pass(name, format!("allowed (needed for {})", p.needed_for.name()))
             }
             Ok(answer) => CheckResult::fail(
                 name,
@@ -235,7 +197,7 @@ pub async fn run_checks(
                         .filter(|r| !r.is_empty())
                         .map(|r| format!(": {r}"))
                         .unwrap_or_default(),
-                    p.needed_for
+                    p.needed_for.name()
                 ),
                 "grant it with the Role (or, for \"*\", the ClusterRole) in docs/rbac.yaml",
             ),
@@ -258,14 +220,27 @@ mod tests {
     }
 
     #[test]
-    fn handlers_need_the_documented_verbs_in_each_managed_namespace() {
+    fn every_always_on_row_of_the_table_is_checked_in_each_managed_namespace() {
         let c = cfg(serde_json::json!({}));
         let perms = required_permissions(&c, &NamespaceScope::Multi(vec!["a".into(), "b".into()]));
-        let per_ns = HANDLER_RULES.iter().map(|(_, _, v)| v.len()).sum::<usize>();
-        assert_eq!(perms.len(), 2 * per_ns);
-        assert!(perms.iter().any(|p| p.resource == "deployments"
-            && p.verb == "patch"
-            && p.namespace.as_deref() == Some("b")));
+        for ns in ["a", "b"] {
+            let asked: std::collections::BTreeSet<_> = perms
+                .iter()
+                .filter(|p| p.namespace.as_deref() == Some(ns))
+                .map(|p| {
+                    let resource = match p.subresource {
+                        Some(sub) => format!("{}/{sub}", p.resource),
+                        None => p.resource.to_string(),
+                    };
+                    (p.group.to_string(), resource, p.verb.to_string())
+                })
+                .collect();
+            assert_eq!(asked, crate::rbac::managed_entries(), "in {ns}");
+        }
+        assert!(perms.iter().any(|p| p.resource == "pods"
+            && p.subresource == Some("eviction")
+            && p.verb == "create"));
+        assert!(perms.iter().all(|p| p.namespace.is_some()));
     }
 
     #[test]
@@ -290,14 +265,14 @@ mod tests {
             assert!(
                 perms
                     .iter()
-                    .any(|p| p.resource == resource && p.needed_for == feature),
+                    .any(|p| p.resource == resource && p.needed_for.name() == feature),
                 "{resource}"
             );
         }
         assert!(
             perms
                 .iter()
-                .filter(|p| p.resource == "events")
+                .filter(|p| p.needed_for == Feature::EventsWatch)
                 .all(|p| p.group.is_empty() && p.namespace.as_deref() == Some("default")),
             "the events watcher reads core/v1 Events in default"
         );

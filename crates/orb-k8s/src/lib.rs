@@ -21,6 +21,7 @@ pub mod protobuf_list;
 pub(crate) mod protobuf_wire;
 pub mod provider;
 pub mod provider_data;
+pub mod rbac;
 pub mod release_plan;
 pub mod resilience;
 pub mod spec;

@@ -16,11 +16,12 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::Role;
 use kube::Api;
 use kube_fixture::TestCluster;
-use kube_fixture::helm::{Release, find, parse_documents, render, rule_set, template_text};
+use kube_fixture::helm::{Release, find, render, rule_set, template_text};
+use kube_fixture::identity::{self, grants};
+use orb_k8s::rbac;
 use rstest::rstest;
 use serde_json::{Value, json};
 
-const RBAC_YAML: &str = include_str!("../../../docs/rbac.yaml");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn chart() -> PathBuf {
@@ -38,8 +39,9 @@ fn refused(values: Value) -> String {
     }
 }
 
-/// docs/rbac.yaml: its Role's rules, its ClusterRole's rules, and the opt-in rules its
-/// comments give per feature (`node_watch_enabled`, ..., `leader_election`).
+/// docs/rbac.yaml as rule sets: its Role's, its ClusterRole's, and per opt-in feature the
+/// commented rules. Each is first checked equal to orb's permission table, so a chart equal to
+/// the file is equal to the table.
 struct DocumentedRbac {
     role: BTreeSet<String>,
     cluster_role: BTreeSet<String>,
@@ -47,50 +49,27 @@ struct DocumentedRbac {
 }
 
 fn documented() -> DocumentedRbac {
-    let docs = parse_documents(RBAC_YAML);
-    let rules_of = |kind: &str| {
-        let doc = docs
-            .iter()
-            .find(|d| d["kind"] == kind)
-            .unwrap_or_else(|| panic!("docs/rbac.yaml has no {kind}"));
-        rule_set(&doc["rules"])
-    };
-    let features = [
-        "node_watch_enabled",
-        "events_watch_enabled",
-        "inbound_auth_enabled",
-        "leader_election",
-    ];
-    let mut blocks: std::collections::BTreeMap<String, String> = Default::default();
-    let mut current: Option<&str> = None;
-    for line in RBAC_YAML.lines() {
-        let Some(text) = line.strip_prefix("  # ") else {
-            continue;
-        };
-        if let Some(feature) = features.iter().find(|f| text.starts_with(*f)) {
-            current = Some(feature);
-        } else if let Some(feature) = current
-            && (text.starts_with("- ") || text.starts_with("  "))
-        {
-            let block = blocks.entry(feature.to_string()).or_default();
-            block.push_str(text);
-            block.push('\n');
-        }
+    let docs = identity::documented();
+    assert_eq!(
+        grants(&docs.role),
+        rbac::managed_entries(),
+        "docs/rbac.yaml Role"
+    );
+    for (feature, rules) in &docs.opt_in {
+        assert_eq!(
+            grants(rules),
+            rbac::entries_of(|f| f.switch() == Some(feature.as_str())),
+            "docs/rbac.yaml's rules for {feature}"
+        );
     }
-    let opt_in = features
-        .iter()
-        .map(|f| {
-            let yaml = blocks
-                .get(*f)
-                .unwrap_or_else(|| panic!("docs/rbac.yaml gives no commented rule for {f}"));
-            let rules: Value = serde_saphyr::from_str(yaml).unwrap();
-            (f.to_string(), rule_set(&rules))
-        })
-        .collect();
     DocumentedRbac {
-        role: rules_of("Role"),
-        cluster_role: rules_of("ClusterRole"),
-        opt_in,
+        role: rule_set(&docs.role),
+        cluster_role: rule_set(&docs.cluster_role),
+        opt_in: docs
+            .opt_in
+            .iter()
+            .map(|(f, rules)| (f.clone(), rule_set(rules)))
+            .collect(),
     }
 }
 
@@ -308,6 +287,10 @@ fn the_pod_is_restricted_and_keeps_sqlite_on_a_volume() {
     );
     let pod = pod_spec(&docs);
     assert_eq!(pod["serviceAccountName"], "orb");
+    assert_eq!(
+        pod["enableServiceLinks"], false,
+        "no <SERVICE>_* variables of the namespace's Services in orb's environment"
+    );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);
     assert_eq!(
@@ -592,7 +575,12 @@ async fn chart_installs_on_the_local_control_plane() {
         .get(&fullname)
         .await
         .expect("the chart's Role");
-    assert_eq!(role.rules.unwrap_or_default().len(), 4);
+    let installed = serde_json::to_value(role.rules.unwrap_or_default()).unwrap();
+    assert_eq!(
+        grants(&installed),
+        rbac::managed_entries(),
+        "the installed Role"
+    );
     let cluster_role = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(cluster.client.clone());
     assert!(
         cluster_role

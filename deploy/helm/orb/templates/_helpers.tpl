@@ -81,32 +81,39 @@ for the service account's.
 {{- define "orb.eventsWatch" -}}{{ if .Values.provider.config.events_watch_enabled }}true{{ end }}{{- end -}}
 {{- define "orb.tokenReview" -}}{{ if or .Values.auth.enabled .Values.provider.config.inbound_auth_enabled }}true{{ end }}{{- end -}}
 
-{{/* The rules of docs/rbac.yaml's Role: exactly the verbs the four handlers use. */}}
+{{/* The rules of docs/rbac.yaml's Role: orb's permission table (crates/orb-k8s/src/rbac.rs) for
+the managed namespaces; the chart tests compare every rule list here with that table. */}}
 {{- define "orb.brokerRules" -}}
 - apiGroups: [""]
   resources: [pods]
   verbs: [create, get, list, watch, patch, delete]
 - apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+- apiGroups: [""]
   resources: [services]
-  verbs: [create, get, list, delete]
+  verbs: [create, get, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [list]
 - apiGroups: [apps]
   resources: [deployments, statefulsets]
-  verbs: [create, get, list, watch, patch, delete]
+  verbs: [create, get, list, patch, delete]
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [create, get, list, watch, delete]
+  verbs: [create, get, list, delete]
 {{- end -}}
 
 {{- define "orb.nodeRules" -}}
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 {{- end -}}
 
 {{- define "orb.eventRules" -}}
 - apiGroups: [""]
   resources: [events]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 {{- end -}}
 
 {{- define "orb.tokenReviewRules" -}}
