@@ -185,6 +185,19 @@ pub(crate) fn flatten_template(template: &TemplateOverrides) -> Flattened {
     out
 }
 
+/// An `ORB_K8S_*` variable that is no setting: refused, unless Kubernetes put it there as a
+/// service link of a Service named `orb-k8s…` (it does so in every pod of the namespace).
+fn refuse_unknown_env(var: &str, out: &mut Flattened) {
+    if schema::is_service_link(var) {
+        tracing::debug!(
+            var,
+            "ignoring a Kubernetes service-link variable; it is no setting"
+        );
+    } else {
+        out.issues.push(env_unknown_issue(var));
+    }
+}
+
 fn env_unknown_issue(var: &str) -> ConfigIssue {
     let mut candidates: Vec<String> = schema::FIELDS.iter().map(FieldSpec::env_var).collect();
     candidates.extend(
@@ -288,7 +301,7 @@ pub(crate) fn flatten_env(env: &BTreeMap<String, String>) -> Flattened {
                     raw: Raw::Text(text.clone()),
                     origin,
                 }),
-                None => out.issues.push(env_unknown_issue(var)),
+                None => refuse_unknown_env(var, &mut out),
             },
             [first, second] => {
                 let nested = format!("{first}.{second}");
@@ -307,10 +320,10 @@ pub(crate) fn flatten_env(env: &BTreeMap<String, String>) -> Flattened {
                             origin,
                         })
                     }
-                    _ => out.issues.push(env_unknown_issue(var)),
+                    _ => refuse_unknown_env(var, &mut out),
                 }
             }
-            _ => out.issues.push(env_unknown_issue(var)),
+            _ => refuse_unknown_env(var, &mut out),
         }
     }
     reject_duplicate_env_leaves(&mut out);
@@ -406,6 +419,37 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("s3cr3t-value"), "{text}");
+    }
+
+    /// Kubernetes injects these into every pod of a namespace holding a Service named
+    /// `orb-k8s` or `orb-k8s-<x>` (service links); they must not stop orb.
+    #[rstest::rstest]
+    #[case("ORB_K8S_SERVICE_HOST", "10.96.0.12")]
+    #[case("ORB_K8S_SERVICE_PORT", "8080")]
+    #[case("ORB_K8S_SERVICE_PORT_HTTP_API", "8080")]
+    #[case("ORB_K8S_PORT", "tcp://10.96.0.12:8080")]
+    #[case("ORB_K8S_PORT_8080_TCP", "tcp://10.96.0.12:8080")]
+    #[case("ORB_K8S_PORT_8080_TCP_PROTO", "tcp")]
+    #[case("ORB_K8S_PORT_8080_TCP_PORT", "8080")]
+    #[case("ORB_K8S_PORT_53_UDP_ADDR", "10.96.0.12")]
+    #[case("ORB_K8S_METRICS_SERVICE_HOST", "10.96.0.13")]
+    #[case("ORB_K8S_METRICS_PORT_9090_SCTP_ADDR", "10.96.0.13")]
+    fn service_link_variables_are_not_settings(#[case] var: &str, #[case] value: &str) {
+        let flat = flatten_env(&env(&[(var, value)]));
+        assert!(flat.issues.is_empty(), "{:?}", flat.issues);
+        assert!(flat.assignments.is_empty() && flat.warnings.is_empty());
+    }
+
+    #[rstest::rstest]
+    #[case("ORB_K8S_NAMESAPCE")]
+    #[case("ORB_K8S_SERVICE_HOSTS")]
+    #[case("ORB_K8S_PORT_8080_TCP_HOST")]
+    #[case("ORB_K8S_PORT_HTTP_TCP")]
+    #[case("orb_k8s_service_host")]
+    #[case("ORB_K8S_POD_TIMEOUT_SECOND")]
+    fn near_misses_of_service_links_are_still_unknown_settings(#[case] var: &str) {
+        let flat = flatten_env(&env(&[(var, "1")]));
+        assert_eq!(flat.issues.len(), 1, "{var}: {:?}", flat.issues);
     }
 
     #[test]

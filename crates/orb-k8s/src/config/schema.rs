@@ -189,6 +189,42 @@ pub const IGNORED_ENV_VARS: &[(&str, &str)] = &[(
      names, so control which plugins run by controlling the kubeconfig",
 )];
 
+/// Whether `var` has the shape of a variable the kubelet injects for a Service (`<SVC>_SERVICE_HOST`,
+/// `<SVC>_SERVICE_PORT[_<PORT NAME>]`, `<SVC>_PORT`, `<SVC>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]`,
+/// upper case as Kubernetes writes them). No setting has such a name, so a Service named
+/// `orb-k8s…` must not make its variables unknown settings.
+pub fn is_service_link(var: &str) -> bool {
+    let Some(rest) = var.strip_prefix(ENV_PREFIX.trim_end_matches('_')) else {
+        return false;
+    };
+    if !rest.starts_with('_')
+        || !rest
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return false;
+    }
+    if rest.ends_with("_SERVICE_HOST")
+        || rest.ends_with("_SERVICE_PORT")
+        || rest.ends_with("_PORT")
+        || rest
+            .split_once("_SERVICE_PORT_")
+            .is_some_and(|(_, name)| !name.is_empty())
+    {
+        return true;
+    }
+    // `_PORT_<n>_<PROTO>` with an optional `_PROTO`, `_PORT` or `_ADDR` after it.
+    let words: Vec<&str> = rest.rsplit('_').collect();
+    let tail = match words.as_slice() {
+        [last, ..] if ["PROTO", "PORT", "ADDR"].contains(last) => &words[1..],
+        _ => &words[..],
+    };
+    matches!(tail, [proto, number, "PORT", ..]
+        if ["TCP", "UDP", "SCTP"].contains(proto)
+            && !number.is_empty()
+            && number.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Keys valid directly under `parent` (`None` = top level), containers included.
 pub fn keys_under(parent: Option<&str>) -> Vec<&'static str> {
     let mut keys: Vec<&'static str> = Vec::new();
