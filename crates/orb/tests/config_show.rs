@@ -131,6 +131,65 @@ fn a_bad_env_value_is_refused_naming_the_variable_and_the_fix() {
     assert!(err.contains("from 8 to 32"), "{err}");
 }
 
+/// A store password may sit in the URL's user part or in its query (`?password=`); neither
+/// may reach the output, whichever way the URL is given.
+#[test]
+fn a_password_anywhere_in_the_storage_url_is_masked() {
+    let root = tempfile::tempdir().unwrap();
+    setup(root.path());
+    let url = "postgres://orb:user-s3cret@db:5432/orb?sslmode=require&password=query-s3cret";
+    let file = root.path().join("config/config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    config["storage"] = json!({"url": url});
+    std::fs::write(&file, config.to_string()).unwrap();
+    for args in [&["config", "show"][..], &["config", "show", "-o", "table"]] {
+        let out = orb(root.path(), &[], args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains("s3cret"),
+            "{args:?} shows a password:\n{text}"
+        );
+    }
+    let shown: Value =
+        serde_json::from_slice(&orb(root.path(), &[], &["config", "show"]).stdout).unwrap();
+    assert_eq!(
+        shown["storage_url"],
+        "postgres://orb:***@db:5432/orb?sslmode=require&password=***"
+    );
+}
+
+/// In a namespace with a Service named `orb-k8s-api`, Kubernetes gives every pod these; orb
+/// must start, while a typo of a setting still stops it.
+#[test]
+fn service_link_variables_are_skipped_and_typos_still_refused() {
+    let root = tempfile::tempdir().unwrap();
+    setup(root.path());
+    let links = [
+        ("ORB_K8S_API_SERVICE_HOST", "10.96.0.12"),
+        ("ORB_K8S_API_SERVICE_PORT", "8080"),
+        ("ORB_K8S_API_PORT", "tcp://10.96.0.12:8080"),
+        ("ORB_K8S_API_PORT_8080_TCP_ADDR", "10.96.0.12"),
+    ];
+    let out = orb(root.path(), &links, &["config", "show"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let typo = orb(
+        root.path(),
+        &[("ORB_K8S_NAMESAPCE", "x")],
+        &["config", "show"],
+    );
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("ORB_K8S_NAMESPACE"));
+}
+
 #[test]
 fn an_unknown_template_is_refused_with_the_known_ones() {
     let root = tempfile::tempdir().unwrap();
