@@ -669,3 +669,32 @@ async fn purges_and_cleanups_from_the_command_line() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(env.request_count().await, 2);
 }
+
+/// `orb machines return A B` with A held by a return still under way returns B, and says on
+/// stderr which machine it left out and why, with exit 4 (partial success).
+#[tokio::test]
+async fn a_partial_return_names_what_it_left_out_and_exits_4() {
+    let env = Env::new();
+    seed(&env).await;
+    let (held, gone) = ("orb-111111111111-0000", "orb-111111111111-0001");
+    let store = env.store().await;
+    let mut machines = store.find_machines(&[held.to_string()]).await.unwrap();
+    let mut other = test_support::request(RequestType::Return)
+        .status(RequestStatus::InProgress)
+        .started(at(0))
+        .build();
+    machines[0].return_request_id = Some(other.request_id.clone());
+    store
+        .insert_request(&mut other, &mut machines)
+        .await
+        .unwrap();
+    store.close().await;
+
+    let out = env.run(&["machines", "return", held, gone]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(held) && err.contains(other.request_id.as_str()),
+        "names the machine left out and the return holding it: {err}"
+    );
+}

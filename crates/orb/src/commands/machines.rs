@@ -124,8 +124,23 @@ async fn return_machines(
             ));
         }
     };
-    submitted(session, session.is_hostfactory(&loaded), view, warnings)
+    let hostfactory = session.is_hostfactory(&loaded);
+    let left_out = view.note.clone().filter(|_| !hostfactory);
+    let mut output = submitted(session, hostfactory, view, warnings)?;
+    // HostFactory reads the return's message; a person or a script needs the exit code.
+    if let Some(left_out) = left_out
+        && output.exit == 0
+    {
+        output.exit = PARTIAL_RETURN_EXIT;
+        output
+            .stderr
+            .push(format!("warning: partial return: {left_out}"));
+    }
+    Ok(output)
 }
+
+/// The exit code of a return made for only some of the machines named (docs/cli.md).
+const PARTIAL_RETURN_EXIT: i32 = 4;
 
 /// The reply to a request or return just made; non-zero when it already ended badly.
 fn submitted(
