@@ -213,6 +213,30 @@ pub fn job_state(j: &Job) -> ControllerState {
     }
 }
 
+/// The state of a Job that no longer exists, from what orb saw of its pods: `seen_exited` of
+/// `requested` units were seen exit 0 (a pod Succeeded now, or a machine stored `stopped`
+/// whose pod is gone). A Job removed once it finished (`ttlSecondsAfterFinished`) leaves no
+/// conditions to read and its pods go with it, so every unit seen exit 0 stands for its
+/// `Complete`; anything less cannot be told from a Job deleted outside orb, and fails saying so.
+pub fn removed_job_state(requested: u32, seen_exited: u32) -> ControllerState {
+    let complete = seen_exited >= requested;
+    ControllerState {
+        desired: requested,
+        ready: 0,
+        succeeded: seen_exited,
+        complete,
+        runs_to_completion: true,
+        failure: (!complete).then(|| {
+            format!(
+                "the Job no longer exists, and {seen_exited} of {requested} pods were seen exit 0 \
+                 before it went; if ttlSecondsAfterFinished removed it before a status read saw \
+                 it finish, set ttlSecondsAfterFinished above the polling interval (orb serve \
+                 reads a Job's pods as they change)"
+            )
+        }),
+    }
+}
+
 /// A verdict with the counts and message the broker stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusDecision {
@@ -330,19 +354,28 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
                     return decision(failed_verdict(reason.clone()), reason);
                 }
             }
-            // A unit that waited past pod_timeout_seconds is not a failure of the Job (its
-            // pod may still start; deleting it would fail the Job and kill the running ones).
-            let hard_failure = t.first_hard_failure.clone().or_else(|| {
-                facts
-                    .create_failure_reason
-                    .map(|r| format!("create failed: {r}"))
-            });
-            if let Some(first) = hard_failure.or_else(|| {
-                facts
-                    .controller
-                    .is_none()
-                    .then(|| "the Job of this request no longer exists".into())
-            }) {
+            // Only the Job fails a Job request (above), or its deadline: a pod waiting in
+            // ErrImagePull is retried while the Job goes on, and a pod that failed fails the
+            // Job (backoffLimit 0), which then says so. Such pods are shown, not judged. A unit
+            // that waited past pod_timeout_seconds does not fail the Job either (its pod may
+            // still start; deleting it would fail the Job and kill the running ones).
+            let not_running = t.failed - t.timed_out;
+            let shown = match &t.first_hard_failure {
+                Some(first) if not_running > 0 => {
+                    format!(", {not_running} not running (first: {first})")
+                }
+                _ => String::new(),
+            };
+            if let Some(first) = facts
+                .create_failure_reason
+                .map(|r| format!("create failed: {r}"))
+                .or_else(|| {
+                    facts
+                        .controller
+                        .is_none()
+                        .then(|| "the Job of this request no longer exists".into())
+                })
+            {
                 let reason = format!("Job failed: {first}");
                 return decision(failed_verdict(reason.clone()), reason);
             }
@@ -384,7 +417,7 @@ pub fn decide_acquire(facts: &AcquireFacts<'_>) -> StatusDecision {
             decision(
                 Verdict::InProgress,
                 format!(
-                    "{started} of {} Job pods started ({done} exited 0), {} pending",
+                    "{started} of {} Job pods started ({done} exited 0), {} pending{shown}",
                     facts.requested, t.pending
                 ),
             )

@@ -19,6 +19,7 @@ use orb_core::sorted::SortedNames;
 use crate::error::K8sError;
 use crate::fulfilment::{
     AcquireFacts, PodTimeoutPolicy, StatusDecision, decide_acquire, decide_return,
+    removed_job_state,
 };
 use crate::handlers::{Victims, handler_for};
 use crate::kept::Kept;
@@ -90,6 +91,25 @@ fn still_to_release(kind: ProviderApi, pods: &[&Kept]) -> Victims {
         victims.names.push(name);
     }
     victims
+}
+
+/// Units of a Job seen exit 0: a pod Succeeded now, or a machine stored `stopped` whose pod
+/// is gone now.
+fn seen_exited(input: &StatusInput, machines: &[Shared<MachineObservation>]) -> u32 {
+    let stopped = SortedNames::new(
+        input
+            .machines
+            .iter()
+            .filter(|m| m.status == MachineStatus::Stopped)
+            .map(|m| m.machine().machine_id.as_str()),
+    );
+    machines
+        .iter()
+        .filter(|m| {
+            m.status == MachineStatus::Stopped
+                || (m.status == MachineStatus::Terminated && stopped.contains(&m.machine_id))
+        })
+        .count() as u32
 }
 
 /// Whether a Deployment release marked the pod to go first.
@@ -380,6 +400,14 @@ impl K8sProvider {
             machines.push(gone.into());
         }
         machines.sort_by(|a, b| a.machine_id.cmp(&b.machine_id));
+        // A Job gone (removed once it finished, or deleted) leaves what orb saw of its pods.
+        let controller = match controller {
+            None if kind == ProviderApi::Job => Some(removed_job_state(
+                input.requested_count,
+                seen_exited(&input, &machines),
+            )),
+            state => state,
+        };
         let mut decision = decide_acquire(&AcquireFacts {
             kind,
             requested: input.requested_count,

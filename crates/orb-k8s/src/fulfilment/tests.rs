@@ -170,7 +170,8 @@ use MachineStatus::{Failed as F, Pending as P, Running as R, Terminated as T};
 #[case::job_one_pending(ProviderApi::Job, 2, &[R, P], Some(state(2, 1)), 0, "in_progress")]
 #[case::job_one_done_one_running(ProviderApi::Job, 2, &[T, R], Some(ControllerState { succeeded: 1, ..state(2, 1) }), 0, "underway")]
 #[case::job_complete(ProviderApi::Job, 2, &[T, T], Some(ControllerState { complete: true, ..state(2, 0) }), 0, "fulfilled")]
-#[case::job_pod_failed(ProviderApi::Job, 2, &[T, F], Some(state(2, 0)), 0, "failed")]
+#[case::job_pod_failed_before_the_job_says_so(ProviderApi::Job, 2, &[T, F], Some(state(2, 0)), 0, "in_progress")]
+#[case::job_pod_waiting_to_retry_an_image_pull(ProviderApi::Job, 2, &[R, F], Some(state(2, 1)), 0, "in_progress")]
 #[case::job_condition_failed(ProviderApi::Job, 2, &[], Some(ControllerState { failure: Some("BackoffLimitExceeded".into()), ..state(2, 0) }), 0, "failed")]
 #[case::job_gone(ProviderApi::Job, 2, &[], None, 0, "failed")]
 fn acquire_verdicts(
@@ -374,4 +375,76 @@ fn a_job_is_settled_only_once_complete_or_failed() {
         state(3, 3).is_settled(3),
         "a Deployment all ready is settled"
     );
+}
+
+/// A Job request fails only when the Job does (its `Failed` condition) or its deadline
+/// passes: a pod waiting in `ErrImagePull`, which the kubelet retries while the Job goes on,
+/// is a reason shown, not a failure.
+#[test]
+fn a_job_unit_waiting_on_a_transient_reason_is_shown_not_failed() {
+    let mut ms = machines(&[R]);
+    let mut waiting = MachineObservation::new("m-pull", F);
+    waiting.status_reason = Some("ErrImagePull: pull access denied".into());
+    ms.push(waiting.into());
+    let job = state(2, 1);
+    let facts = AcquireFacts {
+        kind: ProviderApi::Job,
+        requested: 2,
+        machines: &ms,
+        controller: Some(&job),
+        create_failures: 0,
+        create_failure_reason: None,
+    };
+    let decision = decide_acquire(&facts);
+    assert_eq!(decision.verdict, Verdict::InProgress);
+    let message = decision.message.unwrap();
+    assert!(message.contains("m-pull: ErrImagePull"), "{message}");
+    let failed = ControllerState {
+        failure: Some("BackoffLimitExceeded: Job has reached the specified backoff limit".into()),
+        ..job
+    };
+    let decision = decide_acquire(&AcquireFacts {
+        controller: Some(&failed),
+        ..facts
+    });
+    assert!(
+        matches!(&decision.verdict, Verdict::Failed { reason } if reason.contains("BackoffLimitExceeded")),
+        "the Job's own failure fails it: {decision:?}"
+    );
+}
+
+/// A Job removed once it finished (`ttlSecondsAfterFinished`) leaves no conditions to read:
+/// what orb saw of its pods is the evidence. Every unit seen exit 0 is a complete Job; less
+/// is a failure that says what was seen and how to keep the evidence.
+#[rstest]
+#[case::every_unit_seen_exit_0(2, 2, true)]
+#[case::one_unit_last_seen_running(2, 1, false)]
+#[case::nothing_seen_finish(2, 0, false)]
+fn a_removed_job_is_judged_by_the_exits_orb_saw(
+    #[case] requested: u32,
+    #[case] seen_exited: u32,
+    #[case] complete: bool,
+) {
+    let ms = machines(&[T, T]);
+    let job = removed_job_state(requested, seen_exited);
+    let decision = decide_acquire(&AcquireFacts {
+        kind: ProviderApi::Job,
+        requested,
+        machines: &ms,
+        controller: Some(&job),
+        create_failures: 0,
+        create_failure_reason: None,
+    });
+    match &decision.verdict {
+        Verdict::Fulfilled if complete => assert_eq!(decision.fulfilled, requested),
+        Verdict::Failed { reason } if !complete => {
+            assert!(reason.contains("no longer exists"), "{reason}");
+            assert!(
+                reason.contains(&format!("{seen_exited} of {requested}")),
+                "{reason}"
+            );
+            assert!(reason.contains("ttlSecondsAfterFinished"), "{reason}");
+        }
+        other => panic!("complete {complete}: {other:?}"),
+    }
 }
