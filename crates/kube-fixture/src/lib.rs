@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod fault_proxy;
 pub mod helm;
+pub mod misbehave;
 pub mod identity;
 mod nodes;
 pub mod pod_sandbox;

@@ -17,6 +17,7 @@ mod controllers;
 mod end_to_end;
 mod job;
 mod lifecycle;
+mod machine_truth;
 mod namespace_modes;
 mod native_acquire;
 mod native_spec;
