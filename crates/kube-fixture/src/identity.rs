@@ -265,7 +265,11 @@ where
 {
     let typed: K = serde_json::from_value(object.clone())
         .unwrap_or_else(|e| panic!("not a {}: {e}: {object}", K::kind(&Default::default())));
-    api.create(&PostParams::default(), &typed)
-        .await
-        .unwrap_or_else(|e| panic!("creating {object}: {e}"));
+    // A second identity in the same namespace (two orb processes of one test) reuses the
+    // objects of the first.
+    match api.create(&PostParams::default(), &typed).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating {object}: {e}"),
+    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use kube_fixture::identity::{BrokerIdentity, Managed, OPT_IN_FEATURES};
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::Verdict;
@@ -49,16 +50,42 @@ pub struct Harness {
 }
 
 /// A provider whose namespace is a fresh test namespace; `settings` are extra provider
-/// config keys (as in config.json).
+/// config keys (as in config.json). The provider runs as the shipped identity (docs/rbac.yaml's
+/// rules for the namespaces and features `settings` name); `cluster` stays admin, for what the
+/// test arranges itself.
 pub async fn harness(prefix: &str, settings: Value) -> Harness {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace(prefix).await;
-    let provider = provider_for(&cluster, ns.name(), settings);
+    let identity = broker_identity(&cluster, &ns, &settings).await;
+    let provider = provider_for(&identity.as_cluster(), ns.name(), settings);
     Harness {
         cluster,
         ns,
         provider,
     }
+}
+
+/// ServiceAccount `orb-broker` of `ns` with the rules docs/rbac.yaml gives the namespaces
+/// (`namespaces`, else `ns`) and opt-in features that `settings` switch on.
+pub async fn broker_identity(
+    cluster: &TestCluster,
+    ns: &TestNamespace,
+    settings: &Value,
+) -> BrokerIdentity {
+    let managed = match settings["namespaces"].as_array() {
+        Some(list) if list.iter().any(|n| n == "*") => Managed::ClusterWide,
+        Some(list) => Managed::Namespaces(
+            list.iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect(),
+        ),
+        None => Managed::Namespaces(vec![ns.name().to_string()]),
+    };
+    let features: Vec<&str> = OPT_IN_FEATURES
+        .into_iter()
+        .filter(|f| settings[*f] == json!(true))
+        .collect();
+    cluster.broker_identity_for(ns, managed, &features).await
 }
 
 pub fn provider_for(cluster: &TestCluster, namespace: &str, settings: Value) -> K8sProvider {
