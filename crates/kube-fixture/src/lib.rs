@@ -11,8 +11,8 @@
 pub mod audit;
 pub mod fault_proxy;
 pub mod helm;
-pub mod misbehave;
 pub mod identity;
+pub mod misbehave;
 mod nodes;
 pub mod pod_sandbox;
 pub mod pod_template;
