@@ -119,7 +119,12 @@ fn a_started_pod_never_times_out_and_a_machine_that_ran_stays_running(
 ) {
     let pod = started_not_ready("u-1");
     let mut observation: Shared<MachineObservation> = observe_pod(&pod, kind, "p-0").into();
+    let kept = observation.clone();
     let timed_out = policy(300, &stored).apply(&pod, &mut observation, at("2026-07-14T11:00:00Z"));
+    assert_eq!(
+        kept.status, P,
+        "{kind}: the watch cache's observation is not changed"
+    );
     assert!(!timed_out, "{kind}: a unit that started is never timed out");
     assert_eq!(observation.status, want, "{kind}");
     assert_eq!(
