@@ -115,7 +115,8 @@ const fn grant(
 
 use Feature::*;
 
-/// Everything orb calls. Read from the code: handlers/, cancel.rs, dry_run.rs, pod_read.rs,
+/// Everything orb calls. Read from the code (and proven by the cluster tests, which run as
+/// these rules): handlers/, cancel.rs, dry_run.rs, pod_read.rs,
 /// daemon/ (pod_cache, reconcile, nodes, leader), pod_description.rs and `orb serve`'s
 /// token_review.rs.
 pub const GRANTS: &[Grant] = &[
@@ -140,8 +141,8 @@ pub const GRANTS: &[Grant] = &[
         Handlers,
         "",
         "services",
-        &["create", "get", "delete"],
-        "the headless Service of a StatefulSet, deleted on cancel",
+        &["create", "get", "list", "delete"],
+        "the headless Service of a StatefulSet; cancel lists and deletes it",
     ),
     grant(
         Handlers,

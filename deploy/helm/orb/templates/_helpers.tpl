@@ -92,7 +92,7 @@ the managed namespaces; the chart tests compare every rule list here with that t
   verbs: [create]
 - apiGroups: [""]
   resources: [services]
-  verbs: [create, get, delete]
+  verbs: [create, get, list, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [list]
