@@ -200,6 +200,48 @@ fn cli_commands_needing_the_provider_refuse_an_invalid_config_too() {
     assert!(!root.path().join("work/orb.db").exists());
 }
 
+/// A kubeconfig that is not there (yet: a Secret may be mounted later) does not stop `orb
+/// serve`, but it is never ready without its cluster connection: `/readyz` answers 503 naming
+/// the file, and the log says what is retried.
+#[test]
+fn without_its_kubeconfig_serve_is_not_ready_and_says_why() {
+    let root = kubernetes_root(json!({}));
+    let (mut child, addr, mut stderr) = started(&root);
+    let readyz = "GET /readyz HTTP/1.1\r\nHost: orb\r\nConnection: close\r\n\r\n";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let ready = loop {
+        let (code, ready, _) = send(&addr, readyz);
+        assert_eq!(code, 503, "{ready}");
+        if ready["checks"]["background"]["status"] == "failing"
+            || std::time::Instant::now() > deadline
+        {
+            break ready;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let background = &ready["checks"]["background"];
+    assert_eq!(background["status"], "failing", "{ready}");
+    assert!(
+        background["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/nonexistent/kubeconfig"),
+        "{ready}"
+    );
+    // The first try is logged before the listening line; a retry follows a second later.
+    std::thread::sleep(Duration::from_millis(1500));
+    sigterm(&mut child);
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    child.wait().unwrap();
+    assert!(
+        log.contains("not ready")
+            && log.contains("/nonexistent/kubeconfig")
+            && log.contains("retrying"),
+        "{log}"
+    );
+}
+
 /// A started `orb serve` on the offline config: the child, its address, its stderr.
 fn started(
     root: &tempfile::TempDir,

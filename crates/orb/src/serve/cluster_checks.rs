@@ -10,13 +10,15 @@ use super::model::Check;
 const OK: &str = "ok";
 const FAILING: &str = "failing";
 
-/// The background parts of the Kubernetes provider. The watch cache never fails readiness:
-/// while it cannot answer, status reads LIST instead, so it reports what it does.
+/// The background parts of the Kubernetes provider. A watch cache that does not serve fails
+/// readiness: status reads still LIST meanwhile, but orb lacks what it needs to see pods
+/// change (first LIST pending, or the watch failing past `stale_cache_timeout_seconds`).
 pub(super) fn kubernetes_checks(k8s: &K8sProvider) -> Vec<(String, Check)> {
     let mut checks = Vec::new();
     if let Some(cache) = k8s.pod_cache() {
         let health = cache.health();
-        let detail = if cache.serving() {
+        let serving = cache.serving();
+        let detail = if serving {
             format!(
                 "status reads served from the watch cache ({} pods)",
                 health.pods
@@ -32,9 +34,10 @@ pub(super) fn kubernetes_checks(k8s: &K8sProvider) -> Vec<(String, Check)> {
                 })
                 .collect();
             format!(
-                "status reads fall back to LIST while the watch recovers ({})",
+                "not serving, status reads LIST meanwhile ({}); check the apiserver and orb's \
+                 list/watch rights on pods",
                 if waiting.is_empty() {
-                    "starting".to_string()
+                    "not started".to_string()
                 } else {
                     waiting.join("; ")
                 }
@@ -43,7 +46,7 @@ pub(super) fn kubernetes_checks(k8s: &K8sProvider) -> Vec<(String, Check)> {
         checks.push((
             "watch_cache".to_string(),
             Check {
-                status: OK.into(),
+                status: if serving { OK } else { FAILING }.into(),
                 detail: Some(detail),
             },
         ));

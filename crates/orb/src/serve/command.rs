@@ -243,15 +243,11 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
                 leader_elect: leader_elect(&args, &state),
                 ..DaemonOptions::default()
             };
-            match Daemon::start(runtime, state.clone(), daemon_options).await {
-                Ok(daemon) => Some(daemon),
-                Err(e) => {
-                    tracing::warn!(
-                        "orb serve runs without its watch cache and background tasks: {e:#}"
-                    );
-                    None
-                }
-            }
+            Some(Daemon::start_retrying(
+                runtime,
+                state.clone(),
+                daemon_options,
+            ))
         }
         None => None,
     };

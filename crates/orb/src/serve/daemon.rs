@@ -11,10 +11,12 @@
 //! - the store-aware chores in [`super::background`]: start-up reconciliation, orphan GC,
 //!   timeout GC and the leader Lease that decides which replica runs them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use orb_k8s::daemon::nodes::{run_event_watch, run_node_watch};
+use orb_k8s::daemon::pod_cache::sleep_or_shutdown;
 use orb_k8s::daemon::reconcile::DaemonStatus;
 use orb_k8s::{ClusterViews, K8sProvider};
 use tokio::sync::watch;
@@ -34,24 +36,28 @@ pub struct ClusterRuntime {
     status: Arc<DaemonStatus>,
     version_check: VersionCheckCache,
     reachability: ReachabilityCache,
+    /// Why the background tasks do not run (yet); `None` once they do.
+    not_running: Mutex<Option<String>>,
 }
 
 impl ClusterRuntime {
-    /// Builds the views `provider`'s config enables, then the provider that reads them. No
-    /// view when the Kubernetes client cannot be built: the daemon will not start, and status
-    /// reads LIST as they would without `orb serve`.
+    /// Builds the views `provider`'s config enables, then the provider that reads them. The
+    /// views are built even when the cluster cannot be reached yet: the daemon starts them
+    /// once it can ([`Daemon::start_retrying`]); until then reads LIST.
     pub async fn prepare(provider: K8sProvider) -> Self {
-        let views = match provider.kube_client().await {
-            Ok(_) => ClusterViews::for_provider(&provider),
-            Err(_) => ClusterViews::default(),
-        };
+        let views = ClusterViews::for_provider(&provider);
         Self {
             provider: Arc::new(provider.with_cluster_views(views.clone())),
             views,
             status: Arc::default(),
             version_check: VersionCheckCache::default(),
             reachability: ReachabilityCache::default(),
+            not_running: Mutex::new(Some("starting".into())),
         }
+    }
+
+    fn set_not_running(&self, why: Option<String>) {
+        *self.not_running.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     pub fn provider(&self) -> &Arc<K8sProvider> {
@@ -77,7 +83,13 @@ impl ClusterRuntime {
 impl DaemonHealth for ClusterRuntime {
     fn readiness(&self) -> ChecksFuture<'_> {
         Box::pin(async move {
-            let mut checks = kubernetes_checks(&self.provider);
+            let not_running = self
+                .not_running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let mut checks = vec![background_check(not_running)];
+            checks.extend(kubernetes_checks(&self.provider));
             checks.extend(daemon_checks(&self.status));
             checks.push((
                 "kubernetes_version".to_string(),
@@ -95,6 +107,27 @@ impl DaemonHealth for ClusterRuntime {
         // Open breakers turn half-open with time alone; reading them updates the gauges.
         self.provider.circuit_states();
     }
+}
+
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Whether the background tasks run; without them orb is not ready (no watch cache, no
+/// start-up reconciliation, no GC of timed-out or orphaned machines).
+fn background_check(not_running: Option<String>) -> (String, super::model::Check) {
+    let check = match not_running {
+        None => super::model::Check {
+            status: "ok".into(),
+            detail: Some("watch cache, reconciliation and GC running".into()),
+        },
+        Some(why) => super::model::Check {
+            status: "failing".into(),
+            detail: Some(format!(
+                "watch cache, reconciliation and GC not running: {why}; retried in the background"
+            )),
+        },
+    };
+    ("background".to_string(), check)
 }
 
 /// The running background tasks.
@@ -158,7 +191,49 @@ impl Daemon {
                 return Err(e);
             }
         }
+        runtime.set_not_running(None);
         Ok(daemon)
+    }
+
+    /// [`Daemon::start`], retried with backoff until it succeeds or the server stops: a
+    /// kubeconfig mounted late, an apiserver down or a Lease refused must not leave the
+    /// server running without its watch cache, reconciliation and GC for good. Meanwhile
+    /// `/readyz` fails naming the cause, and every failed try is logged.
+    pub fn start_retrying(
+        runtime: Arc<ClusterRuntime>,
+        state: AppState,
+        options: DaemonOptions,
+    ) -> Self {
+        let (shutdown, mut stop) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut delay = RETRY_FIRST;
+            let daemon = loop {
+                match Self::start(runtime.clone(), state.clone(), options.clone()).await {
+                    Ok(daemon) => break daemon,
+                    Err(e) => {
+                        let why = format!("{e:#}");
+                        tracing::warn!(
+                            "orb serve is not ready: its watch cache, reconciliation and GC \
+                             cannot start: {why}; retrying in {delay:?}"
+                        );
+                        runtime.set_not_running(Some(why));
+                        if sleep_or_shutdown(delay, &mut stop).await {
+                            return;
+                        }
+                        delay = (delay * 2).min(RETRY_MAX);
+                    }
+                }
+            };
+            if delay > RETRY_FIRST {
+                tracing::info!("the watch cache, reconciliation and GC run now");
+            }
+            let _ = stop.wait_for(|stop| *stop).await;
+            daemon.shutdown().await;
+        });
+        Self {
+            shutdown,
+            tasks: vec![task],
+        }
     }
 
     /// A receiver that turns true when the daemon stops (for tasks started by others).

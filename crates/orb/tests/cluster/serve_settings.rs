@@ -290,3 +290,76 @@ async fn metrics_enabled_false_turns_the_metrics_off() {
     );
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
 }
+
+/// `/readyz` of `orb serve`, polled until `done` holds for it (or 90 s pass); the last answer.
+async fn readyz_until(
+    server: &crate::support::serve_process::Server,
+    done: impl Fn(u16, &Value) -> bool,
+) -> (u16, Value) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let (code, ready) = server.call("GET", "/readyz", None);
+        if done(code, &ready) || std::time::Instant::now() > deadline {
+            return (code, ready);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// The apiserver answers, but every call on the leader Lease fails (a fault proxy answers
+/// 500): `orb serve` answers HTTP yet is never ready, names the Lease on `/readyz` and in the
+/// log, and keeps retrying; once the Lease can be used it becomes ready without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn serve_is_not_ready_while_its_lease_fails_and_recovers_by_itself() {
+    use crate::support::serve_process::{Server, install};
+    use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve-lease").await;
+    let proxy = FaultProxy::start(&cluster).await;
+    proxy.set_plan(FaultPlan {
+        server_error_rate: 1.0,
+        only: RequestMatch::path("/leases"),
+        ..FaultPlan::default()
+    });
+    let root = install(&ns, "kube", proxy.kubeconfig_path(), json!({}));
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
+    crate::support::clear_env(&mut cmd);
+    cmd.env("ORB_ROOT_DIR", root.path())
+        .env("HOME", root.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-socket",
+            "--leader-elect=true",
+        ]);
+    let server = Server::spawn(cmd);
+
+    let lease = format!("Lease {}/orb-serve-kube", ns.name());
+    let background = |r: &Value| {
+        r["checks"]["background"]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (code, ready) = readyz_until(&server, |_, r| background(r).contains(&lease)).await;
+    assert_eq!(code, 503, "{ready}");
+    assert_eq!(
+        ready["checks"]["background"]["status"], "failing",
+        "{ready}"
+    );
+    assert!(background(&ready).contains(&lease), "{ready}");
+
+    proxy.set_plan(FaultPlan::default());
+    let (code, ready) = readyz_until(&server, |code, _| code == 200).await;
+    assert_eq!(code, 200, "{ready}\n{}", server.log());
+    assert_eq!(ready["checks"]["background"]["status"], "ok", "{ready}");
+    assert_eq!(ready["checks"]["watch_cache"]["status"], "ok", "{ready}");
+    let log = server.log();
+    assert!(
+        log.contains("orb serve is not ready") && log.contains("retrying in"),
+        "{log}"
+    );
+    server.stop();
+}
