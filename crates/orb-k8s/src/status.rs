@@ -10,7 +10,8 @@ use orb_core::ids::RequestId;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
 use orb_core::provider::{
-    MachineObservation, ReadAhead, ReadAheadFuture, StatusInput, StatusMachine, StatusReport,
+    MachineObservation, REMOVED_BY_ORB, ReadAhead, ReadAheadFuture, StatusInput, StatusMachine,
+    StatusReport, removed_by_orb,
 };
 use orb_core::request::RequestType;
 use orb_core::shared::Shared;
@@ -91,6 +92,24 @@ fn still_to_release(kind: ProviderApi, pods: &[&Kept]) -> Victims {
         victims.names.push(name);
     }
     victims
+}
+
+/// Says on each timed-out machine that orb removed its pod itself ([`REMOVED_BY_ORB`]), so no
+/// later read reports it deleted outside orb, nor getReturnRequests as the cluster's doing.
+fn mark_removed(machines: &mut [Shared<MachineObservation>], timed_out: &[&Kept]) {
+    let names = SortedNames::new(timed_out.iter().map(|p| p.name()));
+    for m in machines
+        .iter_mut()
+        .filter(|m| names.contains(&m.machine_id))
+    {
+        let m: &mut MachineObservation = m;
+        if let Some(reason) = &mut m.status_reason {
+            reason.push_str("; deleted by orb (delete_timed_out_pods)");
+        }
+        if let Some(data) = m.provider_data.as_object_mut() {
+            data.insert(REMOVED_BY_ORB.into(), true.into());
+        }
+    }
 }
 
 /// Units of a Job seen exit 0: a pod Succeeded now, or a machine stored `stopped` whose pod
@@ -356,6 +375,8 @@ impl K8sProvider {
                 ));
             } else {
                 let mut victims = still_to_release(kind, &timed_out);
+                // Pods left out were released by an earlier read (a Deployment's marked pods).
+                let mut removed = victims.names.is_empty();
                 if !victims.names.is_empty() {
                     let releasing: std::collections::HashSet<&str> =
                         victims.names.iter().map(String::as_str).collect();
@@ -380,6 +401,12 @@ impl K8sProvider {
                                     kind: crate::daemon::reconcile::kind_label(kind),
                                 })
                                 .inc_by(victims.names.len() as u64);
+                            tracing::info!(
+                                request_id = %record.request_id,
+                                pods = ?victims.names,
+                                "deleted pods pending past pod_timeout_seconds (delete_timed_out_pods)"
+                            );
+                            removed = true;
                             notes.push(format!(
                                 "released timed-out pods: {}",
                                 victims.names.join(", ")
@@ -388,14 +415,28 @@ impl K8sProvider {
                         Err(e) => notes.push(format!("timed-out pods not released: {e}")),
                     }
                 }
+                if removed {
+                    mark_removed(&mut machines, &timed_out);
+                }
             }
         }
         let missing = expected.minus(&SortedNames::new(
             machines.iter().map(|m| m.machine_id.as_str()),
         ));
+        let removed_earlier = SortedNames::new(
+            input
+                .machines
+                .iter()
+                .filter(|m| removed_by_orb(&m.provider_data))
+                .map(|m| m.machine().machine_id.as_str()),
+        );
         for name in missing.iter() {
             let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
-            gone.status_reason = Some(GONE_REASON.into());
+            gone.status_reason = Some(if removed_earlier.contains(name) {
+                "the pod no longer exists".into()
+            } else {
+                GONE_REASON.into()
+            });
             gone.resource_id = Some(resource_id.clone().unwrap_or_else(|| name.to_string()));
             machines.push(gone.into());
         }

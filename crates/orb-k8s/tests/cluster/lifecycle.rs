@@ -8,9 +8,10 @@ use kube::api::ListParams;
 use kube_fixture::{Check, wait_for};
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
-use orb_core::provider::{AcquireInput, CancelInput, Provider, ProviderError};
+use orb_core::provider::{
+    AcquireInput, CancelInput, Provider, ProviderError, StatusMachines, removed_by_orb,
+};
 use orb_core::template::ProviderApi;
-use orb_core::test_support::status_machines;
 use serde_json::json;
 
 use crate::common::*;
@@ -48,15 +49,30 @@ async fn an_unschedulable_pod_times_out_from_creation_and_is_deleted() {
         "the request's failure names the cause: {reason}"
     );
     assert_eq!(report.fulfilled, 0, "a timed-out pod is never capacity");
+    let reason = m.status_reason.clone().unwrap();
+    assert!(
+        reason.contains("deleted by orb") && removed_by_orb(&m.provider_data),
+        "orb's own deletion, and marked so: {reason}"
+    );
     wait_live_pods(&h, &req, &[]).await;
     let mut after = input.clone();
-    after.machines = status_machines([machine_ref(&req, &m.machine_id, &outcome, "Pod")]);
+    // The machine as the broker stored it from that read.
+    let stored = orb_core::machine::Machine {
+        status: MachineStatus::Failed,
+        provider_data: m.provider_data.clone(),
+        ..orb_core::test_support::machine(&m.machine_id)
+            .request_id(req.clone())
+            .build()
+    };
+    after.machines = StatusMachines::new(vec![stored].into(), vec![input.provider_data.clone()]);
     let gone = h.provider.status(after).await.unwrap();
     assert_eq!(
         gone.machines[0].status,
         MachineStatus::Terminated,
         "deleted: gone"
     );
+    let gone_reason = gone.machines[0].status_reason.clone().unwrap();
+    assert!(!gone_reason.contains("outside orb"), "{gone_reason}");
 }
 
 #[tokio::test]
