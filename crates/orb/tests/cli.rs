@@ -167,6 +167,37 @@ fn hostfactory_template_list_is_the_documented_reply() {
     );
 }
 
+/// A daemon that accepted the connection but is wedged (here: a socket nobody ever reads)
+/// is skipped within seconds, not after `reply_timeout_secs` (120 s): the script runs the call
+/// directly, with the same stdout and a note on stderr.
+#[test]
+fn a_wedged_daemon_is_skipped_within_seconds() {
+    let env = Env::new();
+    let direct = env.hf(&["templates", "list"], "{}");
+    let socket = env.path().join("wedged.sock");
+    // Bound and listening: the kernel completes connections, nothing ever answers them.
+    let _wedged = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let started = std::time::Instant::now();
+    let file = env.path().join("hf_in.json");
+    let out = env
+        .orb()
+        .env("ORB_DAEMON", format!("unix:{}", socket.display()))
+        .args(["--scheduler", "hostfactory", "templates", "list", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), stdout(&direct));
+    assert!(
+        stderr(&out).contains("did not answer")
+            && stderr(&out).contains("ran getAvailableTemplates directly"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn default_template_list_uses_internal_names() {
     let env = Env::new();

@@ -1,10 +1,20 @@
 //! Sends one HostFactory call to a running `orb serve` over HTTP/1 (a Unix socket or TCP)
 //! and returns the script reply it computed.
+//!
+//! A daemon that accepts connections may still be wedged. So the call is sent only after the
+//! daemon has answered a ping (`GET /livez`) on the same connection within [`PING_TIMEOUT`].
+//! A silent daemon is then skipped within seconds and the call was never sent, so running it
+//! directly cannot do it twice. A live daemon gets the whole `reply_timeout` for the call
+//! itself, so a slow acquire is never abandoned half-way. HostFactory calls carry no id of
+//! their own that would let a repeated `requestMachines` be recognised. So once the call
+//! is sent and the daemon stops answering, it is still not repeated
+//! ([`ForwardError::Unanswered`]).
 
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
@@ -96,6 +106,34 @@ pub async fn forward(
     }
 }
 
+/// How long a daemon that accepted the connection has to answer the ping.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `GET /livez` on the connection: any answer within [`PING_TIMEOUT`] shows the daemon is not
+/// wedged. Its body is read whole so the connection can carry the call next.
+async fn ping(sender: &mut SendRequest<Full<Bytes>>, host: &str) -> Result<(), ForwardError> {
+    let request = Request::get("/livez")
+        .header(header::HOST, host)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| ForwardError::NotSent(format!("cannot build the ping: {e}")))?;
+    let answered = tokio::time::timeout(PING_TIMEOUT, async {
+        let response = sender.send_request(request).await?;
+        response.into_body().collect().await?;
+        sender.ready().await
+    })
+    .await;
+    match answered {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ForwardError::NotSent(format!(
+            "it broke off the ping before the call was sent: {e}"
+        ))),
+        Err(_) => Err(ForwardError::NotSent(format!(
+            "it accepted the connection but did not answer a ping within {} s",
+            PING_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
 struct Exchange<'a> {
     host: &'a str,
     token: Option<&'a str>,
@@ -133,6 +171,10 @@ where
     .map_err(|_| ForwardError::NotSent("the HTTP handshake timed out".into()))?
     .map_err(|e| ForwardError::NotSent(format!("HTTP handshake failed: {e}")))?;
     let driver = tokio::spawn(connection);
+    if let Err(e) = ping(&mut sender, host).await {
+        driver.abort();
+        return Err(e);
+    }
     let mut request = Request::post(route(op));
     if let Some(token) = token {
         request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
