@@ -81,6 +81,14 @@ impl K8sProvider {
         delete_labelled::<Job>(client, &namespace, &selector, &mut outcome).await?;
         delete_labelled::<Pod>(client, &namespace, &selector, &mut outcome).await?;
         delete_labelled::<Service>(client, &namespace, &selector, &mut outcome).await?;
+        if !outcome.deleted.is_empty() {
+            tracing::info!(
+                request_id = %input.request_id,
+                namespace = %namespace,
+                objects = ?outcome.deleted,
+                "deleted the objects of a cancelled request"
+            );
+        }
         Ok(outcome)
     }
 

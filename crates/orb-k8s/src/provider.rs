@@ -540,6 +540,15 @@ impl K8sProvider {
                 .await
             {
                 Ok(result) => {
+                    if !result.released.is_empty() {
+                        tracing::info!(
+                            return_request_id = %input.return_request_id,
+                            request_id = %request_id,
+                            machines = ?result.released,
+                            also_released = ?result.also_released,
+                            "released machines (deleted or scaled away): given back by a return"
+                        );
+                    }
                     outcome.released.extend(result.released);
                     outcome.failed.extend(result.failed);
                     outcome.also_released.extend(result.also_released);

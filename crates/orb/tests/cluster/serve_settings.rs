@@ -1,7 +1,8 @@
 //! `orb serve` settings that come from config.json, on the real local control plane:
 //! inbound auth switched on by the provider's `inbound_auth_enabled` (or its environment
 //! variable) with roles from `serve.auth`, checked with real ServiceAccount tokens; the Unix
-//! socket needing no token; and `min_kubernetes_version` at start and in `/readyz`.
+//! socket needing no token; `min_kubernetes_version` at start and in `/readyz`; `/readyz`
+//! failing while the Lease cannot be used; and the log line of each machine a return deletes.
 //! Needs the control plane (`tools/control-plane/cp up`).
 
 use std::io::{Read, Write};
@@ -360,6 +361,60 @@ async fn serve_is_not_ready_while_its_lease_fails_and_recovers_by_itself() {
     assert!(
         log.contains("orb serve is not ready") && log.contains("retrying in"),
         "{log}"
+    );
+    server.stop();
+}
+
+/// A return through `orb serve` deletes a running machine's pod, and its log says so at the
+/// default level, naming the machine, its request and the return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_return_through_serve_logs_each_machine_it_deletes() {
+    use crate::support::serve_process::{Server, install};
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve-log").await;
+    let root = install(&ns, "kube", &cluster.kubeconfig, json!({}));
+    let server = Server::start(root.path(), None);
+    let (code, view) = server.call(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&json!({"template_id": "worker", "count": 1})),
+    );
+    assert_eq!(code, 202, "{view}");
+    let id = view["request"]["request_id"].as_str().unwrap().to_string();
+    let done = server
+        .wait_finished(&id, std::time::Duration::from_secs(90))
+        .await;
+    assert_eq!(done["request"]["status"], "complete", "{done}");
+    let machine = done["machines"][0]["machine_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, body) = server.call(
+        "POST",
+        "/api/v1/machines/return",
+        Some(&json!({"request_id": id})),
+    );
+    assert!(code == 200 || code == 202, "{code}: {body}");
+    let return_id = body["request"]["request_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let finished = server
+        .wait_finished(&return_id, std::time::Duration::from_secs(90))
+        .await;
+    assert_eq!(finished["request"]["status"], "complete", "{finished}");
+    let log = server.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("given back by a return"))
+        .unwrap_or_else(|| panic!("no deletion logged:\n{log}"));
+    assert!(
+        line.contains(" INFO ")
+            && line.contains(&machine)
+            && line.contains(&id)
+            && line.contains(&return_id),
+        "{line}"
     );
     server.stop();
 }
