@@ -410,12 +410,14 @@ async fn a_return_that_cannot_finish_ends_at_its_deadline_and_frees_its_machine(
 
 /// The pod timeout with its default (pod_timeout_seconds 300, delete_timed_out_pods true): a
 /// pod that never finds room is timed out and deleted about 300 s after it was created, with
-/// the scheduler's reason, and the request fails saying so.
+/// the scheduler's reason, and the request fails saying so. The deletion is orb's own: the
+/// machine's reason says orb deleted it, and getReturnRequests does not offer it back as a
+/// host the cluster took.
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_pod_pending_past_the_default_pod_timeout_is_timed_out_and_deleted() {
     let setup = Setup::new(Kind::Pod).on_node_with_room(0).grace(600);
-    let w = World::new("lc-default-timeout", setup).await;
+    let mut w = World::new("lc-default-timeout", setup).await;
     let id = w.request(1);
     let view = w
         .wait_status(&id, "a pending machine", |v| {
@@ -459,6 +461,17 @@ async fn a_pod_pending_past_the_default_pod_timeout_is_timed_out_and_deleted() {
         summary(&timed_out)
     );
     w.wait_pods(&id, &[], "the timed-out pod deleted").await;
+    let gone = w
+        .wait_status(&id, "the timed-out machine terminated", |v| {
+            status_of(v, &pod) == "terminated"
+        })
+        .await;
+    let reason = machine(&gone, &pod)["status_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("deleted by orb") && !reason.contains("outside orb"),
+        "{reason}"
+    );
+    assert_eq!(w.hf_reclaims(), Vec::<String>::new(), "orb's own deletion");
 }
 
 /// ImagePullBackOff through HostFactory: the host is reported failed with the reason, HostFactory
