@@ -12,13 +12,12 @@ use kube::{Api, Client};
 
 use crate::controller::apps::decide;
 use crate::controller::gang::{GangObjects, decide_gang, leader_worker_set_facts};
-use crate::controller::lws::{decide_lws, lws_resource, lws_view};
+use crate::controller::lws::{decide_lws, lws_pod_labels, lws_resource, lws_view};
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
-use crate::desired::{ViewError, WorkloadView};
+use crate::desired::{Decision, ViewError, WorkloadView};
 use crate::gang_decision::{gang_summary, leader_worker_set_names};
 use crate::gang_record::GangRecord;
-use crate::pdb::is_owned_by;
-use crate::pdb::pdb_name;
+use crate::pdb::{find_pdb_conflict, is_owned_by, pdb_name};
 use crate::plan::render_decision;
 use crate::workload_api::GangWorkloadView;
 
@@ -109,7 +108,11 @@ pub async fn explain(
         policies.0.len(),
         policies.1.len()
     );
-    let decision = match kind {
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let (decision, uid, pod_labels) = match kind {
         TargetKind::Deployment => {
             let d: Deployment = get(
                 Api::namespaced(client.clone(), namespace),
@@ -124,7 +127,8 @@ pub async fn explain(
                 "\nDeployment {namespace}/{name} (replicas {})",
                 v.replicas.unwrap_or(1)
             );
-            decide(&v, &policies, false)
+            let d = decide(&v, &policies, false);
+            (d, v.uid, vec![v.pod_labels])
         }
         TargetKind::StatefulSet => {
             let s: StatefulSet = get(
@@ -140,7 +144,8 @@ pub async fn explain(
                 "\nStatefulSet {namespace}/{name} (replicas {})",
                 v.replicas.unwrap_or(1)
             );
-            decide(&v, &policies, false)
+            let d = decide(&v, &policies, false);
+            (d, v.uid, vec![v.pod_labels])
         }
         TargetKind::LeaderWorkerSet => {
             let api: Api<DynamicObject> =
@@ -153,7 +158,8 @@ pub async fn explain(
                 v.replicas.unwrap_or(1),
                 v.size.unwrap_or(1)
             );
-            decide_lws(&v, &policies, false)
+            let d = decide_lws(&v, &policies, false);
+            (d, v.uid, vec![lws_pod_labels(&name)])
         }
         TargetKind::Workload => {
             let w: Workload = get(
@@ -165,10 +171,6 @@ pub async fn explain(
             .await?;
             let v = GangWorkloadView::from_workload(&w)?;
             let objects = GangObjects::list(&client, namespace).await?;
-            let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
-                .list(&ListParams::default())
-                .await?
-                .items;
             let record = pdbs
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(pdb_name(&name).as_str()))
@@ -181,10 +183,21 @@ pub async fn explain(
                 "\nWorkload {namespace}/{name} ({})",
                 gang_summary(&v, &objects.groups, &objects.pods)
             );
-            decide_gang(&v, &objects, record, lws, &policies, false).0
+            let (d, members) = decide_gang(&v, &objects, record, lws, &policies, false);
+            (d, v.uid, members)
         }
     };
     render_decision(&mut out, &decision);
+    // What the controller checks before writing: another PDB over the same pods wins.
+    if matches!(decision, Decision::Apply(_))
+        && let Some(note) = find_pdb_conflict(&uid, &pdb_name(&name), &pod_labels, &pdbs)
+    {
+        let _ = writeln!(
+            out,
+            "\nPDB conflict, so the operator keeps no PDB for it: {}",
+            note.message
+        );
+    }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, namespace);
     let pdb = pdb_name(&name);
     match pdbs.get_opt(&pdb).await? {

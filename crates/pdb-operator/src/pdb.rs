@@ -175,23 +175,62 @@ pub fn is_owned_by(pdb: &PodDisruptionBudget, owner_uid: &str) -> bool {
 /// Whether a PDB's selector covers a pod with `labels` (a missing selector covers nothing, an
 /// empty one covers every pod, as in policy/v1).
 pub fn pdb_selects(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>) -> bool {
-    let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.clone()) else {
-        return false;
-    };
-    Selector::try_from(sel)
-        .map(|s| s.matches(labels))
-        .unwrap_or(false)
+    pdb_selector(pdb).is_some_and(|s| s.matches(labels))
 }
 
-/// A reason not to write our PDB: its name is held by someone else, or another PDB already
-/// covers the workload's pods (two PDBs on one pod make every eviction of it fail).
-/// `pod_labels` are the labels of the workload's pods (template labels, or any member pod).
+/// A PDB's selector, parsed (`None`: missing or invalid, it selects no pod).
+pub fn pdb_selector(pdb: &PodDisruptionBudget) -> Option<Selector> {
+    let sel = pdb.spec.as_ref().and_then(|s| s.selector.clone())?;
+    Selector::try_from(sel).ok()
+}
+
+/// Whether `pdb` is one of the operator's (any owner): labelled managed-by=pdb-operator and
+/// controlled by a workload.
+fn is_operators(pdb: &PodDisruptionBudget) -> bool {
+    let labelled = pdb
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::MANAGED_BY))
+        .is_some_and(|v| v == keys::OPERATOR_NAME);
+    labelled
+        && pdb
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true))
+}
+
+/// Between two of the operator's PDBs over the same pods, whether `mine` is the one to keep:
+/// the older one (creation time, then name). Both controllers reach the same answer, so a race
+/// of two creates ends with one PDB and nothing is taken over once it protects pods.
+pub fn outranks(mine: &PodDisruptionBudget, other: &PodDisruptionBudget) -> bool {
+    let rank = |p: &PodDisruptionBudget| {
+        (
+            p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            p.metadata.name.clone(),
+        )
+    };
+    rank(mine) < rank(other)
+}
+
+/// A reason for the workload to have no PDB (and to delete the one it owns): its name is held
+/// by someone else, or another PDB selects the workload's pods and takes precedence (two PDBs
+/// over one pod make every eviction of it fail with 500). A PDB the operator does not manage
+/// always takes precedence; one of the operator's only when [`outranks`] says so, or when the
+/// workload has none yet (the operator never creates a PDB over pods another one protects).
+/// `pod_labels` are the labels of the workload's pods (template labels, or every member's);
+/// `existing` holds the workload's own PDB too, if it has one.
 pub fn find_pdb_conflict(
     owner_uid: &str,
     desired_name: &str,
     pod_labels: &[BTreeMap<String, String>],
     existing: &[PodDisruptionBudget],
 ) -> Option<EventNote> {
+    let mine = existing
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(desired_name) && is_owned_by(p, owner_uid));
     for pdb in existing.iter().filter(|p| !is_owned_by(p, owner_uid)) {
         let name = pdb.metadata.name.as_deref().unwrap_or("");
         if name == desired_name {
@@ -202,14 +241,26 @@ pub fn find_pdb_conflict(
                 ),
             ));
         }
-        if pod_labels.iter().any(|l| pdb_selects(pdb, l)) {
-            return Some(EventNote::warning(
-                reasons::PDB_CONFLICT,
-                format!(
-                    "PodDisruptionBudget {name} already selects this workload's pods; a second PDB would block every eviction, so none is written (retrying in 30s)"
-                ),
-            ));
+        if !pod_labels.iter().any(|l| pdb_selects(pdb, l)) {
+            continue;
         }
+        let whose = if !is_operators(pdb) {
+            "not managed by pdb-operator"
+        } else if mine.is_some_and(|m| outranks(m, pdb)) {
+            continue;
+        } else {
+            "the operator's older PDB of another workload"
+        };
+        let done = match mine {
+            Some(_) => format!("{desired_name} is deleted"),
+            None => "none is written".to_string(),
+        };
+        return Some(EventNote::warning(
+            reasons::PDB_CONFLICT,
+            format!(
+                "PodDisruptionBudget {name} ({whose}) selects this workload's pods; two PDBs over one pod make every eviction fail, so {done} until {name} no longer selects them"
+            ),
+        ));
     }
     None
 }
@@ -366,6 +417,79 @@ mod tests {
             find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &existing),
             None
         );
+    }
+
+    /// `pdb` created at second `at` of the epoch.
+    fn created(mut p: PodDisruptionBudget, at: i64) -> PodDisruptionBudget {
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::from_second(at).unwrap(),
+        ));
+        p
+    }
+
+    #[test]
+    fn who_keeps_the_pdb_when_two_select_the_same_pods() {
+        let mine = |at| created(pdb("a-pdb", true, Some("u1"), app("a")), at);
+        let user = |at| created(pdb("team-pdb", false, None, app("a")), at);
+        let ours_of = |name: &str, at| created(pdb(name, true, Some("u2"), app("a")), at);
+        // (case, PDBs in the namespace, expected: None = keep or create, Some(text in the note))
+        let rows: Vec<(&str, Vec<PodDisruptionBudget>, Option<&str>)> = vec![
+            ("alone", vec![], None),
+            ("alone with its own", vec![mine(10)], None),
+            (
+                "other pods only",
+                vec![mine(10), created(pdb("b-pdb", false, None, app("b")), 5)],
+                None,
+            ),
+            ("user PDB first", vec![user(5)], Some("none is written")),
+            (
+                "user PDB after ours: we yield",
+                vec![mine(10), user(20)],
+                Some("a-pdb is deleted"),
+            ),
+            (
+                "user PDB before ours",
+                vec![mine(10), user(5)],
+                Some("not managed by pdb-operator"),
+            ),
+            (
+                "operator's PDB first",
+                vec![ours_of("w-pdb", 5)],
+                Some("none is written"),
+            ),
+            ("ours is older", vec![mine(10), ours_of("w-pdb", 20)], None),
+            (
+                "ours is younger",
+                vec![mine(20), ours_of("w-pdb", 10)],
+                Some("a-pdb is deleted"),
+            ),
+            (
+                "same second, smaller name wins",
+                vec![mine(10), ours_of("b-pdb", 10)],
+                None,
+            ),
+            (
+                "same second, larger name loses",
+                vec![mine(10), ours_of("0-pdb", 10)],
+                Some("older PDB"),
+            ),
+            (
+                "name held by another owner",
+                vec![created(pdb("a-pdb", true, Some("u2"), app("x")), 1)],
+                Some("not owned by this workload"),
+            ),
+        ];
+        for (case, existing, expected) in rows {
+            let got = find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &existing);
+            match (expected, got) {
+                (None, None) => {}
+                (Some(text), Some(note)) => {
+                    assert_eq!(note.reason, reasons::PDB_CONFLICT, "{case}");
+                    assert!(note.message.contains(text), "{case}: {}", note.message);
+                }
+                (expected, got) => panic!("{case}: expected {expected:?}, got {got:?}"),
+            }
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@ use crate::validation::PolicyReport;
 
 pub const READY: &str = "Ready";
 pub const VALIDATED: &str = "Validated";
+/// True while a workload this policy won has no PDB because another PDB selects its pods.
+pub const PDB_CONFLICT: &str = "PDBConflict";
 
 /// Inputs for one status computation.
 #[derive(Clone, Debug, Default)]
@@ -18,6 +20,9 @@ pub struct PolicyOutcome {
     pub applied_to_workloads: Vec<String>,
     /// `namespace/pdb-name` of PDBs written under this policy.
     pub pdbs_managed: Vec<String>,
+    /// `namespace/Kind/name` of workloads among `applied_to_workloads` that have no PDB of their
+    /// own because another PDB selects their pods (they yield to it).
+    pub yielding: Vec<String>,
 }
 
 fn condition(
@@ -104,12 +109,48 @@ pub fn policy_status(
             prev,
         )
     };
+    let mut yielding = outcome.yielding.clone();
+    yielding.sort();
+    yielding.dedup();
     if !report.is_valid() {
         applied.clear();
         pdbs.clear();
+        yielding.clear();
     }
+    let conflict = if yielding.is_empty() {
+        condition(
+            PDB_CONFLICT,
+            false,
+            "NoConflict",
+            "No other PodDisruptionBudget selects the pods of these workloads".into(),
+            generation,
+            now,
+            prev,
+        )
+    } else {
+        let shown: Vec<&str> = yielding.iter().take(10).map(String::as_str).collect();
+        let more = yielding.len().saturating_sub(shown.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        condition(
+            PDB_CONFLICT,
+            true,
+            "YieldsToAnotherPDB",
+            format!(
+                "{} workload(s) have no PDB of their own because another PodDisruptionBudget selects their pods (two over one pod make every eviction fail; see their PDBConflict events): {}{more}",
+                yielding.len(),
+                shown.join(", ")
+            ),
+            generation,
+            now,
+            prev,
+        )
+    };
     PDBPolicyStatus {
-        conditions: vec![ready, validated],
+        conditions: vec![ready, validated, conflict],
         workload_count: applied.len() as i32,
         applied_to_workloads: applied,
         pdbs_managed: pdbs,
@@ -134,6 +175,7 @@ mod tests {
                 "default/Deployment/web".into(),
             ],
             pdbs_managed: vec!["default/web-pdb".into()],
+            ..PolicyOutcome::default()
         };
         let s = policy_status(
             &PolicyReport::default(),
@@ -187,6 +229,43 @@ mod tests {
             validated[0].last_transition_time,
             Time(t("2026-06-24T12:00:00Z")),
             "unchanged status keeps its time"
+        );
+    }
+
+    #[test]
+    fn a_workload_that_yields_to_another_pdb_is_named_in_a_condition() {
+        let condition_of = |yielding: Vec<String>| {
+            let outcome = PolicyOutcome {
+                applied_to_workloads: vec!["ns/Deployment/a".into()],
+                yielding,
+                ..PolicyOutcome::default()
+            };
+            let s = policy_status(
+                &PolicyReport::default(),
+                &outcome,
+                None,
+                t("2026-06-24T12:00:00Z"),
+                None,
+            );
+            s.conditions
+                .into_iter()
+                .find(|c| c.type_ == PDB_CONFLICT)
+                .unwrap()
+        };
+        let c = condition_of(vec!["ns/Deployment/a".into()]);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "YieldsToAnotherPDB")
+        );
+        assert!(
+            c.message.contains("1 workload(s)") && c.message.ends_with("ns/Deployment/a"),
+            "{}",
+            c.message
+        );
+        let c = condition_of(vec![]);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "NoConflict")
         );
     }
 

@@ -138,11 +138,22 @@ pub enum SelectorProblem {
     },
 }
 
-/// Labels the API server copies from the node when a pod is bound (PodTopologyLabels
-/// admission). They say where a pod runs, not what it is: a replacement pod on another node
-/// would fall outside a selector built on them, so they never become part of one.
-pub fn is_placement_label(key: &str) -> bool {
-    key.starts_with("topology.kubernetes.io/") || key == "kubernetes.io/hostname"
+/// Labels that say where a pod runs or which revision made it, not what it is: the ones the
+/// API server copies from the node when a pod is bound (PodTopologyLabels admission), and the
+/// ones the Deployment and StatefulSet controllers add to each pod. A replacement pod on another
+/// node or of a later rollout would fall outside a selector built on them, and the apps
+/// controllers, which read only the pod template, could not see the gang's PDB over their pods
+/// (see `pdb::find_pdb_conflict`); so they never become part of one.
+pub fn is_placement_or_revision_label(key: &str) -> bool {
+    const REVISION: [&str; 4] = [
+        "pod-template-hash",
+        "controller-revision-hash",
+        "statefulset.kubernetes.io/pod-name",
+        "apps.kubernetes.io/pod-index",
+    ];
+    key.starts_with("topology.kubernetes.io/")
+        || key == "kubernetes.io/hostname"
+        || REVISION.contains(&key)
 }
 
 /// The pods of a gang's PodGroups.
@@ -193,7 +204,7 @@ pub fn derive_gang_selector(
     };
     if let Some(prev) = previous
         && !prev.is_empty()
-        && !prev.keys().any(|k| is_placement_label(k))
+        && !prev.keys().any(|k| is_placement_or_revision_label(k))
         && gang.live.iter().all(|p| selects(prev, p))
         && strangers(prev).is_empty()
     {
@@ -203,7 +214,7 @@ pub fn derive_gang_selector(
         return Err(SelectorProblem::NoSharedLabels);
     };
     let mut shared = first.labels.clone();
-    shared.retain(|k, _| !is_placement_label(k));
+    shared.retain(|k, _| !is_placement_or_revision_label(k));
     for p in rest {
         shared.retain(|k, v| p.labels.get(k) == Some(v));
     }

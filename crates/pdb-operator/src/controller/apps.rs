@@ -6,17 +6,19 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::core::SelectorExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use super::carry_out::{Subject, carry_out};
+use super::pdb_cache::RecentWrites;
 use super::queue::{counted, counted_policy_changes, counted_stream, drain_controller};
 use super::triggers::{meaningful_changes, pdb_fingerprint, workload_fingerprint};
 use super::{Context, DEBOUNCE, Error, error_policy, reference_of, strip_legacy_finalizer, timed};
 use crate::desired::{Policies, WorkloadKind, WorkloadView, desired_pdb_for_workload};
-use crate::pdb::pdb_selects;
+use crate::pdb::pdb_selector;
 
 /// Inputs and the decision for one Deployment or StatefulSet (also used by `explain`).
 pub fn decide(
@@ -75,12 +77,13 @@ async fn reconcile_stateful_set(s: Arc<StatefulSet>, ctx: Arc<Context>) -> Resul
     .await
 }
 
-/// PDB → workloads to look at again: its controller owner when it has one of kind `kind`,
-/// otherwise every workload in its namespace whose pods it selects (a user's PDB appearing or
-/// disappearing changes their decision).
+/// PDB → workloads to look at again: its controller owner when that is of kind `kind` (not for
+/// the echo of the owner's own write), and every other workload in its namespace whose pods it
+/// selects: a PDB appearing over their pods makes them yield, one going lets them take over.
 pub fn pdb_mapper<K>(
     kind: &'static str,
     store: Store<K>,
+    recent: Arc<RecentWrites>,
     pod_labels: fn(&K) -> std::collections::BTreeMap<String, String>,
 ) -> impl Fn(PodDisruptionBudget) -> Vec<ObjectRef<K>> + Send + Sync + 'static
 where
@@ -88,24 +91,38 @@ where
 {
     move |pdb| {
         let ns = pdb.namespace();
-        if let Some(owner) = pdb
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true) && o.kind == kind)
+        let owner = owner_of_kind(&pdb, kind);
+        let mut refs = Vec::new();
+        if let Some(owner) = &owner
+            && !recent.is_echo(&pdb)
         {
-            let mut r = ObjectRef::new(&owner.name);
+            let mut r = ObjectRef::new(owner);
             if let Some(ns) = &ns {
                 r = r.within(ns);
             }
-            return vec![r];
+            refs.push(r);
         }
-        store
-            .state()
-            .iter()
-            .filter(|w| w.namespace() == ns && pdb_selects(&pdb, &pod_labels(w)))
-            .map(|w| ObjectRef::from_obj(w.as_ref()))
-            .collect()
+        let Some(selector) = pdb_selector(&pdb) else {
+            return refs;
+        };
+        refs.extend(
+            store
+                .state()
+                .iter()
+                .filter(|w| w.namespace() == ns && owner.as_deref() != Some(&w.name_any()))
+                .filter(|w| selector.matches(&pod_labels(w)))
+                .map(|w| ObjectRef::from_obj(w.as_ref())),
+        );
+        refs
     }
+}
+
+/// The name of `pdb`'s controller owner when it is of `kind`.
+pub(crate) fn owner_of_kind(pdb: &PodDisruptionBudget, kind: &str) -> Option<String> {
+    pdb.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == kind)
+        .map(|o| o.name.clone())
 }
 
 fn deployment_pod_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
@@ -126,9 +143,10 @@ fn stateful_set_pod_labels(s: &StatefulSet) -> std::collections::BTreeMap<String
         .unwrap_or_default()
 }
 
-/// PDB changes that can alter a decision: not the disruption controller's status updates, and
-/// not the echo of our own write. From the shared PDB watch when there is one, else a watch of
-/// its own.
+/// PDB changes that can alter a decision: not the disruption controller's status updates. The
+/// echo of our own write is left to the mappers: it tells other workloads over the same pods
+/// (of any kind) to yield, only its owner need not look again. From the shared PDB watch when
+/// there is one, else a watch of its own.
 pub(crate) fn pdb_changes(
     ctx: &Context,
 ) -> impl Stream<Item = Result<PodDisruptionBudget, watcher::Error>> + Send + 'static {
@@ -141,9 +159,7 @@ pub(crate) fn pdb_changes(
                 .boxed()
         }
     };
-    let recent = ctx.recent_writes.clone();
     meaningful_changes(events, pdb_fingerprint)
-        .filter(move |r| std::future::ready(!matches!(r, Ok(p) if recent.is_echo(p))))
 }
 
 /// One apps/v1 kind: how its reflected copies are slimmed, where its pod labels are, and its
@@ -194,7 +210,12 @@ async fn run_apps<K, R, Fut>(
         counted(
             kind,
             queue.clone(),
-            pdb_mapper(kind.kind(), store.clone(), app.pod_labels),
+            pdb_mapper(
+                kind.kind(),
+                store.clone(),
+                ctx.recent_writes.clone(),
+                app.pod_labels,
+            ),
         ),
     )
     .reconcile_all_on(counted_policy_changes(

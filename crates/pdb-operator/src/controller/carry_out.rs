@@ -215,6 +215,10 @@ async fn apply(
         ..Outcome::default()
     };
     if let Some(conflict) = find_pdb_conflict(&s.uid, &name, &s.pod_labels, existing) {
+        // Yield at once: while both exist every eviction of the shared pods fails.
+        if let Some(live) = owned {
+            delete_owned(ctx, s, api, live, "pdb_conflict").await?;
+        }
         notes.push(conflict);
         let outcome = Outcome {
             not_compliant: Some("pdb_conflict".into()),
@@ -355,48 +359,13 @@ async fn remove(
     owned: Option<PodDisruptionBudget>,
     none: NoPdb,
 ) -> Result<Action, Error> {
-    let name = pdb_name(&s.name);
     log_skip(ctx, s, &none);
     let mut notes: Vec<EventNote> = none.event.iter().cloned().collect();
     notes.extend(none.events.iter().cloned());
     if none.delete_owned_pdb
         && let Some(live) = owned
     {
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: live.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match with_retries(&ctx.metrics, "delete_pdb", || api.delete(&name, &dp)).await {
-            Ok(_) => {
-                ctx.recent_writes.forget(&s.namespace, &name);
-                ctx.metrics
-                    .pdbs_deleted
-                    .get_or_create(&vec![
-                        ("namespace", s.namespace.clone()),
-                        ("reason", none.cause.to_string()),
-                    ])
-                    .inc();
-                let msg = format!(
-                    "Deleted PodDisruptionBudget {name} of {} {} ({})",
-                    s.kind.kind(),
-                    s.name,
-                    none.cause
-                );
-                ctx.announce(&s.reference, EventNote::normal(reasons::PDB_DELETED, msg));
-            }
-            Err(kube::Error::Api(st)) if st.code == 404 => {}
-            Err(e) => {
-                let note = EventNote::warning(
-                    reasons::PDB_DELETION_FAILED,
-                    format!("Deleting PodDisruptionBudget {name} failed: {e}; retrying in 30s"),
-                );
-                ctx.publish(&s.reference, &note).await;
-                return Err(e.into());
-            }
-        }
+        delete_owned(ctx, s, api, live, none.cause).await?;
     }
     let configured = none.cause != "unmanaged" && none.cause != "workload_deleted";
     let outcome = Outcome {
@@ -410,4 +379,52 @@ async fn remove(
         None => Action::await_change(),
     };
     Ok(or_retry(posted, planned))
+}
+
+/// Deletes the workload's own PDB `live` (only that object: the uid is a precondition) for
+/// `cause` and says so.
+async fn delete_owned(
+    ctx: &Context,
+    s: &Subject,
+    api: &Api<PodDisruptionBudget>,
+    live: PodDisruptionBudget,
+    cause: &str,
+) -> Result<(), Error> {
+    let name = pdb_name(&s.name);
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: live.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match with_retries(&ctx.metrics, "delete_pdb", || api.delete(&name, &dp)).await {
+        Ok(_) => {
+            ctx.recent_writes.forget(&s.namespace, &name);
+            ctx.metrics
+                .pdbs_deleted
+                .get_or_create(&vec![
+                    ("namespace", s.namespace.clone()),
+                    ("reason", cause.to_string()),
+                ])
+                .inc();
+            let msg = format!(
+                "Deleted PodDisruptionBudget {name} of {} {} ({})",
+                s.kind.kind(),
+                s.name,
+                cause
+            );
+            ctx.announce(&s.reference, EventNote::normal(reasons::PDB_DELETED, msg));
+        }
+        Err(kube::Error::Api(st)) if st.code == 404 => {}
+        Err(e) => {
+            let note = EventNote::warning(
+                reasons::PDB_DELETION_FAILED,
+                format!("Deleting PodDisruptionBudget {name} failed: {e}; retrying in 30s"),
+            );
+            ctx.publish(&s.reference, &note).await;
+            return Err(e.into());
+        }
+    }
+    Ok(())
 }

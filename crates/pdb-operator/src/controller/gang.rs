@@ -21,7 +21,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use super::apps::pdb_changes;
+use super::apps::{owner_of_kind, pdb_changes};
 use super::carry_out::{Subject, carry_out};
 use super::lws::lws_resource;
 use super::pdb_cache::namespace_pdbs;
@@ -376,16 +376,15 @@ pub async fn run_workloads(
             .workload_ref
             .map(|r| in_namespace::<Workload>(&r.workload_name, ns))
     };
+    // Its own PDB (not the echo of its own write), and every Workload of the namespace for any
+    // other PDB: one over its members makes it yield, one going lets it take over.
+    let recent = ctx.recent_writes.clone();
     let by_pdb = move |pdb: PodDisruptionBudget| {
-        let owner = pdb
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true) && o.kind == "Workload")
-            .map(|o| o.name.clone());
-        match owner {
-            Some(name) => vec![in_namespace::<Workload>(&name, pdb.namespace())],
-            None => workloads_in(&for_pdbs, pdb.namespace()),
-        }
+        let owner = owner_of_kind(&pdb, "Workload");
+        workloads_in(&for_pdbs, pdb.namespace())
+            .into_iter()
+            .filter(|w| owner.as_deref() != Some(w.name.as_str()) || !recent.is_echo(&pdb))
+            .collect::<Vec<_>>()
     };
     let stream = Controller::for_stream(
         counted_stream(

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use futures::Stream;
 use jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::SelectorExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
-use super::apps::pdb_changes;
+use super::apps::{owner_of_kind, pdb_changes};
 use super::carry_out::{Subject, carry_out};
 use super::queue::{counted, counted_policy_changes, counted_stream, drain_controller};
 use super::triggers::{meaningful_changes, workload_fingerprint};
@@ -23,6 +24,7 @@ use crate::desired::{
     desired_pdb_for_leader_worker_set,
 };
 use crate::names::keys;
+use crate::pdb::pdb_selector;
 use crate::resolve::WorkloadMeta;
 
 /// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet.
@@ -63,6 +65,11 @@ pub fn lws_view(o: &DynamicObject) -> Result<LeaderWorkerSetView, ViewError> {
     })
 }
 
+/// The label every pod of LeaderWorkerSet `name` carries (what its PDB selects).
+pub fn lws_pod_labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(keys::LWS_NAME.to_string(), name.to_string())])
+}
+
 /// The decision for a LeaderWorkerSet.
 pub fn decide_lws(
     view: &LeaderWorkerSetView,
@@ -91,10 +98,7 @@ async fn reconcile_lws(o: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
             name: view.meta.name.clone(),
             uid: view.uid.clone(),
             reference: o.object_ref(&ar),
-            pod_labels: vec![BTreeMap::from([(
-                keys::LWS_NAME.to_string(),
-                view.meta.name.clone(),
-            )])],
+            pod_labels: vec![lws_pod_labels(&view.meta.name)],
         };
         carry_out(&ctx, &subject, decision).await
     })
@@ -121,18 +125,32 @@ pub async fn run_leader_worker_sets(
         .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
         .reflect(writer);
     let (kind, queue) = (WorkloadKind::LeaderWorkerSet, ctx.queue.clone());
-    let by_pdb = |pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget| {
+    // Its own PDB (not the echo of its own write), and every LeaderWorkerSet whose pods another
+    // PDB selects: it yields to that PDB, and takes over when it goes.
+    let (for_pdbs, recent) = (store.clone(), ctx.recent_writes.clone());
+    let by_pdb = move |pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget| {
         let ns = pdb.namespace();
-        pdb.owner_references()
+        let within = |r: ObjectRef<DynamicObject>| match &ns {
+            Some(ns) => r.within(ns),
+            None => r,
+        };
+        let owner = owner_of_kind(&pdb, "LeaderWorkerSet");
+        let mut refs: Vec<ObjectRef<DynamicObject>> = owner
             .iter()
-            .find(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")
-            .map(|o| {
-                let r = ObjectRef::new_with(&o.name, lws_resource());
-                match &ns {
-                    Some(ns) => r.within(ns),
-                    None => r,
-                }
-            })
+            .filter(|_| !recent.is_echo(&pdb))
+            .map(|o| within(ObjectRef::new_with(o, lws_resource())))
+            .collect();
+        if let Some(selector) = pdb_selector(&pdb) {
+            refs.extend(
+                for_pdbs
+                    .state()
+                    .iter()
+                    .filter(|o| o.namespace() == ns && owner.as_deref() != Some(&o.name_any()))
+                    .filter(|o| selector.matches(&lws_pod_labels(&o.name_any())))
+                    .map(|o| ObjectRef::from_obj_with(o.as_ref(), lws_resource())),
+            );
+        }
+        refs
     };
     let stream = Controller::for_stream_with(
         counted_stream(

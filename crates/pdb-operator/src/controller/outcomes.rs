@@ -148,6 +148,10 @@ impl Outcomes {
                 if let Some(pdb) = &o.pdb {
                     out.pdbs_managed.push(format!("{}/{pdb}", w.namespace));
                 }
+                if o.not_compliant.as_deref() == Some("pdb_conflict") {
+                    out.yielding
+                        .push(format!("{}/{}/{}", w.namespace, w.kind, w.name));
+                }
             }
         }
         out

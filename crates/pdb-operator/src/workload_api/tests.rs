@@ -158,7 +158,7 @@ fn members_come_from_the_workloads_own_groups() {
 }
 
 #[test]
-fn placement_labels_copied_from_the_node_never_enter_the_selector() {
+fn placement_and_revision_labels_never_enter_the_selector() {
     let placed = |name: &str| {
         pod(
             name,
@@ -167,6 +167,9 @@ fn placement_labels_copied_from_the_node_never_enter_the_selector() {
                 ("app", "trainer"),
                 ("topology.kubernetes.io/zone", "zone-0"),
                 ("kubernetes.io/hostname", "node-0"),
+                // A Deployment's gang members: its template labels are what its controller
+                // compares PDB selectors with.
+                ("pod-template-hash", "5d8f"),
             ],
         )
     };

@@ -19,6 +19,7 @@ mod live_gang;
 mod live_gang_drain;
 mod live_kill;
 mod live_lws;
+mod live_overlap;
 mod live_rbac;
 mod live_runtime;
 mod live_scenarios;
