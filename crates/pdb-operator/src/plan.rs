@@ -2,26 +2,32 @@
 //! read from a YAML file, and prints, per workload, the policy chosen, the enforcement steps
 //! and the arithmetic — no cluster needed.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::budget::Step;
+use crate::controller::lws::lws_pod_labels;
 use crate::crd::{ClusterPDBPolicy, PDBPolicy};
 use crate::desired::{
     Decision, LeaderWorkerSetView, Policies, WorkloadView, desired_pdb_for_leader_worker_set,
     desired_pdb_for_workload,
 };
 use crate::gang_decision::{GangFacts, LeaderWorkerSetFact, gang_summary, leader_worker_set_names};
-use crate::pdb::pdb_name;
+use crate::pdb::{pdb_name, pdb_selects};
 use crate::resolve::WorkloadMeta;
 use crate::validation::{PolicyScope, validate_policy_spec};
-use crate::workload_api::{GangWorkloadView, PodGroupView, PodView, desired_pdb_for_gang};
+use crate::workload_api::{
+    GangShape, GangWorkloadView, PodGroupView, PodView, classify_workload, desired_pdb_for_gang,
+    gang_members,
+};
 
 /// Namespace assumed for objects that do not name one (as kubectl would with no context).
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -227,6 +233,7 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             );
         }
     }
+    let mut planned: Vec<Planned> = Vec::new();
     let views = o
         .deployments
         .iter()
@@ -248,7 +255,10 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             v.meta.name,
             v.replicas.unwrap_or(1)
         );
-        render_decision(&mut out, &desired_pdb_for_workload(&v, &policies, now));
+        let decision = desired_pdb_for_workload(&v, &policies, now);
+        render_decision(&mut out, &decision);
+        let who = format!("{} {}/{}", v.kind.kind(), v.meta.namespace, v.meta.name);
+        planned.push((who, decision, vec![v.pod_labels.clone()]));
     }
     // (namespace, name) of each LeaderWorkerSet in the file → whether it gets a PDB, for the
     // Workloads whose pods it owns.
@@ -287,6 +297,8 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
         let pdb = matches!(decision, Decision::Apply(_)).then(|| pdb_name(&view.meta.name));
         lws_pdbs.insert((view.meta.namespace.clone(), view.meta.name.clone()), pdb);
         render_decision(&mut out, &decision);
+        let who = format!("LeaderWorkerSet {}/{}", view.meta.namespace, view.meta.name);
+        planned.push((who, decision, vec![lws_pod_labels(&view.meta.name)]));
     }
     for w in &o.workloads {
         let view = GangWorkloadView::from_workload(w).map_err(|e| PlanError::Malformed {
@@ -335,9 +347,27 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
             record: None,
             leader_worker_sets,
         };
-        render_decision(
-            &mut out,
-            &desired_pdb_for_gang(&view, &facts, &policies, now),
+        let decision = desired_pdb_for_gang(&view, &facts, &policies, now);
+        render_decision(&mut out, &decision);
+        let members = match classify_workload(&view.spec) {
+            GangShape::Gang { template, .. } => {
+                let (_, gang) = gang_members(&view.meta.name, &template, &groups, &pods);
+                gang.live.iter().map(|m| m.labels.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        planned.push((
+            format!("Workload {ns}/{}", view.meta.name),
+            decision,
+            members,
+        ));
+    }
+    for (a, b) in overlaps(&planned) {
+        let _ = writeln!(
+            out,
+            "\n! {a} and {b} would both get a PDB over the same pods; two PDBs over one pod make \
+every eviction of it fail, so the operator keeps only the one written first and the other posts \
+PDBConflict"
         );
     }
     if !o.ignored.is_empty() {
@@ -348,6 +378,33 @@ pub fn plan_report(yaml: &str, now: Timestamp) -> Result<String, PlanError> {
         );
     }
     Ok(out)
+}
+
+/// One workload's decision (`Kind ns/name`, decision, its pods' labels), for the overlap check.
+type Planned = (String, Decision, Vec<BTreeMap<String, String>>);
+
+/// Pairs of planned PDBs that would select a pod of each other's workload.
+fn overlaps(planned: &[Planned]) -> Vec<(&str, &str)> {
+    let pdb = |d: &Decision| match d {
+        Decision::Apply(want) => Some(want.pdb.clone()),
+        Decision::NoPdb(_) => None,
+    };
+    let mut out = Vec::new();
+    for (i, (a, da, pods_a)) in planned.iter().enumerate() {
+        for (b, db, pods_b) in &planned[i + 1..] {
+            let (Some(pa), Some(pb)) = (pdb(da), pdb(db)) else {
+                continue;
+            };
+            let same_ns = pa.metadata.namespace == pb.metadata.namespace;
+            let covers = |p: &PodDisruptionBudget, pods: &[BTreeMap<String, String>]| {
+                pods.iter().any(|l| pdb_selects(p, l))
+            };
+            if same_ns && (covers(&pa, pods_b) || covers(&pb, pods_a)) {
+                out.push((a.as_str(), b.as_str()));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -382,6 +439,31 @@ mod tests {
         .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("document 1 (Deployment a)"), "{msg}");
+    }
+
+    #[test]
+    fn two_workloads_over_the_same_pods_are_reported() {
+        let deployment = |name: &str, app: &str| {
+            format!(
+                "kind: Deployment\nmetadata:\n  name: {name}\n  namespace: ns\n  uid: u-{name}\n  \
+annotations:\n    pdboperator.io/availability-class: standard\nspec:\n  replicas: 2\n  \
+selector:\n    matchLabels:\n      app: {app}\n  template:\n    metadata:\n      labels:\n        \
+app: {app}\n"
+            )
+        };
+        let yaml = [
+            deployment("a", "x"),
+            deployment("b", "x"),
+            deployment("c", "z"),
+        ]
+        .join("---\n");
+        let report = plan_report(&yaml, Timestamp::UNIX_EPOCH).unwrap();
+        let warnings: Vec<&str> = report.lines().filter(|l| l.starts_with("! ")).collect();
+        assert_eq!(warnings.len(), 1, "{report}");
+        assert!(
+            warnings[0].starts_with("! Deployment ns/a and Deployment ns/b would both get a PDB"),
+            "{report}"
+        );
     }
 
     #[test]
