@@ -1,13 +1,14 @@
-//! `orb doctor` on the real control plane: everything passes as cluster admin; a ServiceAccount
-//! bound only to the built-in read-only "view" role is told exactly which verbs it lacks; an
-//! apiserver that does not answer is reported as a connectivity failure. Exit 0 / 3.
+//! `orb doctor` on the real control plane: everything passes as cluster admin and as the
+//! shipped identity (docs/rbac.yaml's Role); that Role without `pods/eviction` is told so; a
+//! ServiceAccount bound only to the built-in read-only "view" role is told exactly which verbs
+//! it lacks; an apiserver that does not answer is reported as a connectivity failure. Exit 0 / 3.
 
 use std::path::Path;
 
 use assert_cmd::Command;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::PostParams;
 use kube_fixture::TestCluster;
@@ -68,6 +69,45 @@ async fn admin_passes_every_check() {
     assert_eq!(reply["failed"], 0);
     assert_eq!(check(&reply, "connectivity")["ok"], true);
     assert_eq!(check(&reply, "server version")["ok"], true);
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn the_shipped_role_passes_and_without_eviction_is_told_so() {
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("doctor-role").await;
+    let identity = cluster.broker_identity(&ns).await;
+    let root = tempfile::tempdir().unwrap();
+    write_config(root.path(), &identity.kubeconfig, ns.name());
+    let (code, reply) = doctor(root.path());
+    assert_eq!(
+        code,
+        Some(0),
+        "docs/rbac.yaml's Role passes every check: {reply}"
+    );
+
+    // The Role as it shipped before the Deployment release's eviction was granted.
+    let roles: Api<Role> = Api::namespaced(cluster.client.clone(), ns.name());
+    let name = format!("orb-broker-{}", ns.name());
+    let mut role = roles.get(&name).await.unwrap();
+    role.rules.get_or_insert_default().retain(|r| {
+        !r.resources
+            .iter()
+            .flatten()
+            .any(|res| res == "pods/eviction")
+    });
+    roles
+        .replace(&name, &PostParams::default(), &role)
+        .await
+        .unwrap();
+    let (code, reply) = doctor(root.path());
+    assert_eq!(code, Some(3), "{reply}");
+    let eviction = check(
+        &reply,
+        &format!("rbac: create core/pods/eviction in {}", ns.name()),
+    );
+    assert_eq!(eviction["ok"], false, "{eviction}");
+    assert_eq!(reply["failed"], 1, "only the eviction is missing: {reply}");
 }
 
 #[tokio::test]

@@ -59,10 +59,11 @@ fn orb(root: &Path, args: &[&str]) -> std::process::Output {
 async fn acquire_one(provider_on: bool, app_on: bool) -> (Pod, String) {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("native-cli").await;
+    let identity = cluster.broker_identity(&ns).await;
     let root = tempfile::tempdir().unwrap();
     write_config(
         root.path(),
-        &cluster.kubeconfig,
+        &identity.kubeconfig,
         ns.name(),
         provider_on,
         app_on,

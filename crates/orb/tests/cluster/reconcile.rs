@@ -15,6 +15,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use kube_fixture::identity::{BrokerIdentity, Managed};
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
@@ -36,6 +37,7 @@ const TEMPLATES: &str = r#"{"templates": [
 
 struct Setup {
     _root: tempfile::TempDir,
+    _identity: BrokerIdentity,
     provider: Arc<K8sProvider>,
     runtime: Arc<ClusterRuntime>,
     broker: Broker,
@@ -50,13 +52,21 @@ async fn setup(
     extra: Value,
     store_url: Option<&str>,
 ) -> Setup {
+    // The shipped identity, with the Lease: these tests' daemons elect a leader.
+    let identity = cluster
+        .broker_identity_for(
+            ns,
+            Managed::Namespaces(vec![ns.name().to_string()]),
+            &["leader_election"],
+        )
+        .await;
     let root = tempfile::tempdir().unwrap();
     let config_dir = root.path().join("config");
     std::fs::create_dir_all(&config_dir).unwrap();
     let mut config = json!({
         "namespace": ns.name(),
         "in_cluster": false,
-        "kubeconfig_path": cluster.kubeconfig,
+        "kubeconfig_path": identity.kubeconfig,
         "watch_enabled": false,
         "node_watch_enabled": false,
         "events_watch_enabled": false,
@@ -108,6 +118,7 @@ async fn setup(
     };
     Setup {
         _root: root,
+        _identity: identity,
         provider,
         runtime,
         broker,

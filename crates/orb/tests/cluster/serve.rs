@@ -60,7 +60,12 @@ async fn follow(env: &Env, id: &str) -> (Vec<String>, Value) {
 async fn a_rest_request_runs_pods_and_a_rest_return_removes_them() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve").await;
-    let entry = k8s_provider_entry(&cluster, &ns, json!({}));
+    let identity = cluster.broker_identity(&ns).await;
+    let entry = k8s_provider_entry(
+        &cluster,
+        &ns,
+        json!({"kubeconfig_path": identity.kubeconfig}),
+    );
     let env = Env::build(entry, TEMPLATES, Duration::from_millis(500)).await;
 
     let (code, ready) = env.get("/readyz").await;

@@ -12,6 +12,7 @@ use crate::support::serve_process::{Server, http, install, pods_by_request};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use kube_fixture::identity::Managed;
 use kube_fixture::{Check, TestCluster, wait_for};
 use serde_json::{Value, json};
 
@@ -38,12 +39,13 @@ async fn a_server_killed_mid_acquire_finishes_the_request_after_restart_without_
     let _room = crate::ROOM.lock().await;
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("sigkill").await;
+    let identity = cluster.broker_identity(&ns).await;
     let provider = format!("kill-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     // Interrupted acquires older than 2 s are resumed at start-up.
     let root = install(
         &ns,
         &provider,
-        &cluster.kubeconfig,
+        &identity.kubeconfig,
         json!({"orphan_min_age_seconds": 2}),
     );
     let first = Server::start(root.path(), None);
@@ -158,13 +160,21 @@ async fn two_replicas_on_postgres_acquire_and_return_concurrently_without_proces
     let Some(url) = postgres_url() else { return };
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("replicas").await;
+    // With PostgreSQL `orb serve` elects a leader: the shipped identity plus the Lease.
+    let identity = cluster
+        .broker_identity_for(
+            &ns,
+            Managed::Namespaces(vec![ns.name().to_string()]),
+            &["leader_election"],
+        )
+        .await;
     let provider = format!(
         "replica-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
     let roots = [
-        install(&ns, &provider, &cluster.kubeconfig, json!({})),
-        install(&ns, &provider, &cluster.kubeconfig, json!({})),
+        install(&ns, &provider, &identity.kubeconfig, json!({})),
+        install(&ns, &provider, &identity.kubeconfig, json!({})),
     ];
     let servers = [
         Server::start(roots[0].path(), Some(&url)),

@@ -29,7 +29,8 @@ fn metrics(server: &Server) -> String {
 async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-cache").await;
-    let root = install(&ns, "kube", &cluster.kubeconfig, json!({}));
+    let identity = cluster.broker_identity(&ns).await;
+    let root = install(&ns, "kube", &identity.kubeconfig, json!({}));
     let server = Server::start(root.path(), None);
     // Pods that exist when the cache's first LIST runs arrive in that LIST, not as watch
     // events; the cache must serve before the request so all three are watch events.
@@ -104,10 +105,11 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
 async fn watch_enabled_false_runs_no_cache_and_status_still_works() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-nowatch").await;
+    let identity = cluster.broker_identity(&ns).await;
     let root = install(
         &ns,
         "kube",
-        &cluster.kubeconfig,
+        &identity.kubeconfig,
         json!({"watch_enabled": false}),
     );
     let server = Server::start(root.path(), None);
