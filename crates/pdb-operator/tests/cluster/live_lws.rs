@@ -372,3 +372,69 @@ async fn gang_pods_labelled_for_a_leader_worker_set_are_never_left_unprotected_s
     .await;
     assert!(pdbs.get_opt("mesh-pdb").await.unwrap().is_none());
 }
+
+/// #52: a LeaderWorkerSet created after a gang's PDB over the same pods gets its PDB, and the
+/// Workload's goes within seconds: the Workload controller hears the LeaderWorkerSet
+/// controller's write (it was dropped as the operator's own echo, leaving two PDBs, and 500s
+/// for every eviction, until the Workload's 30 s re-check).
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_leader_worker_set_created_after_the_gangs_pdb_takes_over_within_seconds() {
+    let _crd = LWS_CRD.lock().await;
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    install_crd(&cluster.client, &lws_crd()).await;
+    let ns = cluster.namespace("pdbop-lws-late").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let _op = start_operator(&cluster, n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "p-mesh", "standard", "mesh").await;
+    strict_policy(c, n, "p-late", "standard", "late").await;
+    create_workload(
+        c,
+        n,
+        "mesh",
+        json!({"app": "mesh"}),
+        json!([gang_template("workers", 2, "all")]),
+    )
+    .await;
+    for g in 0..2 {
+        let group = format!("mesh-workers-{g}");
+        create_pod_group(c, n, "mesh", "workers", &group, 2, "all").await;
+        for w in 0..2 {
+            create_pod(
+                c,
+                n,
+                &format!("mesh-{g}-{w}"),
+                Some(&group),
+                json!({"app": "mesh", "leaderworkerset.sigs.k8s.io/name": "late"}),
+            )
+            .await;
+        }
+    }
+    wait_pdb(&pdbs, "mesh-pdb", "the gang's PDB", |_| true).await;
+
+    let ar = pdb_operator::controller::lws::lws_resource();
+    let lws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "late", "labels": {"app": "late"}},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2}}
+    }))
+    .unwrap();
+    Api::<DynamicObject>::namespaced_with(c.clone(), n, &ar)
+        .create(&PostParams::default(), &lws)
+        .await
+        .unwrap();
+    wait_pdb(&pdbs, "late-pdb", "the LeaderWorkerSet's PDB", |_| true).await;
+    wait_for(
+        "the gang's PDB gone within 5 s of the LeaderWorkerSet's",
+        Duration::from_secs(5),
+        || async {
+            match pdbs.get_opt("mesh-pdb").await {
+                Ok(None) => Check::Done(()),
+                other => Check::NotYet(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
