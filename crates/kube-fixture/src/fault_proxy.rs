@@ -1,6 +1,7 @@
 //! A fault-injecting proxy in front of the local apiserver, for resilience tests. It listens
-//! on 127.0.0.1 over plain HTTP and forwards to the real apiserver with the admin
-//! kubeconfig's credentials, except for the requests it decides to break: a 429 with
+//! on 127.0.0.1 over plain HTTP and forwards to the real apiserver with the credentials of
+//! the `TestCluster` it starts with (admin, or `BrokerIdentity::as_cluster()` for orb's
+//! shipped identity), except for the requests it decides to break: a 429 with
 //! `Retry-After: 1`, a 500, a reset connection, or added latency. Rates, scripted faults and
 //! the request filter change at runtime; every request seen is logged for assertions.
 

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 pub(crate) async fn harness_through(prefix: &str, settings: Value) -> (Harness, FaultProxy) {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace(prefix).await;
+    // Admin: the retry tests send ConfigMaps, a kind outside orb's Role, through the provider.
     let proxy = FaultProxy::start(&cluster).await;
     let mut block = serde_json::Map::new();
     block.insert("namespace".into(), json!(ns.name()));

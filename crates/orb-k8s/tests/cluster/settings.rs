@@ -62,7 +62,8 @@ async fn the_status_cache_ttl_decides_whether_a_settled_controller_is_read_again
 ) {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("status-ttl").await;
-    let proxy = FaultProxy::start(&cluster).await;
+    let identity = crate::common::broker_identity(&cluster, &ns, &settings).await;
+    let proxy = FaultProxy::start(&identity.as_cluster()).await;
     let h = crate::common::Harness {
         provider: provider_through(&proxy, ns.name(), settings),
         cluster,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{
-    Harness, Snapshot, WAIT, acquire, harness, provider_for, snapshot, status_input, template,
-    wait_verdict,
+    Harness, Snapshot, WAIT, acquire, broker_identity, harness, provider_for, snapshot,
+    status_input, template, wait_verdict,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -81,7 +81,12 @@ async fn proxy_answering_gone(
     fragment: &str,
     times: usize,
 ) -> (FaultProxy, RequestMatch) {
-    let proxy = FaultProxy::start(&h.cluster).await;
+    let proxy = FaultProxy::start(
+        &broker_identity(&h.cluster, &h.ns, &json!({}))
+            .await
+            .as_cluster(),
+    )
+    .await;
     let pods = RequestMatch::path(&format!("/namespaces/{}/pods?", h.ns.name()));
     proxy.script(
         RequestMatch {
@@ -415,7 +420,12 @@ async fn a_list_page_that_fails_makes_the_cache_list_again_from_the_first() {
 async fn reads_fall_back_to_list_while_the_watch_fails_past_the_stale_timeout() {
     let mut h = harness("cache-stale", json!({"stale_cache_timeout_seconds": 1})).await;
     let ns = h.ns.name().to_string();
-    let proxy = FaultProxy::start(&h.cluster).await;
+    let proxy = FaultProxy::start(
+        &broker_identity(&h.cluster, &h.ns, &json!({}))
+            .await
+            .as_cluster(),
+    )
+    .await;
     let metrics = h.provider.metrics().clone();
     let cache = Arc::new(PodCache::for_provider(&h.provider).expect("the watch is on"));
     assert_eq!(cache.stale_after(), Duration::from_secs(1));
