@@ -3,7 +3,7 @@
 //! truth now, also for requests that finished long ago); then two sources: machines that are
 //! gone outside any orb return or failed (from the store), and live machines the provider
 //! reports as evicted, preempted or draining. Never reported: what orb removed itself (a pod
-//! timeout), and any host of a Job while one of its pods still works, because giving one
+//! timeout), and a Job's hosts still there while one of its pods works, because giving one
 //! host of a Job back deletes the whole Job.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,8 +53,11 @@ impl Broker {
             candidates = self.reclaim_candidates(keys).await?;
         }
         let busy_jobs = self.jobs_at_work(&candidates).await?;
-        candidates
-            .retain(|m| !removed_by_orb(&m.provider_data) && !busy_jobs.contains(&m.request_id));
+        // A Job host that is gone stays reported: losing a pod fails the Job (backoffLimit 0).
+        candidates.retain(|m| {
+            !removed_by_orb(&m.provider_data)
+                && !(m.status.is_live() && busy_jobs.contains(&m.request_id))
+        });
         let mut found: BTreeMap<String, Reclaim> = BTreeMap::new();
         // Without names, only hosts that ever started are reported: a pod that failed before
         // it ran was never a host HostFactory knew.
@@ -112,8 +115,8 @@ impl Broker {
         Ok((found.into_values().collect(), note))
     }
 
-    /// The Job acquires among `candidates` with a pod still at work (running, waiting to
-    /// start or being removed): none of their hosts may be offered back while it works.
+    /// The Job acquires among `candidates` with a pod still at work (running or waiting to
+    /// start): none of their hosts still there may be offered back while it works.
     async fn jobs_at_work(
         &self,
         candidates: &[Machine],
@@ -162,7 +165,13 @@ impl Broker {
     }
 }
 
-/// A unit that has not ended: its pod runs, waits to start or is on its way out.
+/// A unit still at work: its pod runs or waits to start (a pod being deleted is not).
 fn at_work(m: &Machine) -> bool {
-    m.status.is_live() && !matches!(m.status, MachineStatus::Failed | MachineStatus::Stopped)
+    matches!(
+        m.status,
+        MachineStatus::Running
+            | MachineStatus::Pending
+            | MachineStatus::Launching
+            | MachineStatus::Unknown
+    )
 }
