@@ -346,16 +346,16 @@ impl Broker {
         provider: Arc<dyn Provider>,
         to_release: &[Machine],
     ) -> Result<RequestView, BrokerError> {
-        let refs = self.machine_refs(to_release).await?;
+        let mut to_release = to_release.to_vec();
         // What orb keeps of each acquire besides the machines named: a return that leaves none
         // deletes the controller, and a Job takes its other hosts along.
-        let named: BTreeSet<&str> = machines.iter().map(|m| m.machine_id.as_str()).collect();
         let mut siblings: BTreeMap<String, Vec<Machine>> = BTreeMap::new();
         for acquire in to_release
             .iter()
             .map(|m| m.request_id.clone())
             .collect::<BTreeSet<_>>()
         {
+            let named: BTreeSet<&str> = machines.iter().map(|m| m.machine_id.as_str()).collect();
             let kept: Vec<Machine> = self
                 .store
                 .list_machines(&MachineFilter {
@@ -368,8 +368,29 @@ impl Broker {
                 .into_iter()
                 .filter(|m| !named.contains(m.machine_id.as_str()))
                 .collect();
-            siblings.insert(acquire.to_string(), kept);
+            let finished = self
+                .store
+                .get_request(&acquire)
+                .await?
+                .and_then(|a| a.completed_at);
+            if is_only_replacements(&kept, finished) {
+                // The last hosts HostFactory knows of this Deployment go: the replicas its
+                // ReplicaSet made for lost pods after the acquire ended (nobody was told of them)
+                // join the return, so the Deployment goes whole and nothing of it stays.
+                for mut m in kept {
+                    m.return_request_id = Some(request.request_id.clone());
+                    m.updated_at = self.now();
+                    request.machine_ids.push(m.machine_id.clone());
+                    request.requested_count += 1;
+                    to_release.push(m.clone());
+                    machines.push(m);
+                }
+                siblings.insert(acquire.to_string(), Vec::new());
+            } else {
+                siblings.insert(acquire.to_string(), kept);
+            }
         }
+        let refs = self.machine_refs(&to_release).await?;
         let others = siblings
             .iter()
             .map(|(id, kept)| {
@@ -546,6 +567,19 @@ impl Broker {
         }
         Ok(())
     }
+}
+
+/// Whether every machine orb keeps of an acquire (`kept`, live, in no return, not named) is a
+/// Deployment replica recorded after the acquire `finished`: a replacement for a lost pod,
+/// which HostFactory, done polling the acquire, never heard of.
+fn is_only_replacements(kept: &[Machine], finished: Option<jiff::Timestamp>) -> bool {
+    let Some(finished) = finished else {
+        return false;
+    };
+    !kept.is_empty()
+        && kept.iter().all(|m| {
+            m.provider_api == Some(orb_core::ProviderApi::Deployment) && m.created_at > finished
+        })
 }
 
 /// What a return says while the cluster keeps it from releasing.

@@ -191,3 +191,47 @@ async fn a_return_right_after_an_acquire_nobody_read_finds_its_machines() {
         &format!("release {name}")
     );
 }
+
+/// A Deployment acquire that finished, then lost a pod: its ReplicaSet's replacement is
+/// recorded by a later read, and HostFactory never hears of it. Returning the hosts it knows
+/// takes the replacement along (the provider then deletes the Deployment whole); returning
+/// only some of them leaves it with the Deployment.
+#[tokio::test]
+async fn the_last_known_hosts_of_a_deployment_take_its_replacements_along() {
+    let f = fixture().await;
+    let acquire = f.broker.request_machines("deploy", 2).await.unwrap();
+    let id = acquire.request.request_id.clone();
+    let known: Vec<String> = acquire
+        .machines
+        .iter()
+        .map(|m| m.machine_id.clone())
+        .collect();
+    let (a, b) = (known[0].as_str(), known[1].as_str());
+    let running = |extra: &[(&str, MachineStatus)]| {
+        let mut all = vec![(a, MachineStatus::Running), (b, MachineStatus::Running)];
+        all.extend_from_slice(extra);
+        Ok(report(Verdict::Fulfilled, &all))
+    };
+    f.provider.statuses.lock().unwrap().push_back(running(&[]));
+    let done = f.broker.refresh(&id).await.unwrap().unwrap();
+    assert_eq!(done.request.status, RequestStatus::Complete);
+    f.advance(60);
+    f.provider
+        .statuses
+        .lock()
+        .unwrap()
+        .push_back(running(&[("replacement", MachineStatus::Running)]));
+    f.broker.refresh(&id).await.unwrap();
+
+    f.broker.return_named(&[a.to_string()]).await.unwrap();
+    assert_eq!(f.provider.calls().last().unwrap(), &format!("release {a}"));
+    let last = f.broker.return_named(&[b.to_string()]).await.unwrap();
+    assert_eq!(
+        f.provider.calls().last().unwrap(),
+        &format!("release {b},replacement")
+    );
+    assert_eq!(
+        last.request.machine_ids,
+        vec![b.to_string(), "replacement".into()]
+    );
+}
