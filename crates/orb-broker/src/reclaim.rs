@@ -55,8 +55,9 @@ impl Broker {
         let busy_jobs = self.jobs_at_work(&candidates).await?;
         // A Job host that is gone stays reported: losing a pod fails the Job (backoffLimit 0).
         candidates.retain(|m| {
-            !removed_by_orb(&m.provider_data)
-                && !(m.status.is_live() && busy_jobs.contains(&m.request_id))
+            let orbs_own = removed_by_orb(&m.provider_data);
+            let job_at_work = m.status.is_live() && busy_jobs.contains(&m.request_id);
+            !(orbs_own || job_at_work)
         });
         let mut found: BTreeMap<String, Reclaim> = BTreeMap::new();
         // Without names, only hosts that ever started are reported: a pod that failed before
