@@ -84,7 +84,7 @@ pub fn pdb_mapper<K>(
     kind: &'static str,
     store: Store<K>,
     recent: Arc<RecentWrites>,
-    pod_labels: fn(&K) -> std::collections::BTreeMap<String, String>,
+    pod_labels: fn(&K) -> Option<&PodLabels>,
 ) -> impl Fn(PodDisruptionBudget) -> Vec<ObjectRef<K>> + Send + Sync + 'static
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
@@ -110,7 +110,7 @@ where
                 .state()
                 .iter()
                 .filter(|w| w.namespace() == ns && owner.as_deref() != Some(&w.name_any()))
-                .filter(|w| selector.matches(&pod_labels(w)))
+                .filter(|w| pod_labels(w).is_some_and(|l| selector.matches(l)))
                 .map(|w| ObjectRef::from_obj(w.as_ref())),
         );
         refs
@@ -125,22 +125,15 @@ pub(crate) fn owner_of_kind(pdb: &PodDisruptionBudget, kind: &str) -> Option<Str
         .map(|o| o.name.clone())
 }
 
-fn deployment_pod_labels(d: &Deployment) -> std::collections::BTreeMap<String, String> {
-    d.spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default()
+type PodLabels = std::collections::BTreeMap<String, String>;
+
+// By reference: the PDB mapper matches every workload of the namespace on each PDB change.
+fn deployment_pod_labels(d: &Deployment) -> Option<&PodLabels> {
+    d.spec.template.metadata.as_ref()?.labels.as_ref()
 }
 
-fn stateful_set_pod_labels(s: &StatefulSet) -> std::collections::BTreeMap<String, String> {
-    s.spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default()
+fn stateful_set_pod_labels(s: &StatefulSet) -> Option<&PodLabels> {
+    s.spec.template.metadata.as_ref()?.labels.as_ref()
 }
 
 /// PDB changes that can alter a decision: not the disruption controller's status updates. The
@@ -169,7 +162,7 @@ struct AppsKind<K> {
     /// Keeps what decisions and `pdb_mapper` read: metadata less managedFields, the spec less
     /// the pod template's spec (most of the memory of 1,000 workloads).
     slim: fn(&mut K),
-    pod_labels: fn(&K) -> std::collections::BTreeMap<String, String>,
+    pod_labels: fn(&K) -> Option<&PodLabels>,
 }
 
 async fn run_apps<K, R, Fut>(
