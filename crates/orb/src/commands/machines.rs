@@ -12,6 +12,7 @@ use crate::cli::MachinesCommand;
 use crate::context;
 use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
+use crate::hostfactory::daemon_target::Choice;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
 use orb_broker::UnknownNames;
@@ -246,24 +247,47 @@ pub(super) fn view_table(view: &RequestView) -> Table {
     t
 }
 
+/// Machines as a status read would show them. With `orb serve` running for this root (a
+/// daemon configured or its socket present), its watch cache keeps the store current (a pod
+/// that changes is recorded within about a second), so the store is read as it is.
+/// Otherwise each request holding a machine that may still exist is refreshed from the
+/// provider first (a LIST of its pods), so a pod that failed or vanished after its request
+/// completed is not listed `running`. A request the provider cannot be asked about is
+/// listed as stored, with a warning on stderr.
 async fn list(session: &Session, all: bool) -> CliResult<Output> {
     let loaded = session.config()?;
-    let store = session.open_store(&loaded).await?;
-    let machines = store
+    let (broker, _) = session.broker(&loaded).await?;
+    let followed_by_daemon = matches!(
+        hostfactory::daemon_choice(session),
+        Ok((Choice::Daemon { .. }, _))
+    );
+    let mut warnings = Vec::new();
+    let to_refresh = if followed_by_daemon {
+        Vec::new()
+    } else {
+        broker.store.requests_with_live_machines().await?
+    };
+    for id in to_refresh {
+        if let Err(e) = broker.refresh(&id).await {
+            warnings.push(format!(
+                "warning: the machines of {id} are listed as last stored, not as they are now \
+                 ({e}); `orb requests status {id}` reads them again"
+            ));
+        }
+    }
+    let machines = broker
         .list_machines(&MachineFilter {
             live_only: !all,
             ..Default::default()
         })
         .await?;
-    Ok(Output::ok(render::render(
-        &machines,
-        session.global.output,
-        || {
-            let mut t = Table::new(MACHINE_HEADERS.to_vec());
-            machines.iter().for_each(|m| t.row(machine_row(m)));
-            t
-        },
-    )?))
+    let mut output = Output::ok(render::render(&machines, session.global.output, || {
+        let mut t = Table::new(MACHINE_HEADERS.to_vec());
+        machines.iter().for_each(|m| t.row(machine_row(m)));
+        t
+    })?);
+    output.stderr = warnings;
+    Ok(output)
 }
 
 #[cfg(test)]

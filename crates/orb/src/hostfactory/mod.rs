@@ -123,7 +123,7 @@ async fn call(session: &Session, op: Operation, input: Option<&Value>) -> Script
 /// `--daemon`/`ORB_DAEMON`, config.json's `daemon` section, or the default socket. A config
 /// that does not load leaves only the flag and the default socket; the direct path then
 /// reports the config problem if it matters.
-fn daemon_choice(session: &Session) -> CliResult<(Choice, DaemonSection)> {
+pub(crate) fn daemon_choice(session: &Session) -> CliResult<(Choice, DaemonSection)> {
     let section = match session.config() {
         Ok(loaded) => DaemonSection::from_config(&loaded.config.other)
             .map_err(|e| Failure::invalid(format!("{}: {e}", loaded.file.display())))?,

@@ -612,3 +612,56 @@ async fn hostfactory_statefulset_round_trip() {
 async fn hostfactory_job_round_trip() {
     hostfactory_round_trip("job", "job-long").await;
 }
+
+/// `orb machines list` shows a machine as it is now, as a status read would: a pod that fails
+/// after its request completed is not listed `running` while nobody asked about the request.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn machines_list_shows_a_pod_that_failed_after_its_request_completed() {
+    let orb = Orb::new("e2e-list-fresh").await;
+    let templates_file = orb.path().join("config/templates.json");
+    let mut templates: Value =
+        serde_json::from_str(&std::fs::read_to_string(&templates_file).unwrap()).unwrap();
+    let list = templates["templates"].as_array_mut().unwrap();
+    let mut failing = list
+        .iter()
+        .find(|t| t["templateId"] == "pod-worker")
+        .expect("orb init writes pod-worker")
+        .clone();
+    failing["templateId"] = json!("pod-fails-later");
+    failing["annotations"] = json!({"kwok.orb-rs.io/fail-after": "5s"});
+    list.push(failing);
+    std::fs::write(&templates_file, templates.to_string()).unwrap();
+
+    let view = orb.json(&[
+        "machines",
+        "request",
+        "pod-fails-later",
+        "1",
+        "--wait",
+        "--timeout",
+        "45",
+    ]);
+    assert_eq!(view["request"]["status"], "complete", "{view}");
+    let name = machine_names(&view).remove(0);
+    let pods = orb.pods();
+    wait_for(&format!("pod {name} to fail"), SETTLE, || async {
+        let phase = pods.get(&name).await.unwrap().status.and_then(|s| s.phase);
+        match phase.as_deref() {
+            Some("Failed") => Check::Done(()),
+            other => Check::NotYet(format!("phase {other:?}")),
+        }
+    })
+    .await;
+    // Listed by default too: its pod still exists until it is given back.
+    for args in [&["machines", "list"][..], &["machines", "list", "--all"]] {
+        let listed = orb.json(args);
+        let machine = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["machine_id"] == name.as_str())
+            .unwrap_or_else(|| panic!("{args:?}: {name} not listed: {listed}"));
+        assert_eq!(machine["status"], "failed", "{args:?}: {machine}");
+    }
+}
