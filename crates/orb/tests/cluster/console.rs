@@ -14,6 +14,7 @@ use fantoccini::{Client, Locator};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube_fixture::identity::{BrokerIdentity, Managed};
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
 
@@ -151,13 +152,22 @@ impl Browser {
     }
 }
 
-/// An `orb serve` for `ns` with the console test templates, and `args` added to `serve`.
-fn console_server(
+/// An `orb serve` for `ns`, as the shipped identity (kept alive by the caller), with the
+/// console test templates, and `args` added to `serve`.
+async fn console_server(
     cluster: &TestCluster,
     ns: &TestNamespace,
     args: &[&str],
-) -> (tempfile::TempDir, Server) {
-    let root = install(ns, "kubernetes", &cluster.kubeconfig, json!({}));
+) -> (tempfile::TempDir, Server, BrokerIdentity) {
+    // `--auth-token-review` is the inbound auth feature: its TokenReview rule as well.
+    let features: &[&str] = if args.contains(&"--auth-token-review") {
+        &["inbound_auth_enabled"]
+    } else {
+        &[]
+    };
+    let managed = Managed::Namespaces(vec![ns.name().to_string()]);
+    let identity = cluster.broker_identity_for(ns, managed, features).await;
+    let root = install(ns, "kubernetes", &identity.kubeconfig, json!({}));
     std::fs::write(root.path().join("config/templates.json"), TEMPLATES).unwrap();
     let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
     clear_env(&mut cmd);
@@ -166,7 +176,7 @@ fn console_server(
         .args(["serve", "--listen", "127.0.0.1:0", "--no-socket"])
         .args(args);
     let server = Server::spawn(cmd);
-    (root, server)
+    (root, server, identity)
 }
 
 fn acquire(server: &Server, template: &str, count: u32) -> String {
@@ -209,7 +219,7 @@ async fn a_request_made_on_the_page_fills_its_progress_bar_without_a_reload() {
     let browser = Browser::start("request").await;
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("console-request").await;
-    let (root, server) = console_server(&cluster, &ns, &[]);
+    let (root, server, _identity) = console_server(&cluster, &ns, &[]).await;
     // A node of its own that the `gated` template's pods may use only once the test labels
     // it: until then they wait, unschedulable, and the bar must show 0 of 3.
     let node = cluster.node_with_room("console", 3).await;
@@ -327,7 +337,7 @@ async fn a_machine_returned_from_the_table_goes_and_its_drawer_shows_the_pod() {
     let browser = Browser::start("return").await;
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("console-return").await;
-    let (_root, server) = console_server(&cluster, &ns, &[]);
+    let (_root, server, _identity) = console_server(&cluster, &ns, &[]).await;
     let request = acquire(&server, "worker", 2);
     let running = machines_in(&server, &request, "running", 2).await;
     let victim = running[0]["machine_id"].as_str().unwrap().to_string();
@@ -401,7 +411,7 @@ async fn a_failed_machine_shows_its_reason_on_the_overview_and_in_the_table() {
     let browser = Browser::start("failed").await;
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("console-failed").await;
-    let (_root, server) = console_server(&cluster, &ns, &[]);
+    let (_root, server, _identity) = console_server(&cluster, &ns, &[]).await;
     let request = acquire(&server, "crasher", 1);
     let failed = machines_in(&server, &request, "failed", 1).await;
     let id = failed[0]["machine_id"].as_str().unwrap().to_string();
@@ -453,7 +463,7 @@ async fn a_request_is_cancelled_from_the_requests_page() {
     let browser = Browser::start("cancel").await;
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("console-cancel").await;
-    let (_root, server) = console_server(&cluster, &ns, &[]);
+    let (_root, server, _identity) = console_server(&cluster, &ns, &[]).await;
     let request = acquire(&server, "stuck", 2);
     machines_in(&server, &request, "pending", 2).await;
 
@@ -493,7 +503,7 @@ async fn a_read_only_token_sees_no_buttons_and_the_api_refuses_it() {
     let operator = token_for(&accounts, "driver").await;
     let viewer_role = format!("{}:dashboard=viewer", ns.name());
     let operator_role = format!("{}:driver=operator", ns.name());
-    let (_root, server) = console_server(
+    let (_root, server, _identity) = console_server(
         &cluster,
         &ns,
         &[
@@ -503,7 +513,8 @@ async fn a_read_only_token_sees_no_buttons_and_the_api_refuses_it() {
             "--auth-role",
             &operator_role,
         ],
-    );
+    )
+    .await;
     let (code, body) = server.call_as(
         &operator,
         "POST",
@@ -584,7 +595,7 @@ async fn every_page_renders_and_is_screenshotted() {
     let browser = Browser::start("pages").await;
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("console-pages").await;
-    let (_root, server) = console_server(&cluster, &ns, &[]);
+    let (_root, server, _identity) = console_server(&cluster, &ns, &[]).await;
     let request = acquire(&server, "worker", 3);
     machines_in(&server, &request, "running", 3).await;
 
@@ -681,13 +692,13 @@ async fn every_page_renders_and_is_screenshotted() {
 async fn no_ui_serves_no_console_and_changes_no_api_route() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("console-off").await;
-    let (_root, server) = console_server(&cluster, &ns, &["--no-ui"]);
+    let (_root, server, _identity) = console_server(&cluster, &ns, &["--no-ui"]).await;
     let (code, body) = server.call("GET", "/ui/", None);
     assert_eq!(code, 404, "{body}");
     let (code, _) = server.call("GET", "/api/v1/templates", None);
     assert_eq!(code, 200);
     drop(server);
-    let (_root, server) = console_server(&cluster, &ns, &[]);
+    let (_root, server, _identity) = console_server(&cluster, &ns, &[]).await;
     let (code, page) = server.call("GET", "/ui/", None);
     assert_eq!(code, 200);
     assert!(
