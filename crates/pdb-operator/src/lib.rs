@@ -12,7 +12,8 @@
 //! match desired_pdb_for_workload(&view, &policies, Timestamp::now()) {    // desired_pdb_for_gang
 //!     Decision::Apply(want) => {
 //!         // 1. find_pdb_conflict(&view.uid, name, &[view.pod_labels], &pdbs_in_namespace)
-//!         //    → post PDBConflict, requeue RETRY_AFTER, write nothing.
+//!         //    → delete the PDB this workload owns (another PDB over its pods wins), post
+//!         //      PDBConflict, requeue RETRY_AFTER, write nothing.
 //!         // 2. want.only_if_exists && no owned PDB → write nothing (window open).
 //!         // 3. add pdboperator.io/creation-time (live value, or now), server-side apply
 //!         //    want.pdb with field manager "pdb-operator" and force.
