@@ -10,6 +10,7 @@
 mod crashes;
 mod limits;
 mod return_crashes;
+mod returns;
 mod scenarios;
 pub(crate) mod world;
 

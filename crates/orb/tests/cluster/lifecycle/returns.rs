@@ -1,0 +1,70 @@
+//! Returns that leave nothing behind: a Deployment host lost outside orb is replaced by its
+//! ReplicaSet, and returning every host HostFactory knows must still remove the whole
+//! Deployment and give the template's capacity back.
+
+use kube_fixture::{Check, wait_for};
+use serde_json::json;
+
+use super::world::{Kind, SETTLE, Setup, World, machine, machine_ids, summary};
+
+fn status_of<'a>(view: &'a serde_json::Value, id: &str) -> &'a str {
+    machine(view, id)["status"].as_str().unwrap_or("?")
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn returning_every_deployment_host_hostfactory_knows_after_a_loss_leaves_nothing() {
+    let mut w = World::new("ret-leak", Setup::new(Kind::Deployment).max_number(3)).await;
+    let id = w.request(3);
+    let view = w
+        .wait_status(&id, "3 running machines, the request complete", |v| {
+            v["request"]["status"] == "complete"
+                && machine_ids(v).len() == 3
+                && machine_ids(v).iter().all(|m| status_of(v, m) == "running")
+        })
+        .await;
+    let known = machine_ids(&view);
+    let deployment = view["request"]["resource_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A pod lost outside orb (after the acquire ended; the ReplicaSet replaces it) and the
+    // status reads that follow the finished acquire record the loss and the replacement.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    w.delete_pod(&known[0]).await;
+    w.wait_status(&id, "the loss and its replacement recorded", |v| {
+        let ids = machine_ids(v);
+        ids.len() == 4
+            && status_of(v, &known[0]) == "terminated"
+            && ids.iter().filter(|m| status_of(v, m) == "running").count() == 3
+    })
+    .await;
+
+    // HostFactory gives back every host it knows, the lost one too.
+    let mut args = vec!["machines", "return"];
+    args.extend(known.iter().map(String::as_str));
+    let ret = w.json(&args);
+    let ret_id = ret["request"]["request_id"].as_str().unwrap().to_string();
+    let done = w.wait_finished(&ret_id).await;
+    assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
+
+    wait_for("no pod and no Deployment left", SETTLE, || async {
+        let pods = w.pods(&id).await;
+        let controller = w.controller_exists(&deployment).await;
+        if pods.is_empty() && !controller {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!(
+                "pods {:?}, Deployment there: {controller}",
+                pods.keys()
+            ))
+        }
+    })
+    .await;
+    let templates = w.script("getAvailableTemplates.sh", &json!({}));
+    assert_eq!(
+        templates["templates"][0]["availableNumber"], 3,
+        "the template's capacity is back: {templates}"
+    );
+}
