@@ -288,3 +288,58 @@ async fn one_policy_over_a_workload_and_the_deployment_of_its_pods_leaves_one_pd
     assert!(note.contains("mix-gang-pdb"), "{note}");
     evict_one_not_500(c, n, "app=mix").await;
 }
+
+/// Two Deployments whose selectors both cover every `app=shared` pod, configured by one policy
+/// at once: both controllers' reconciles run side by side and may both create; the younger PDB
+/// (creation time, then name) yields, so one remains.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn two_deployments_over_the_same_pods_matched_at_once_end_with_one_pdb() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-race").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let _op = start_operator(&cluster, n);
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
+    for part in ["a", "b"] {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": part, "labels": {"app": "race"}},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "shared"}},
+                "template": {"metadata": {"labels": {"app": "shared", "part": part}},
+                             "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}
+            }
+        }))
+        .unwrap();
+        deployments
+            .create(&PostParams::default(), &d)
+            .await
+            .unwrap();
+    }
+    wait_ready_pods(&Api::namespaced(c.clone(), n), "app=shared", 4).await;
+    strict_policy(c, n, "race-standard", "standard", "race").await;
+    let one = wait_for(
+        "exactly one PDB over every pod app=shared",
+        YIELD_WITHIN,
+        || async {
+            let seen = pdbs_per_pod(c, n, "app=shared").await;
+            let first = seen.values().next().cloned().unwrap_or_default();
+            if first.len() == 1 && seen.values().all(|over| over == &first) {
+                Check::Done(first[0].clone())
+            } else {
+                Check::NotYet(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let seen = pdbs_per_pod(c, n, "app=shared").await;
+        assert!(seen.values().all(|over| over == &[one.clone()]), "{seen:?}");
+    }
+    let other = if one == "a-pdb" { "b" } else { "a" };
+    let note = wait_event(c, n, other, "PDBConflict").await;
+    assert!(note.contains(&one), "{note}");
+    evict_one_not_500(c, n, "app=shared").await;
+}
