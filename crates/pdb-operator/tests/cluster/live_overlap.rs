@@ -336,7 +336,10 @@ async fn two_deployments_over_the_same_pods_matched_at_once_end_with_one_pdb() {
     for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let seen = pdbs_per_pod(c, n, "app=shared").await;
-        assert!(seen.values().all(|over| over == &[one.clone()]), "{seen:?}");
+        assert!(
+            seen.values().all(|over| over == std::slice::from_ref(&one)),
+            "{seen:?}"
+        );
     }
     let other = if one == "a-pdb" { "b" } else { "a" };
     let note = wait_event(c, n, other, "PDBConflict").await;
