@@ -157,6 +157,15 @@ impl Daemon {
             .kube_client()
             .await
             .context("cannot build the Kubernetes client")?;
+        // The chores first: they fail (the Lease cannot be used) before any task is spawned,
+        // so a failed start leaves no view fed for a while and then stale, for reads to trust.
+        let chores = Chores {
+            provider: &runtime.provider,
+            status: &runtime.status,
+            pods: runtime.views.pods.as_ref(),
+        };
+        let chores = background::start(chores, state, &options, shutdown_rx.clone()).await?;
+        daemon.tasks.extend(chores);
         if let Some(cache) = runtime.views.pods.clone() {
             let rx = shutdown_rx.clone();
             let client = client.clone();
@@ -176,19 +185,6 @@ impl Daemon {
                 daemon
                     .tasks
                     .push(tokio::spawn(run_event_watch(index, client, rx)));
-            }
-        }
-        // On failure (the Lease cannot be used) the tasks started above stop with it.
-        let chores = Chores {
-            provider: &runtime.provider,
-            status: &runtime.status,
-            pods: runtime.views.pods.as_ref(),
-        };
-        match background::start(chores, state, &options, shutdown_rx.clone()).await {
-            Ok(chores) => daemon.tasks.extend(chores),
-            Err(e) => {
-                daemon.shutdown().await;
-                return Err(e);
             }
         }
         runtime.set_not_running(None);
