@@ -1,9 +1,12 @@
 //! One Deployment per request. Selective release marks the victims with a low
 //! pod-deletion-cost and lowers replicas, so the ReplicaSet removes exactly them. When the
 //! ReplicaSet would remove other pods first (Pending or not Ready ones, which it ranks before
-//! any cost), the victims are evicted instead, right after replicas are lowered: the Eviction
-//! API honours PodDisruptionBudgets. A victim the ReplicaSet passed over (its view lagged the
-//! marks) is deleted by the return's status read once the ReplicaSet has settled.
+//! any cost), the victims are evicted instead and replicas left alone: any scale-down then
+//! lets the ReplicaSet choose, and it chooses the unnamed pod (the Eviction API honours
+//! PodDisruptionBudgets). The replacement it makes for an evicted victim is no host anyone was
+//! told of; it goes with the Deployment when the last host of the request is returned
+//! (docs/handlers.md). A victim the ReplicaSet passed over on a scale-down (its view lagged
+//! the marks) is deleted by the return's status read once the ReplicaSet has settled.
 
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
@@ -16,9 +19,9 @@ use orb_core::provider::{AcquireOutcome, MachineFailure};
 use serde_json::json;
 
 use super::{
-    EvictionOutcome, HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims,
-    WorkloadHandler, cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone,
-    evict_pod, request_pods, wrong_body,
+    HandlerCx, MAX_IN_FLIGHT, ReleaseResult, SCALE_CONFLICT_ATTEMPTS, Victims, WorkloadHandler,
+    cached_controller_state, controller_outcome, create_or_adopt, deleted_or_gone, request_pods,
+    wrong_body,
 };
 use crate::error::{K8sError, is_conflict, is_not_found};
 use crate::fulfilment::{ControllerState, deployment_state};
@@ -29,6 +32,10 @@ use crate::release_plan::{
     decide_scale_after_marking, plan_deployment_release,
 };
 use crate::spec::BuiltWorkload;
+
+mod evict;
+
+use evict::{evict_victims, scale_away_replacements};
 
 pub struct DeploymentHandler;
 
@@ -296,95 +303,6 @@ async fn change_replicas(
     )))
 }
 
-/// The victims outranked by other pods: check every eviction with a dry run (a PDB that
-/// says no refuses the return before anything changes), lower replicas, then evict. The
-/// evictions go out right after the scale so they land before the ReplicaSet acts on it.
-async fn evict_and_scale(
-    cx: &HandlerCx<'_>,
-    record: &RequestRecord,
-    name: &str,
-    victims: &Victims,
-    present: Vec<String>,
-    instead: &[String],
-) -> Result<(Vec<String>, Vec<String>, Vec<MachineFailure>), K8sError> {
-    let namespace = &record.namespace;
-    let uid = |v: &str| victims.uids.get(v).map(String::as_str);
-    let mut blocked = Vec::new();
-    let mut gone = Vec::new();
-    let mut going = Vec::new();
-    for victim in &present {
-        match evict_pod(cx.client, namespace, victim, uid(victim), true).await? {
-            EvictionOutcome::Evicted => going.push(victim.clone()),
-            EvictionOutcome::Gone => gone.push(victim.clone()),
-            EvictionOutcome::Blocked(why) => blocked.push(format!("{victim}: {why}")),
-        }
-    }
-    if !blocked.is_empty() {
-        return Err(K8sError::Refused(format!(
-            "Deployment {name} cannot give back these pods now: a PodDisruptionBudget allows no \
-             disruption ({}). Nothing was changed; retry when the budget allows it.",
-            blocked.join("; ")
-        )));
-    }
-    if going.is_empty() {
-        return Ok((Vec::new(), gone, Vec::new()));
-    }
-    // Marked too, so that if the ReplicaSet acts on the lower count before an eviction lands
-    // it still takes a pod some return named (this one's, or a concurrent return's) and not
-    // an unmarked machine. Best effort: the eviction is what removes the victim here.
-    let pods_api: Api<Pod> = Api::namespaced(cx.client.clone(), namespace);
-    let (marked, _, _) = mark_victims(&pods_api, &going).await;
-    let api: Api<Deployment> = Api::namespaced(cx.client.clone(), namespace);
-    let scale_down = ScaleOnce::new(record, victims, "");
-    if let Err(e) = change_replicas(&api, name, -(going.len() as i64), scale_down.as_ref()).await {
-        unmark(&pods_api, &marked).await;
-        return Err(e);
-    }
-    let outcomes: Vec<(String, Result<EvictionOutcome, K8sError>)> = stream::iter(going)
-        .map(|victim| async move {
-            let outcome = evict_pod(cx.client, namespace, &victim, uid(&victim), false).await;
-            (victim, outcome)
-        })
-        .buffer_unordered(MAX_IN_FLIGHT)
-        .collect()
-        .await;
-    let mut evicted = Vec::new();
-    let mut failed = Vec::new();
-    for (victim, outcome) in outcomes {
-        match outcome {
-            Ok(EvictionOutcome::Evicted) => evicted.push(victim),
-            Ok(EvictionOutcome::Gone) => gone.push(victim),
-            Ok(EvictionOutcome::Blocked(why)) => failed.push(MachineFailure {
-                machine_id: victim,
-                reason: format!("a PodDisruptionBudget refused the eviction: {why}"),
-            }),
-            Err(e) => failed.push(MachineFailure {
-                machine_id: victim,
-                reason: e.to_string(),
-            }),
-        }
-    }
-    if !failed.is_empty() {
-        // The replicas given up for a victim that stays would take one of `instead`, and
-        // its mark would put it first in line for the next scale-down.
-        let restore = ScaleOnce::new(record, victims, "+restore");
-        change_replicas(&api, name, failed.len() as i64, restore.as_ref()).await?;
-        let staying: Vec<String> = failed.iter().map(|f| f.machine_id.clone()).collect();
-        unmark(&pods_api, &staying).await;
-    }
-    tracing::info!(
-        deployment = name,
-        namespace = %namespace,
-        evicted = ?evicted,
-        outranked_by = ?instead,
-        "evicted the returned pods: the ReplicaSet ranks Pending or not-Ready pods before any \
-         deletion cost, so scaling down alone would have removed those instead"
-    );
-    evicted.sort();
-    gone.sort();
-    Ok((evicted, gone, failed))
-}
-
 impl WorkloadHandler for DeploymentHandler {
     fn kind(&self) -> ProviderApi {
         ProviderApi::Deployment
@@ -505,13 +423,28 @@ impl WorkloadHandler for DeploymentHandler {
                         ..ReleaseResult::default()
                     })
                 }
-                DeploymentReleasePlan::EvictAndScale {
+                DeploymentReleasePlan::Evict {
                     victims: present,
                     already_gone,
                     instead,
                 } => {
+                    let seen: std::collections::HashSet<String> =
+                        pods.iter().map(|p| p.name_any()).collect();
                     let (evicted, gone, failed) =
-                        evict_and_scale(cx, record, name, &victims, present, &instead).await?;
+                        evict_victims(cx, record, name, &victims, present).await?;
+                    let scaled_away =
+                        scale_away_replacements(cx, record, name, &victims, &seen, evicted.len())
+                            .await?;
+                    tracing::info!(
+                        deployment = name,
+                        namespace = %record.namespace,
+                        evicted = ?evicted,
+                        outranked_by = ?instead,
+                        replacements_scaled_away = ?scaled_away,
+                        "evicted the returned pods: the ReplicaSet ranks Pending or not-Ready \
+                         pods before any deletion cost, so a scale-down alone would have \
+                         removed those; replacements are scaled away only where that is safe"
+                    );
                     let mut released = evicted;
                     released.extend(gone);
                     released.extend(already_gone);
@@ -519,9 +452,12 @@ impl WorkloadHandler for DeploymentHandler {
                         released,
                         failed,
                         message: Some(format!(
-                            "Deployment {name} scaled down and the returned pods evicted (the \
-                             ReplicaSet would have removed {} first)",
-                            instead.join(", ")
+                            "the returned pods of Deployment {name} were evicted (a scale-down \
+                             would have removed {} instead); {} of their replacements scaled \
+                             away, the others go with the Deployment when its last host is \
+                             returned",
+                            instead.join(", "),
+                            scaled_away.len()
                         )),
                         ..ReleaseResult::default()
                     })

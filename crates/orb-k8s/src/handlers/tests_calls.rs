@@ -221,10 +221,12 @@ async fn a_deployment_release_marks_the_victims_before_it_scales_down() {
 
 /// When a Pending pod would go first (the ReplicaSet ranks it before any deletion cost), the
 /// victims are evicted instead: every eviction is dry-run first, one victim after the other
-/// (a PodDisruptionBudget that says no refuses the return before anything changes). Then
-/// come the marks, the scale-down, and the real evictions last.
+/// (a PodDisruptionBudget that says no refuses the return before anything changes), then the
+/// real evictions go out. No scale-down comes before them, which would let the ReplicaSet
+/// remove the Pending pod; after them orb only looks for replacements to take back, and with
+/// none appearing (this scripted list never changes) it writes nothing more.
 #[tokio::test]
-async fn a_deployment_release_outranked_by_a_pending_pod_dry_runs_marks_scales_then_evicts() {
+async fn a_deployment_release_outranked_by_a_pending_pod_dry_runs_then_evicts_and_never_scales() {
     let pending = serde_json::to_value(
         pod(C)
             .namespace("batch")
@@ -242,18 +244,13 @@ async fn a_deployment_release_outranked_by_a_pending_pod_dry_runs_marks_scales_t
 
     let calls = recorder.calls();
     let lines = recorder.lines();
-    assert_eq!(calls.len(), 10, "{lines:#?}");
     assert_eq!(
-        [&lines[..4], &lines[6..8]].concat(),
+        lines[..4],
         [
             format!("GET {DEPLOYMENTS}/{DEPLOYMENT}"),
             format!("GET {}", list_of_this_request()),
             format!("POST {PODS}/{A}/eviction?dryRun=All"),
             format!("POST {PODS}/{B}/eviction?dryRun=All"),
-            // (calls 4 and 5: the two marks)
-            format!("GET {DEPLOYMENTS}/{DEPLOYMENT}"),
-            format!("PATCH {DEPLOYMENTS}/{DEPLOYMENT}?"),
-            // (calls 8 and 9: the two evictions)
         ],
         "{lines:#?}"
     );
@@ -261,14 +258,18 @@ async fn a_deployment_release_outranked_by_a_pending_pod_dry_runs_marks_scales_t
         (&calls[2].body, &calls[3].body),
         (&eviction(A), &eviction(B))
     );
-    assert_eq!(concurrent(&calls[4..6]), marks_of_a_and_b(), "{lines:#?}");
-    assert_eq!(calls[7].body, scale_to_two());
     assert_eq!(
-        concurrent(&calls[8..]),
+        concurrent(&calls[4..6]),
         [
             (format!("POST {PODS}/{A}/eviction"), eviction(A)),
             (format!("POST {PODS}/{B}/eviction"), eviction(B)),
         ],
+        "{lines:#?}"
+    );
+    assert!(
+        lines[6..]
+            .iter()
+            .all(|l| *l == format!("GET {}", list_of_this_request())),
         "{lines:#?}"
     );
 }

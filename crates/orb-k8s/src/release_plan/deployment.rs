@@ -108,8 +108,9 @@ pub enum DeploymentReleasePlan {
         /// Named pods the Deployment no longer has: released already, nothing to do.
         already_gone: Vec<String>,
     },
-    /// The ReplicaSet would remove `instead` first: lower replicas and evict the victims.
-    EvictAndScale {
+    /// The ReplicaSet would remove `instead` first: evict the victims and leave replicas as
+    /// they are (a scale-down would let it choose, and it would choose `instead`).
+    Evict {
         victims: Vec<String>,
         already_gone: Vec<String>,
         instead: Vec<String>,
@@ -177,12 +178,38 @@ pub fn plan_deployment_release(
             already_gone,
         }
     } else {
-        DeploymentReleasePlan::EvictAndScale {
+        DeploymentReleasePlan::Evict {
             victims: present,
             already_gone,
             instead,
         }
     }
+}
+
+/// The replacements the ReplicaSet made for evicted victims that a scale-down may take back
+/// (each marked with the victim cost) without risking a pod of `unnamed`. The replacement's
+/// rank only rises (scheduled, Running, Ready) between this look and the ReplicaSet's, so it
+/// is safe when it stays first whatever it becomes: every unnamed pod is scheduled, Running
+/// and Ready; or when the scheduler found no room for it (`unschedulable`, it stays unassigned)
+/// and no unnamed pod ranks below it. Otherwise it stays, and goes with the Deployment.
+pub fn replacements_to_scale_away(
+    replacements: &[(PodRank, bool)],
+    unnamed: &[PodRank],
+) -> Vec<String> {
+    let top = (true, PodPhase::Running, true);
+    let all_ready = unnamed.iter().all(|p| p.class() == top);
+    let mut safe: Vec<String> = replacements
+        .iter()
+        .filter(|(rank, unschedulable)| {
+            all_ready
+                || (*unschedulable
+                    && pods_taken_before_marked(&[rank], &unnamed.iter().collect::<Vec<_>>())
+                        .is_empty())
+        })
+        .map(|(rank, _)| rank.name.clone())
+        .collect();
+    safe.sort();
+    safe
 }
 
 #[cfg(test)]
@@ -270,7 +297,7 @@ mod tests {
         let plan = plan_deployment_release("d", live, None, &names(&["v"]));
         assert_eq!(
             plan,
-            DeploymentReleasePlan::EvictAndScale {
+            DeploymentReleasePlan::Evict {
                 victims: names(&["v"]),
                 already_gone: vec![],
                 instead: names(instead),
@@ -304,7 +331,7 @@ mod tests {
         let kept = names(&["keep", "theirs"]);
         assert_eq!(
             plan_deployment_release("d", &live, Some(&kept), &names(&["v"])),
-            DeploymentReleasePlan::EvictAndScale {
+            DeploymentReleasePlan::Evict {
                 victims: names(&["v"]),
                 already_gone: vec![],
                 instead: names(&["theirs"]),
@@ -352,5 +379,21 @@ mod tests {
             "metadata": {"name": "c"}, "spec": {"containers": []}, "status": {"phase": "Failed"}
         }));
         assert_eq!(PodRank::of(&done), None, "terminal pods are not ranked");
+    }
+
+    #[rstest]
+    #[case::siblings_all_ready(&[(unscheduled("r"), false)], vec![ready("a")], &["r"])]
+    #[case::no_room_for_it(&[(unscheduled("r"), true)], vec![not_ready("a"), unscheduled("b")], &["r"])]
+    #[case::it_may_start_before_a_not_ready_sibling(&[(unscheduled("r"), false)], vec![not_ready("a")], &[])]
+    #[case::it_already_runs(&[(ready("r"), false)], vec![not_ready("a")], &[])]
+    fn a_replacement_is_scaled_away_only_while_it_stays_first_in_line(
+        #[case] replacements: &[(PodRank, bool)],
+        #[case] unnamed: Vec<PodRank>,
+        #[case] expected: &[&str],
+    ) {
+        assert_eq!(
+            replacements_to_scale_away(replacements, &unnamed),
+            names(expected)
+        );
     }
 }

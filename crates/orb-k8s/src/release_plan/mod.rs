@@ -16,7 +16,9 @@ mod statefulset;
 
 use std::collections::BTreeSet;
 
-pub use deployment::{DeploymentReleasePlan, PodPhase, PodRank, plan_deployment_release};
+pub use deployment::{
+    DeploymentReleasePlan, PodPhase, PodRank, plan_deployment_release, replacements_to_scale_away,
+};
 pub use statefulset::{
     StatefulSetReleaseError, StatefulSetReleasePlan, plan_statefulset_release, statefulset_ordinal,
 };

@@ -27,5 +27,6 @@ mod protobuf_list;
 mod rbac;
 mod read_ahead;
 mod resilience;
+mod returns;
 mod settings;
 mod watch_cache;

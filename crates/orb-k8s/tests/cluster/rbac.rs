@@ -129,6 +129,16 @@ async fn a_deployment_return_that_evicts_works_with_only_the_documented_role() {
         "the eviction path ran: {:?}",
         result.message
     );
-    // The Pending sibling is the one kept (it takes the freed room).
-    wait_live_pods(&h, &req, &[pending]).await;
+    // The named pod goes and the Pending sibling is never taken for it (the replacement the
+    // ReplicaSet makes is scaled away only when that cannot take the sibling instead).
+    let live = kube_fixture::wait_for("the named pod gone", WAIT, || async {
+        let live = live_pods(&h, &req).await;
+        if live.contains(&running) {
+            kube_fixture::Check::NotYet(format!("{live:?}"))
+        } else {
+            kube_fixture::Check::Done(live)
+        }
+    })
+    .await;
+    assert!(live.contains(&pending), "{live:?}");
 }
