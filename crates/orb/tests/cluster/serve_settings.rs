@@ -365,6 +365,23 @@ async fn serve_is_not_ready_while_its_lease_fails_and_recovers_by_itself() {
     server.stop();
 }
 
+/// The first line of `server`'s log holding `needle`, waited for up to 10 s (its stderr is
+/// read by another thread).
+async fn logged_line(server: &crate::support::serve_process::Server, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let log = server.log();
+        if let Some(line) = log.lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no line with {needle:?} logged:\n{log}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A return through `orb serve` deletes a running machine's pod, and its log says so at the
 /// default level, naming the machine, its request and the return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,16 +421,45 @@ async fn a_return_through_serve_logs_each_machine_it_deletes() {
         .wait_finished(&return_id, std::time::Duration::from_secs(90))
         .await;
     assert_eq!(finished["request"]["status"], "complete", "{finished}");
-    let log = server.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("given back by a return"))
-        .unwrap_or_else(|| panic!("no deletion logged:\n{log}"));
+    let line = logged_line(&server, "given back by a return").await;
     assert!(
         line.contains(" INFO ")
             && line.contains(&machine)
             && line.contains(&id)
             && line.contains(&return_id),
+        "{line}"
+    );
+    server.stop();
+}
+
+/// A cancel through `orb serve` deletes the request's objects, and its log says so at the
+/// default level, naming the request and the objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_cancel_through_serve_logs_the_objects_it_deletes() {
+    use crate::support::serve_process::{Server, install};
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve-cancel-log").await;
+    // No node carries this label: the pod stays Pending and the request unfinished.
+    let root = install(
+        &ns,
+        "kube",
+        &cluster.kubeconfig,
+        json!({"default_node_selector": {"orb-test/no-such-node": "true"}}),
+    );
+    let server = Server::start(root.path(), None);
+    let (code, view) = server.call(
+        "POST",
+        "/api/v1/machines/request",
+        Some(&json!({"template_id": "worker", "count": 1})),
+    );
+    assert_eq!(code, 202, "{view}");
+    let id = view["request"]["request_id"].as_str().unwrap().to_string();
+    let (code, body) = server.call("POST", &format!("/api/v1/requests/{id}/cancel"), None);
+    assert!(code == 200 || code == 202, "{code}: {body}");
+    let line = logged_line(&server, "deleted the objects of a cancelled request").await;
+    assert!(
+        line.contains(" INFO ") && line.contains(&id) && line.contains("orb-"),
         "{line}"
     );
     server.stop();
