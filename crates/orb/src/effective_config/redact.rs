@@ -1,6 +1,7 @@
 //! Masking secrets in configuration documents before anyone sees them. A value is masked
 //! when its key names a secret (`token`, `password`, `api_key`, `credentials`, …), when it is
-//! a bearer credential, and a URL keeps its user but loses its password. Keys that only say
+//! a bearer credential, and a URL keeps its user but loses its password (`user:pass@` and
+//! `?password=`, both masked by `orb_store::redact`). Keys that only say
 //! where a secret lives (`token_file`, `kubeconfig_path`, `default_image_pull_secret`, the
 //! *name* of a Secret object) are not secrets and stay readable.
 
