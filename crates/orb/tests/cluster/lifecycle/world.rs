@@ -13,6 +13,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
+use kube_fixture::identity::BrokerIdentity;
 use kube_fixture::{Check, TestCluster, TestNamespace, TestNode, wait_for};
 use serde_json::{Value, json};
 
@@ -54,7 +55,7 @@ pub struct Setup {
     pub grace_secs: u64,
     /// The template's `maxNumber` (and the per-request cap).
     pub max_number: i64,
-    /// The kubeconfig orb uses (a fault proxy's), instead of the cluster's.
+    /// The kubeconfig orb uses (a fault proxy's), instead of the shipped identity's.
     pub kubeconfig: Option<PathBuf>,
 }
 
@@ -109,7 +110,10 @@ impl Setup {
 }
 
 pub struct World {
+    /// Cluster admin, for what the test arranges and inspects; orb itself runs as `identity`.
     pub cluster: TestCluster,
+    /// ServiceAccount `orb-broker` bound to exactly docs/rbac.yaml's Role: orb's kubeconfig.
+    _identity: BrokerIdentity,
     pub ns: TestNamespace,
     /// The test's own node, kept (and removed at the end) for the pods placed on it.
     _node: Option<TestNode>,
@@ -127,6 +131,7 @@ impl World {
             Some(room) => Some(cluster.node_with_room("lc", room).await),
             None => None,
         };
+        let identity = cluster.broker_identity(&ns).await;
         let root = tempfile::tempdir().unwrap();
         let config = root.path().join("config");
         std::fs::create_dir_all(&config).unwrap();
@@ -135,7 +140,7 @@ impl World {
             json!({
                 "providers": [{"name": "kubernetes", "type": "k8s", "enabled": true, "default": true,
                     "config": {"namespace": ns.name(), "in_cluster": false,
-                               "kubeconfig_path": setup.kubeconfig.clone().unwrap_or(cluster.kubeconfig.clone()),
+                               "kubeconfig_path": setup.kubeconfig.clone().unwrap_or(identity.kubeconfig.clone()),
                                "node_watch_enabled": false, "events_watch_enabled": false}}],
                 "request": {"default_timeout": 300, "default_grace_period": setup.grace_secs,
                             "max_machines_per_request": setup.max_number.max(100)},
@@ -162,6 +167,7 @@ impl World {
         .unwrap();
         World {
             cluster,
+            _identity: identity,
             ns,
             _node: node,
             root,
