@@ -9,6 +9,7 @@
 //! ignored and passes; `./scripts/test.sh` (or `cargo test -- --include-ignored`) runs them.
 
 pub mod audit;
+pub mod drain;
 pub mod fault_proxy;
 pub mod helm;
 pub mod identity;

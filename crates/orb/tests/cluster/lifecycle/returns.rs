@@ -68,3 +68,71 @@ async fn returning_every_deployment_host_hostfactory_knows_after_a_loss_leaves_n
         "the template's capacity is back: {templates}"
     );
 }
+
+/// The same after a node drain (cordon, evictions honouring PDBs): every host on the drained
+/// node is lost, the ReplicaSet's replacements wait for room, and returning the hosts
+/// HostFactory knows still removes the Deployment whole.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn returning_every_deployment_host_after_a_drain_leaves_nothing() {
+    let setup = Setup::new(Kind::Deployment)
+        .max_number(3)
+        .on_node_with_room(3);
+    let mut w = World::new("ret-drain", setup).await;
+    let id = w.request(3);
+    let view = w
+        .wait_status(&id, "3 running machines, the request complete", |v| {
+            v["request"]["status"] == "complete"
+                && machine_ids(v)
+                    .iter()
+                    .filter(|m| status_of(v, m) == "running")
+                    .count()
+                    == 3
+        })
+        .await;
+    let known = machine_ids(&view);
+    let deployment = view["request"]["resource_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pods = w.pods(&id).await;
+    let node = pods
+        .values()
+        .find_map(|p| p.spec.as_ref()?.node_name.clone())
+        .expect("the pods' node");
+
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let evicted = kube_fixture::drain::drain(&w.cluster.client, &node, SETTLE)
+        .await
+        .expect("the drain");
+    assert_eq!(evicted.len(), 3, "{evicted:?}");
+    w.wait_status(&id, "the losses and their replacements recorded", |v| {
+        machine_ids(v).len() == 6 && known.iter().all(|k| status_of(v, k) == "terminated")
+    })
+    .await;
+
+    let mut args = vec!["machines", "return"];
+    args.extend(known.iter().map(String::as_str));
+    let ret = w.json(&args);
+    let ret_id = ret["request"]["request_id"].as_str().unwrap().to_string();
+    let done = w.wait_finished(&ret_id).await;
+    assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
+    wait_for("no pod and no Deployment left", SETTLE, || async {
+        let pods = w.pods(&id).await;
+        let controller = w.controller_exists(&deployment).await;
+        if pods.is_empty() && !controller {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!(
+                "pods {:?}, Deployment there: {controller}",
+                pods.keys()
+            ))
+        }
+    })
+    .await;
+    let templates = w.script("getAvailableTemplates.sh", &json!({}));
+    assert_eq!(
+        templates["templates"][0]["availableNumber"], 3,
+        "{templates}"
+    );
+}
