@@ -37,7 +37,7 @@ pub(super) fn kubernetes_checks(k8s: &K8sProvider) -> Vec<(String, Check)> {
                 "not serving, status reads LIST meanwhile ({}); check the apiserver and orb's \
                  list/watch rights on pods",
                 if waiting.is_empty() {
-                    "not started".to_string()
+                    "no LIST answered yet".to_string()
                 } else {
                     waiting.join("; ")
                 }

@@ -16,6 +16,7 @@ use crate::support::serve_process::spawn_listening;
 use crate::support::{init_local_control_plane, orb};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
+use kube_fixture::identity::Managed;
 use kube_fixture::{TestCluster, TestNamespace};
 use serde_json::{Value, json};
 
@@ -27,12 +28,20 @@ async fn orb_root(
 ) -> (tempfile::TempDir, TestNamespace, TestCluster) {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace(prefix).await;
-    let root = init_local_control_plane(&cluster, &ns);
+    let root = init_local_control_plane(&cluster, &ns).await;
     let file = root.path().join("config/config.json");
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     edit(&mut config, ns.name());
     std::fs::write(&file, config.to_string()).unwrap();
     (root, ns, cluster)
+}
+
+/// For the tests that turn inbound auth on: orb's identity gets the TokenReview rule too.
+async fn grant_token_review(cluster: &TestCluster, ns: &TestNamespace) {
+    let managed = Managed::Namespaces(vec![ns.name().to_string()]);
+    cluster
+        .broker_identity_for(ns, managed, &["inbound_auth_enabled"])
+        .await;
 }
 
 struct Serve {
@@ -114,6 +123,7 @@ async fn inbound_auth_enabled_in_config_checks_service_account_tokens_with_confi
         }}});
     })
     .await;
+    grant_token_review(&cluster, &ns).await;
     let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns.name());
     let operator = token_for(&accounts, "hf-driver").await;
     let viewer = token_for(&accounts, "dashboard").await;
@@ -159,6 +169,7 @@ async fn the_environment_variable_turns_auth_on_and_alone_makes_callers_viewers(
         config["serve"] = json!({"auth": {"default_role": "viewer"}});
     })
     .await;
+    grant_token_review(&cluster, &ns).await;
     let mut command = orb(root.path());
     command.env("ORB_K8S_INBOUND_AUTH_ENABLED", "true");
     let serve = Serve::start(command);
@@ -462,5 +473,45 @@ async fn a_cancel_through_serve_logs_the_objects_it_deletes() {
         line.contains(" INFO ") && line.contains(&id) && line.contains("orb-"),
         "{line}"
     );
+    server.stop();
+}
+
+/// The apiserver answers, but every read of pods fails (a fault proxy answers 500), so the
+/// watch cache cannot list: `orb serve` is not ready, `watch_cache` says why, and once the
+/// pods can be read the cache fills and the server becomes ready by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn serve_is_not_ready_while_its_watch_cache_cannot_list() {
+    use crate::support::serve_process::{Server, install};
+    use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
+    let cluster = TestCluster::connect().await;
+    let ns = cluster.namespace("serve-blind").await;
+    let proxy = FaultProxy::start(&cluster).await;
+    let mut pod_reads = RequestMatch::path("/pods");
+    pod_reads.methods = vec![axum::http::Method::GET];
+    proxy.set_plan(FaultPlan {
+        server_error_rate: 1.0,
+        only: pod_reads,
+        ..FaultPlan::default()
+    });
+    let root = install(&ns, "kube", proxy.kubeconfig_path(), json!({}));
+    let server = Server::start(root.path(), None);
+
+    let (code, ready) =
+        readyz_until(&server, |_, r| r["checks"]["background"]["status"] == "ok").await;
+    assert_eq!(code, 503, "{ready}");
+    assert_eq!(
+        ready["checks"]["watch_cache"]["status"], "failing",
+        "{ready}"
+    );
+    let detail = ready["checks"]["watch_cache"]["detail"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(detail.starts_with("not serving"), "{ready}");
+
+    proxy.set_plan(FaultPlan::default());
+    let (code, ready) = readyz_until(&server, |code, _| code == 200).await;
+    assert_eq!(code, 200, "{ready}\n{}", server.log());
+    assert_eq!(ready["checks"]["watch_cache"]["status"], "ok", "{ready}");
     server.stop();
 }
