@@ -54,7 +54,7 @@ impl Setup {
     async fn new(prefix: &str) -> Setup {
         let cluster = TestCluster::connect().await;
         let ns = cluster.namespace(prefix).await;
-        let root = init_local_control_plane(&cluster, &ns);
+        let root = init_local_control_plane(&cluster, &ns).await;
         let scripts = root.path().join("hostfactory/scripts");
         let install = orb(root.path())
             .args(["hostfactory", "install", scripts.to_str().unwrap()])

@@ -45,7 +45,7 @@ impl Setup {
     async fn new() -> Setup {
         let cluster = TestCluster::connect().await;
         let ns = cluster.namespace("tpl-policy").await;
-        let root = init_local_control_plane(&cluster, &ns);
+        let root = init_local_control_plane(&cluster, &ns).await;
         let file = root.path().join("config/config.json");
         let mut config: Value =
             serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();

@@ -54,8 +54,12 @@ pub fn orb(root: &Path) -> Command {
     cmd
 }
 
-/// A fresh orb root written by `orb init --local-control-plane` for `ns`.
-pub fn init_local_control_plane(cluster: &TestCluster, ns: &TestNamespace) -> tempfile::TempDir {
+/// A fresh orb root written by `orb init --local-control-plane` for `ns`, with orb running as
+/// the shipped identity (its kubeconfig copied into the root, so it lives as long as the root).
+pub async fn init_local_control_plane(
+    cluster: &TestCluster,
+    ns: &TestNamespace,
+) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let state_dir = cluster.kubeconfig.parent().unwrap().to_path_buf();
     let init = orb(root.path())
@@ -64,6 +68,13 @@ pub fn init_local_control_plane(cluster: &TestCluster, ns: &TestNamespace) -> te
         .output()
         .unwrap();
     assert!(init.status.success(), "orb init: {init:?}");
+    let identity = cluster.broker_identity(ns).await;
+    let kubeconfig = root.path().join("orb-broker.kubeconfig");
+    std::fs::copy(&identity.kubeconfig, &kubeconfig).unwrap();
+    let file = root.path().join("config/config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    config["providers"][0]["config"]["kubeconfig_path"] = json!(kubeconfig);
+    std::fs::write(&file, config.to_string()).unwrap();
     root
 }
 
