@@ -17,7 +17,6 @@ use crate::support::{init_local_control_plane, orb};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 use kube_fixture::identity::Managed;
-use kube_fixture::identity::Managed;
 use kube_fixture::{TestCluster, TestNamespace};
 use serde_json::{Value, json};
 
@@ -35,14 +34,6 @@ async fn orb_root(
     edit(&mut config, ns.name());
     std::fs::write(&file, config.to_string()).unwrap();
     (root, ns, cluster)
-}
-
-/// For the tests that turn inbound auth on: orb's identity gets the TokenReview rule too.
-async fn grant_token_review(cluster: &TestCluster, ns: &TestNamespace) {
-    let managed = Managed::Namespaces(vec![ns.name().to_string()]);
-    cluster
-        .broker_identity_for(ns, managed, &["inbound_auth_enabled"])
-        .await;
 }
 
 /// For the tests that turn inbound auth on: orb's identity gets the TokenReview rule too.
@@ -133,7 +124,6 @@ async fn inbound_auth_enabled_in_config_checks_service_account_tokens_with_confi
     })
     .await;
     grant_token_review(&cluster, &ns).await;
-    grant_token_review(&cluster, &ns).await;
     let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns.name());
     let operator = token_for(&accounts, "hf-driver").await;
     let viewer = token_for(&accounts, "dashboard").await;
@@ -179,7 +169,6 @@ async fn the_environment_variable_turns_auth_on_and_alone_makes_callers_viewers(
         config["serve"] = json!({"auth": {"default_role": "viewer"}});
     })
     .await;
-    grant_token_review(&cluster, &ns).await;
     grant_token_review(&cluster, &ns).await;
     let mut command = orb(root.path());
     command.env("ORB_K8S_INBOUND_AUTH_ENABLED", "true");
