@@ -136,3 +136,69 @@ async fn returning_every_deployment_host_after_a_drain_leaves_nothing() {
         "{templates}"
     );
 }
+
+/// A StatefulSet recreates a lost pod under the same name: the machine HostFactory knows
+/// follows it, and returning the names it knows removes the StatefulSet whole.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn returning_every_statefulset_host_after_a_loss_leaves_nothing() {
+    let mut w = World::new("ret-sts", Setup::new(Kind::StatefulSet).max_number(3)).await;
+    let id = w.request(3);
+    let running = |v: &serde_json::Value| {
+        machine_ids(v)
+            .iter()
+            .filter(|m| status_of(v, m) == "running")
+            .count()
+    };
+    let view = w
+        .wait_status(&id, "3 running machines, the request complete", |v| {
+            v["request"]["status"] == "complete" && running(v) == 3
+        })
+        .await;
+    let known = machine_ids(&view);
+    let statefulset = view["request"]["resource_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let uid = w.pods(&id).await[&known[1]].metadata.uid.clone();
+    w.delete_pod(&known[1]).await;
+    wait_for("the lost host back under its name", SETTLE, || async {
+        let pods = w.pods(&id).await;
+        match pods.get(&known[1]) {
+            Some(p) if p.metadata.uid != uid && p.metadata.deletion_timestamp.is_none() => {
+                Check::Done(())
+            }
+            other => Check::NotYet(format!("{:?}", other.map(|p| &p.metadata.uid))),
+        }
+    })
+    .await;
+    w.wait_status(&id, "the new incarnation read running", |v| {
+        machine_ids(v).len() == 3 && running(v) == 3
+    })
+    .await;
+
+    let mut args = vec!["machines", "return"];
+    args.extend(known.iter().map(String::as_str));
+    let ret = w.json(&args);
+    let ret_id = ret["request"]["request_id"].as_str().unwrap().to_string();
+    let done = w.wait_finished(&ret_id).await;
+    assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
+    wait_for("no pod and no StatefulSet left", SETTLE, || async {
+        let pods = w.pods(&id).await;
+        let controller = w.controller_exists(&statefulset).await;
+        if pods.is_empty() && !controller {
+            Check::Done(())
+        } else {
+            Check::NotYet(format!(
+                "pods {:?}, StatefulSet there: {controller}",
+                pods.keys()
+            ))
+        }
+    })
+    .await;
+    let templates = w.script("getAvailableTemplates.sh", &json!({}));
+    assert_eq!(
+        templates["templates"][0]["availableNumber"], 3,
+        "{templates}"
+    );
+}
