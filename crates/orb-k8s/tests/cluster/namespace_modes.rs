@@ -22,15 +22,17 @@ async fn pods_in(cluster: &TestCluster, ns: &str) -> usize {
         .len()
 }
 
-fn harness_for(
+/// A provider as the shipped identity: a Role in each listed namespace, or the ClusterRole.
+async fn harness_for(
     cluster: &TestCluster,
     ns: &kube_fixture::TestNamespace,
     settings: serde_json::Value,
 ) -> Harness {
+    let identity = broker_identity(cluster, ns, &settings).await;
     Harness {
         cluster: cluster.clone(),
         ns: kube_fixture::TestNamespace::detached(ns.name()),
-        provider: provider_for(cluster, ns.name(), settings),
+        provider: provider_for(&identity.as_cluster(), ns.name(), settings),
     }
 }
 
@@ -58,7 +60,7 @@ async fn multi_namespace_mode_serves_listed_namespaces_and_refuses_others() {
     let a = cluster.namespace("multi-a").await;
     let b = cluster.namespace("multi-b").await;
     let outside = cluster.namespace("multi-out").await;
-    let h = harness_for(&cluster, &a, json!({"namespaces": [a.name(), b.name()]}));
+    let h = harness_for(&cluster, &a, json!({"namespaces": [a.name(), b.name()]})).await;
 
     acquire_running_in(&h, a.name()).await;
     acquire_running_in(&h, b.name()).await;
@@ -95,7 +97,8 @@ async fn cluster_wide_mode_accepts_any_namespace() {
         &cluster,
         &one,
         json!({"namespaces": ["*"], "namespace": null}),
-    );
+    )
+    .await;
     acquire_running_in(&h, one.name()).await;
     acquire_running_in(&h, two.name()).await;
 }

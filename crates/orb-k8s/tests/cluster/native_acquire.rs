@@ -24,8 +24,9 @@ use crate::common::{Harness, provider_for, status_input, wait_verdict};
 /// A harness whose provider has `native_spec_enabled` and the application switch as given.
 async fn native_harness(prefix: &str, provider_on: bool, application_on: bool) -> Harness {
     let mut h = crate::common::harness(prefix, json!({})).await;
+    let identity = crate::common::broker_identity(&h.cluster, &h.ns, &json!({})).await;
     let provider: K8sProvider = provider_for(
-        &h.cluster,
+        &identity.as_cluster(),
         h.ns.name(),
         json!({"native_spec_enabled": provider_on}),
     );

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use kube_fixture::identity::Managed;
 use kube_fixture::{Check, TestCluster, client_from, default_kubeconfig_path, wait_for};
 use orb_broker::{Broker, BrokerSettings, ProviderHandle};
 use orb_cli::context::load_catalog_from;
@@ -99,10 +100,15 @@ async fn serve_watchers_put_node_facts_on_stored_machines_and_disruptions_in_rec
     let root = tempfile::tempdir().unwrap();
     let config_dir = root.path().join("config");
     std::fs::create_dir_all(&config_dir).unwrap();
+    // orb as the shipped identity, with the rules of both watches.
+    let managed = Managed::Namespaces(vec![ns.name().to_string()]);
+    let features = ["node_watch_enabled", "events_watch_enabled"];
+    let identity = cluster.broker_identity_for(&ns, managed, &features).await;
     let entry = k8s_provider_entry(
         &cluster,
         &ns,
-        json!({"node_watch_enabled": true, "events_watch_enabled": true}),
+        json!({"node_watch_enabled": true, "events_watch_enabled": true,
+               "kubeconfig_path": identity.kubeconfig}),
     );
     let templates = json!({"templates": [{
         "templateId": "pinned", "maxNumber": 2, "imageId": "busybox:1.36",
