@@ -11,6 +11,7 @@ use axum::http::{Request as HttpRequest, StatusCode, header};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 use kube_fixture::TestCluster;
+use kube_fixture::identity::Managed;
 use orb_cli::serve::auth::{Auth, RoleMap};
 use orb_cli::serve::token_review::TokenReviewVerifier;
 
@@ -54,7 +55,12 @@ async fn service_account_tokens_are_checked_by_token_review_and_mapped_to_roles(
         None,
     )
     .unwrap();
-    let verifier = Arc::new(TokenReviewVerifier::new(cluster.client.clone(), vec![]));
+    // The verifier asks as orb's shipped identity with the inbound auth rule (TokenReview).
+    let managed = Managed::Namespaces(vec![ns.name().to_string()]);
+    let identity = cluster
+        .broker_identity_for(&ns, managed, &["inbound_auth_enabled"])
+        .await;
+    let verifier = Arc::new(TokenReviewVerifier::new(identity.client.clone(), vec![]));
     let auth = Arc::new(Auth::new(verifier, roles, Duration::from_secs(30)));
     let env = Env::build_with_auth(
         offline_entry(),
