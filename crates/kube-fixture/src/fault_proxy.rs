@@ -1,7 +1,8 @@
 //! A fault-injecting proxy in front of the local apiserver, for resilience tests. It listens
 //! on 127.0.0.1 over plain HTTP and forwards to the real apiserver with the credentials of
 //! the `TestCluster` it starts with (admin, or `BrokerIdentity::as_cluster()` for orb's
-//! shipped identity), except for the requests it decides to break: a 429 with
+//! shipped identity), or with the caller's own Authorization header when it sends one
+//! (`BrokerIdentity::through`), except for the requests it decides to break: a 429 with
 //! `Retry-After: 1`, a 500, a reset connection, or added latency. Rates, scripted faults and
 //! the request filter change at runtime; every request seen is logged for assertions.
 
@@ -117,6 +118,9 @@ impl FaultCounts {
 
 struct Shared {
     upstream: Client,
+    /// The apiserver without credentials of its own: a request that brings an Authorization
+    /// header (orb's ServiceAccount token, see `BrokerIdentity::through`) goes as that caller.
+    bare: Client,
     plan: Mutex<FaultPlan>,
     script: Mutex<(RequestMatch, VecDeque<Fault>)>,
     log: Mutex<Vec<SeenRequest>>,
@@ -259,7 +263,12 @@ async fn forward(
         }
         upstream.headers_mut().append(name.clone(), value.clone());
     }
-    match shared.upstream.send(upstream).await {
+    let client = if parts.headers.contains_key(http::header::AUTHORIZATION) {
+        &shared.bare
+    } else {
+        &shared.upstream
+    };
+    match client.send(upstream).await {
         Ok(answer) => {
             let (mut parts, body) = answer.into_parts();
             for name in &HOP_BY_HOP {
@@ -360,6 +369,9 @@ impl FaultProxy {
         let upstream = crate::client_from(&cluster.kubeconfig)
             .await
             .unwrap_or_else(|e| panic!("fault proxy: cannot build the upstream client: {e:#}"));
+        let bare = bare_client(&cluster.kubeconfig)
+            .await
+            .unwrap_or_else(|e| panic!("fault proxy: cannot build the bare client: {e:#}"));
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("fault proxy: bind 127.0.0.1:0");
@@ -367,6 +379,7 @@ impl FaultProxy {
         let seed = uuid::Uuid::new_v4().as_u64_pair().0 | 1;
         let shared = Arc::new(Shared {
             upstream,
+            bare,
             plan: Mutex::new(FaultPlan::default()),
             script: Mutex::new((RequestMatch::default(), VecDeque::new())),
             log: Mutex::new(Vec::new()),
@@ -510,6 +523,15 @@ impl FaultProxy {
         }
         counts
     }
+}
+
+/// A client of `kubeconfig`'s apiserver (its CA) that sends no credentials of its own.
+async fn bare_client(kubeconfig: &std::path::Path) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let mut config = Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    config.auth_info = Default::default();
+    config.default_retry = false;
+    Ok(Client::try_from(config)?)
 }
 
 fn kubeconfig_text(addr: SocketAddr) -> String {

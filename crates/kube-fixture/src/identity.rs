@@ -119,6 +119,23 @@ pub struct BrokerIdentity {
 }
 
 impl BrokerIdentity {
+    /// A kubeconfig for the fault proxy whose kubeconfig is `proxy_kubeconfig`, carrying this
+    /// identity's token: the proxy forwards the caller's Authorization header, so orb goes
+    /// through the proxy as this ServiceAccount. Lives as long as the identity.
+    pub fn through(&self, proxy_kubeconfig: &std::path::Path) -> PathBuf {
+        let mine: Value =
+            serde_json::from_str(&std::fs::read_to_string(&self.kubeconfig).unwrap()).unwrap();
+        let mut doc: Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(proxy_kubeconfig).unwrap())
+                .expect("the proxy's kubeconfig parses");
+        doc["users"][0]["user"] = mine["users"][0]["user"].clone();
+        let path = self
+            .kubeconfig
+            .with_file_name("orb-broker-through-proxy.kubeconfig");
+        std::fs::write(&path, doc.to_string()).unwrap();
+        path
+    }
+
     /// The identity as a [`TestCluster`], for helpers that take one.
     pub fn as_cluster(&self) -> TestCluster {
         TestCluster {

@@ -55,7 +55,7 @@ pub struct Setup {
     pub grace_secs: u64,
     /// The template's `maxNumber` (and the per-request cap).
     pub max_number: i64,
-    /// The kubeconfig orb uses (a fault proxy's), instead of the shipped identity's.
+    /// A fault proxy's kubeconfig: orb goes through it, still as the shipped identity.
     pub kubeconfig: Option<PathBuf>,
 }
 
@@ -140,7 +140,7 @@ impl World {
             json!({
                 "providers": [{"name": "kubernetes", "type": "k8s", "enabled": true, "default": true,
                     "config": {"namespace": ns.name(), "in_cluster": false,
-                               "kubeconfig_path": setup.kubeconfig.clone().unwrap_or(identity.kubeconfig.clone()),
+                               "kubeconfig_path": setup.kubeconfig.as_deref().map_or(identity.kubeconfig.clone(), |p| identity.through(p)),
                                "node_watch_enabled": false, "events_watch_enabled": false}}],
                 "request": {"default_timeout": 300, "default_grace_period": setup.grace_secs,
                             "max_machines_per_request": setup.max_number.max(100)},
