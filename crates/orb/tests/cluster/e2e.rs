@@ -51,24 +51,9 @@ impl Orb {
     async fn new(prefix: &str) -> Orb {
         let cluster = TestCluster::connect().await;
         let ns = cluster.namespace(prefix).await;
-        let orb = Orb {
-            root: tempfile::tempdir().unwrap(),
-            ns,
-            cluster,
-        };
-        let state_dir = orb.cluster.kubeconfig.parent().unwrap().to_path_buf();
-        let init = orb
-            .command()
-            .env("ORB_CP_STATE_DIR", &state_dir)
-            .args([
-                "init",
-                "--local-control-plane",
-                "--namespace",
-                orb.ns.name(),
-            ])
-            .output()
-            .unwrap();
-        assert!(init.status.success(), "orb init: {}", stderr(&init));
+        // `orb init --local-control-plane`, then orb as the shipped identity.
+        let root = crate::support::init_local_control_plane(&cluster, &ns).await;
+        let orb = Orb { root, ns, cluster };
         let templates_file = orb.path().join("config/templates.json");
         let mut templates: Value =
             serde_json::from_str(&std::fs::read_to_string(&templates_file).unwrap()).unwrap();
