@@ -328,13 +328,18 @@ async fn serve_is_not_ready_while_its_lease_fails_and_recovers_by_itself() {
     use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-lease").await;
+    let managed = Managed::Namespaces(vec![ns.name().to_string()]);
+    let identity = cluster
+        .broker_identity_for(&ns, managed, &["leader_election"])
+        .await;
     let proxy = FaultProxy::start(&cluster).await;
     proxy.set_plan(FaultPlan {
         server_error_rate: 1.0,
         only: RequestMatch::path("/leases"),
         ..FaultPlan::default()
     });
-    let root = install(&ns, "kube", proxy.kubeconfig_path(), json!({}));
+    let through = identity.through(proxy.kubeconfig_path());
+    let root = install(&ns, "kube", &through, json!({}));
     let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
     crate::support::clear_env(&mut cmd);
     cmd.env("ORB_ROOT_DIR", root.path())
@@ -401,7 +406,8 @@ async fn a_return_through_serve_logs_each_machine_it_deletes() {
     use crate::support::serve_process::{Server, install};
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-log").await;
-    let root = install(&ns, "kube", &cluster.kubeconfig, json!({}));
+    let identity = cluster.broker_identity(&ns).await;
+    let root = install(&ns, "kube", &identity.kubeconfig, json!({}));
     let server = Server::start(root.path(), None);
     let (code, view) = server.call(
         "POST",
@@ -451,11 +457,12 @@ async fn a_cancel_through_serve_logs_the_objects_it_deletes() {
     use crate::support::serve_process::{Server, install};
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-cancel-log").await;
+    let identity = cluster.broker_identity(&ns).await;
     // No node carries this label: the pod stays Pending and the request unfinished.
     let root = install(
         &ns,
         "kube",
-        &cluster.kubeconfig,
+        &identity.kubeconfig,
         json!({"default_node_selector": {"orb-test/no-such-node": "true"}}),
     );
     let server = Server::start(root.path(), None);
@@ -486,6 +493,7 @@ async fn serve_is_not_ready_while_its_watch_cache_cannot_list() {
     use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-blind").await;
+    let identity = cluster.broker_identity(&ns).await;
     let proxy = FaultProxy::start(&cluster).await;
     let mut pod_reads = RequestMatch::path("/pods");
     pod_reads.methods = vec![axum::http::Method::GET];
@@ -494,7 +502,8 @@ async fn serve_is_not_ready_while_its_watch_cache_cannot_list() {
         only: pod_reads,
         ..FaultPlan::default()
     });
-    let root = install(&ns, "kube", proxy.kubeconfig_path(), json!({}));
+    let through = identity.through(proxy.kubeconfig_path());
+    let root = install(&ns, "kube", &through, json!({}));
     let server = Server::start(root.path(), None);
 
     let (code, ready) =
