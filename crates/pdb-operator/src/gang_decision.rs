@@ -21,7 +21,7 @@ use crate::enforcement::EventNote;
 use crate::gang::{DisruptionMode, GroupBudget, budget_for_gang};
 use crate::gang_record::{GangRecord, GroupNow, group_sizes, render_sizes, short_groups};
 use crate::names::{keys, reasons};
-use crate::pdb::{Owner, pdb_name};
+use crate::pdb::Owner;
 use crate::workload_api::{
     GangShape, GangWorkloadView, PodGroupView, PodView, SelectorProblem, classify_workload,
     derive_gang_selector, gang_members, render_selector,
@@ -134,6 +134,31 @@ fn settling(
             .unwrap_or(STARTUP_SETTLE);
         left.clamp(Duration::from_millis(100), STARTUP_SETTLE)
     })
+}
+
+/// How long a pod naming a PodGroup the operator has not seen may wait for it before it counts
+/// as a stranger. The pod and PodGroup watches are separate, so a new group's pods can arrive
+/// first; and until the PodGroup exists the scheduler holds the pod Pending, which the eviction
+/// API never checks against a budget.
+pub const GROUP_WAIT: Duration = Duration::from_secs(60);
+
+/// The namespace's pods that may make a selector inexact: not those still waiting (less than
+/// [`GROUP_WAIT`]) for a PodGroup that is not in sight.
+fn stranger_candidates<'p>(facts: &GangFacts<'p>, now: Timestamp) -> Vec<&'p PodView> {
+    let known: BTreeSet<&str> = facts.pod_groups.iter().map(|g| g.name.as_str()).collect();
+    let wait = jiff::SignedDuration::try_from(GROUP_WAIT).unwrap_or_default();
+    facts
+        .pods
+        .iter()
+        .filter(|p| {
+            let awaiting = p
+                .pod_group_name
+                .as_deref()
+                .is_some_and(|g| !known.contains(g))
+                && p.created.is_some_and(|c| now.duration_since(c) < wait);
+            !awaiting
+        })
+        .collect()
 }
 
 /// Desired PDB for a Workload: unconfigured → `WorkloadUnmanaged`; basic only → nothing
@@ -290,7 +315,8 @@ pub fn desired_pdb_for_gang(
         ));
     }
     let previous = facts.record.as_ref().and_then(|r| r.selector.as_ref());
-    let selector = match derive_gang_selector(&gang, facts.pods, previous) {
+    let candidates = stranger_candidates(facts, now);
+    let selector = match derive_gang_selector(&gang, &candidates, previous) {
         Ok(s) => s,
         Err(problem) => {
             let msg = match problem {
@@ -312,20 +338,43 @@ pub fn desired_pdb_for_gang(
         }
     };
     steps.push(step("derived selector", render_selector(&selector)));
+    let mut settle_left: Option<Duration> = None;
     let now_groups: Vec<GroupNow> = groups
         .iter()
-        .map(|g| GroupNow {
-            name: g.name.clone(),
-            live: gang
+        .map(|g| {
+            let members: Vec<&PodView> = gang
                 .live
                 .iter()
                 .filter(|p| p.pod_group_name.as_deref() == Some(g.name.as_str()))
-                .count() as u32,
-            min_count: g.min_count.map_or(template_min, |m| m.max(0) as u32),
+                .copied()
+                .collect();
+            let left = settling(None, &[*g], &members, now);
+            if let Some(l) = left {
+                settle_left = Some(settle_left.map_or(l, |s| s.min(l)));
+            }
+            GroupNow {
+                name: g.name.clone(),
+                live: members.len() as u32,
+                min_count: g.min_count.map_or(template_min, |m| m.max(0) as u32),
+                settling: left.is_some(),
+            }
         })
         .collect();
-    let (observed, remember, size_steps) = group_sizes(&now_groups, facts.record.as_ref());
-    steps.extend(size_steps);
+    let sizes = group_sizes(&now_groups, facts.record.as_ref(), mode);
+    steps.extend(sizes.steps);
+    let observed = sizes.observed;
+    if observed.is_empty() {
+        let msg = format!(
+            "Workload {name} has not formed yet: {} live; PDB deferred until its groups reach minCount, retrying every 30s",
+            sizes.forming.join(", ")
+        );
+        return retry(
+            EventNote::warning(reasons::WORKLOAD_PDB_DEFERRED, msg),
+            events,
+            "gang_forming",
+            steps,
+        );
+    }
     let min_available = match budget_for_gang(config.rule, mode, &observed) {
         GroupBudget::Groups {
             min_available,
@@ -348,26 +397,6 @@ pub fn desired_pdb_for_gang(
         }
         GroupBudget::Impossible { why, steps: s } => {
             steps.extend(s);
-            // A single-mode gang with a group below minCount and no PDB yet has not formed (the
-            // scheduler is still waiting for its pods): minCount is not what leaves nothing
-            // evictable, the missing pods are.
-            let forming: Vec<String> = now_groups
-                .iter()
-                .filter(|g| g.live < g.min_count)
-                .map(|g| format!("{} ({} of minCount {})", g.name, g.live, g.min_count))
-                .collect();
-            if mode == DisruptionMode::Single && facts.record.is_none() && !forming.is_empty() {
-                let msg = format!(
-                    "Workload {name} has not formed yet: {} live; PDB deferred until its groups reach minCount, retrying every 30s",
-                    forming.join(", ")
-                );
-                return retry(
-                    EventNote::warning(reasons::WORKLOAD_PDB_DEFERRED, msg),
-                    events,
-                    "gang_forming",
-                    steps,
-                );
-            }
             let cause = if mode == DisruptionMode::All {
                 "single_group"
             } else {
@@ -384,15 +413,19 @@ pub fn desired_pdb_for_gang(
             );
         }
     };
-    let live = gang.live.len() as u32;
+    // Pods of forming groups wait for the scheduler; the budget neither counts nor guards them.
+    let live: u32 = now_groups
+        .iter()
+        .filter(|g| observed.iter().any(|o| o.name == g.name))
+        .map(|g| g.live)
+        .sum();
     let blocked = (live <= min_available).then(|| {
         let total: u32 = observed.iter().map(|g| g.pods).sum();
         EventNote::warning(
             reasons::WORKLOAD_DRAIN_BLOCKED,
             format!(
-                "Workload {name} has {live} of its {total} gang pods live (short: {}); the PDB keeps minAvailable {min_available}, so no pod can be evicted until the missing ones are back. If a group shrank on purpose, delete PodDisruptionBudget {} and the operator writes one for the pods that exist",
+                "Workload {name} has {live} of its {total} gang pods live (short: {}); the PDB keeps minAvailable {min_available}, so no pod can be evicted until the missing ones are back. To shrink the gang on purpose, lower its minCount: the size then follows the pods that exist",
                 short_groups(&now_groups, &observed).join(", "),
-                pdb_name(name)
             ),
         )
     });
@@ -420,7 +453,12 @@ pub fn desired_pdb_for_gang(
             .metadata
             .annotations
             .get_or_insert_default()
-            .insert(keys::GANG_SIZES.into(), render_sizes(&remember));
+            .insert(keys::GANG_SIZES.into(), render_sizes(&sizes.remember));
+        if !sizes.forming.is_empty()
+            && let Some(left) = settle_left
+        {
+            want.requeue_after = want.requeue_after.min(left);
+        }
         if let Some(note) = blocked
             && !want.window.open
         {
@@ -435,3 +473,6 @@ mod tests;
 
 #[cfg(test)]
 mod tests_drain;
+
+#[cfg(test)]
+mod tests_change;

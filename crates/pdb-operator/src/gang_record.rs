@@ -1,18 +1,22 @@
 //! What a Workload gang's own PDB remembers between decisions: the highest count of live pods
-//! seen in each PodGroup (annotation `pdboperator.io/gang-sizes`) and the selector written last.
+//! seen in each PodGroup and the minCount it had then (annotation `pdboperator.io/gang-sizes`,
+//! `<group>=<size>/<minCount>`), and the selector written last.
 //!
 //! The Workload API (v1beta1) declares no group size, only `minCount`. A budget computed from
 //! the pods seen *now* shrinks with every eviction, so a drain would lower it step by step until
 //! minCount "left no pod evictable" and the PDB went away, exactly when the gang needed it
-//! (issue #19). Sizes therefore only grow: `max(live now, most ever seen, minCount)`. They live
-//! on the PDB, so an operator restart keeps them, and they go with it.
+//! (issue #19). So a drain never lowers a size: `max(live now, most ever seen, minCount)`. Only
+//! the owner's own signal does: a lowered minCount (the API's way to shrink a gang) drops the
+//! remembered size to the live pods (issue #52). A group that never reached minCount is still
+//! forming: the scheduler holds its pods, so it is left out of the budget until it fills.
+//! Sizes live on the PDB, so an operator restart keeps them, and they go with it.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::budget::{Step, step};
-use crate::gang::ObservedGroup;
+use crate::gang::{DisruptionMode, ObservedGroup};
 use crate::names::keys;
 
 /// What the Workload's managed PDB says about the gang it was written for.
@@ -20,6 +24,9 @@ use crate::names::keys;
 pub struct GangRecord {
     /// Highest number of live pods seen per PodGroup name.
     pub sizes: BTreeMap<String, u32>,
+    /// The group's minCount when its size was last written (absent in records written before
+    /// it was kept): a lower minCount now is the owner shrinking the gang.
+    pub min_counts: BTreeMap<String, u32>,
     /// `spec.selector.matchLabels` of the PDB.
     pub selector: Option<BTreeMap<String, String>>,
 }
@@ -27,13 +34,18 @@ pub struct GangRecord {
 impl GangRecord {
     /// Reads the record from the PDB the Workload owns.
     pub fn from_pdb(pdb: &PodDisruptionBudget) -> Self {
-        let sizes = pdb
+        let entries = pdb
             .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(keys::GANG_SIZES))
             .map(|v| parse_sizes(v))
             .unwrap_or_default();
+        let sizes = entries.iter().map(|(g, (n, _))| (g.clone(), *n)).collect();
+        let min_counts = entries
+            .into_iter()
+            .filter_map(|(g, (_, m))| Some((g, m?)))
+            .collect();
         let selector = pdb
             .spec
             .as_ref()
@@ -41,27 +53,36 @@ impl GangRecord {
             .filter(|s| s.match_expressions.as_ref().is_none_or(Vec::is_empty))
             .and_then(|s| s.match_labels.clone())
             .filter(|m| !m.is_empty());
-        Self { sizes, selector }
+        Self {
+            sizes,
+            min_counts,
+            selector,
+        }
     }
 }
 
-/// Parses `g0=2,g1=2`. An entry that does not parse is dropped (someone edited the
-/// annotation): that group then starts again from what is live.
-pub fn parse_sizes(text: &str) -> BTreeMap<String, u32> {
+/// Parses `g0=2/2,g1=3` into size and minCount (`g1=3`: written before minCount was kept). An
+/// entry that does not parse is dropped (someone edited the annotation): that group then
+/// starts again from what is live.
+pub fn parse_sizes(text: &str) -> BTreeMap<String, (u32, Option<u32>)> {
     text.split(',')
         .filter_map(|entry| {
-            let (name, n) = entry.trim().split_once('=')?;
+            let (name, value) = entry.trim().split_once('=')?;
+            let (n, m) = match value.split_once('/') {
+                Some((n, m)) => (n, Some(m.trim().parse().ok()?)),
+                None => (value, None),
+            };
             let n: u32 = n.trim().parse().ok()?;
-            (!name.trim().is_empty()).then(|| (name.trim().to_string(), n))
+            (!name.trim().is_empty()).then(|| (name.trim().to_string(), (n, m)))
         })
         .collect()
 }
 
-/// The annotation value for `sizes`, in PodGroup name order.
-pub fn render_sizes(sizes: &BTreeMap<String, u32>) -> String {
+/// The annotation value for `sizes` (size, minCount), in PodGroup name order.
+pub fn render_sizes(sizes: &BTreeMap<String, (u32, u32)>) -> String {
     sizes
         .iter()
-        .map(|(g, n)| format!("{g}={n}"))
+        .map(|(g, (n, m))| format!("{g}={n}/{m}"))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -73,48 +94,97 @@ pub struct GroupNow {
     /// Live member pods (not Succeeded/Failed, not being deleted).
     pub live: u32,
     pub min_count: u32,
+    /// The group or one of its pods was created moments ago: a new group may still be filling.
+    pub settling: bool,
 }
 
-/// The size of each group for the budget: `max(live, remembered, minCount)`. Returns the
-/// groups for [`crate::gang::budget_for_gang`], the sizes to remember (only groups that still
-/// exist), and a step per group whose size is not simply its live count.
+/// The gang's groups as the budget sees them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GangSizes {
+    /// Formed groups with their sizes, for [`crate::gang::budget_for_gang`].
+    pub observed: Vec<ObservedGroup>,
+    /// What to remember on the PDB: size and minCount of each formed group.
+    pub remember: BTreeMap<String, (u32, u32)>,
+    /// Groups still forming, as `name (live of minCount N)`.
+    pub forming: Vec<String>,
+    pub steps: Vec<Step>,
+}
+
+/// The size of each group for the budget: `max(live, remembered, minCount)`, where the
+/// remembered size is forgotten when minCount was lowered since. A group the record does not
+/// know is *forming* (new, or a gang still being created) while it has fewer live pods than
+/// minCount or is still settling: the scheduler places none of its pods until minCount are
+/// there, and a group caught at exactly minCount on its way up would leave no slack, so it is
+/// left out of the budget instead of taking the PDB away. Before the first PDB of an all-mode gang
+/// there is no record to tell a new group from one restarting as a unit, so a short group counts
+/// at minCount: the budget then waits for it rather than let a second group go. Groups that no
+/// longer exist are forgotten.
 pub fn group_sizes(
     groups: &[GroupNow],
     record: Option<&GangRecord>,
-) -> (Vec<ObservedGroup>, BTreeMap<String, u32>, Vec<Step>) {
-    let mut observed = Vec::with_capacity(groups.len());
-    let mut remember = BTreeMap::new();
-    let mut steps = Vec::new();
+    mode: DisruptionMode,
+) -> GangSizes {
+    let new_groups_form = record.is_some() || mode == DisruptionMode::Single;
+    let mut out = GangSizes::default();
     for g in groups {
-        let seen = record.and_then(|r| r.sizes.get(&g.name)).copied();
+        let mut seen = record.and_then(|r| r.sizes.get(&g.name)).copied();
+        let lowered_from = record
+            .and_then(|r| r.min_counts.get(&g.name))
+            .filter(|m| **m > g.min_count);
+        if let Some(from) = lowered_from {
+            out.steps.push(step(
+                format!("minCount of {} lowered from {from}", g.name),
+                format!("{}; its size follows the live pods", g.min_count),
+            ));
+            seen = None;
+        } else if new_groups_form && seen.is_none() && (g.live < g.min_count || g.settling) {
+            let filling = if g.live < g.min_count {
+                ""
+            } else {
+                ", filling"
+            };
+            out.forming.push(format!(
+                "{} ({} of minCount {}{filling})",
+                g.name, g.live, g.min_count
+            ));
+            continue;
+        }
         let size = g.live.max(seen.unwrap_or(0)).max(g.min_count);
         if size != g.live {
             let why = match seen {
                 Some(s) if s == size => format!("{s} seen before"),
                 _ => format!("minCount {}", g.min_count),
             };
-            steps.push(step(
+            out.steps.push(step(
                 format!("size of {} ({} live)", g.name, g.live),
                 format!("{size} ({why})"),
             ));
         }
-        remember.insert(g.name.clone(), g.live.max(seen.unwrap_or(0)));
-        observed.push(ObservedGroup {
+        out.remember
+            .insert(g.name.clone(), (g.live.max(seen.unwrap_or(0)), g.min_count));
+        out.observed.push(ObservedGroup {
             name: g.name.clone(),
             pods: size,
             min_count: g.min_count,
         });
     }
-    (observed, remember, steps)
+    if !out.forming.is_empty() {
+        out.steps.push(step(
+            "forming, left out until they reach minCount and settle",
+            out.forming.join(", "),
+        ));
+    }
+    out
 }
 
-/// Groups with fewer live pods than their size, as `name (live of size)`.
+/// Formed groups with fewer live pods than their size, as `name (live of size)`.
 pub fn short_groups(groups: &[GroupNow], observed: &[ObservedGroup]) -> Vec<String> {
-    groups
+    observed
         .iter()
-        .zip(observed)
-        .filter(|(g, o)| g.live < o.pods)
-        .map(|(g, o)| format!("{} ({} of {})", g.name, g.live, o.pods))
+        .filter_map(|o| {
+            let g = groups.iter().find(|g| g.name == o.name)?;
+            (g.live < o.pods).then(|| format!("{} ({} of {})", g.name, g.live, o.pods))
+        })
         .collect()
 }
 
@@ -128,21 +198,26 @@ mod tests {
             name: name.into(),
             live,
             min_count,
+            settling: false,
         }
     }
 
     fn record(pairs: &[(&str, u32)]) -> GangRecord {
         GangRecord {
             sizes: pairs.iter().map(|(g, n)| (g.to_string(), *n)).collect(),
-            selector: None,
+            ..Default::default()
         }
+    }
+
+    fn with_min_count(mut r: GangRecord, g: &str, m: u32) -> GangRecord {
+        r.min_counts.insert(g.into(), m);
+        r
     }
 
     #[rstest]
     #[case::fresh_gang(6, None, 3, 6)]
     #[case::drained_by_three(3, Some(6), 3, 6)]
     #[case::grew(8, Some(6), 3, 8)]
-    #[case::still_starting(1, None, 3, 3)]
     #[case::min_count_raised_above_history(6, Some(6), 7, 7)]
     fn a_size_never_falls_below_history_or_min_count(
         #[case] live: u32,
@@ -151,11 +226,15 @@ mod tests {
         #[case] want: u32,
     ) {
         let r = seen.map(|s| record(&[("g", s)]));
-        let (observed, remember, _) = group_sizes(&[now("g", live, min_count)], r.as_ref());
-        assert_eq!(observed[0].pods, want);
+        let sizes = group_sizes(
+            &[now("g", live, min_count)],
+            r.as_ref(),
+            DisruptionMode::Single,
+        );
+        assert_eq!(sizes.observed[0].pods, want);
         assert_eq!(
-            remember["g"],
-            live.max(seen.unwrap_or(0)),
+            sizes.remember["g"],
+            (live.max(seen.unwrap_or(0)), min_count),
             "minCount alone is never remembered as a size seen"
         );
     }
@@ -163,36 +242,88 @@ mod tests {
     #[test]
     fn groups_that_no_longer_exist_are_forgotten() {
         let r = record(&[("old", 9), ("g", 4)]);
-        let (_, remember, steps) = group_sizes(&[now("g", 2, 1)], Some(&r));
-        assert_eq!(remember, BTreeMap::from([("g".to_string(), 4)]));
-        assert_eq!(steps[0].value, "4 (4 seen before)");
+        let sizes = group_sizes(&[now("g", 2, 1)], Some(&r), DisruptionMode::Single);
+        assert_eq!(sizes.remember, BTreeMap::from([("g".to_string(), (4, 1))]));
+        assert_eq!(sizes.steps[0].value, "4 (4 seen before)");
+    }
+
+    // Issue #52: only the owner shrinks a gang. A drain (live below the size) keeps the size; a
+    // lowered minCount drops it to the live pods at once; a raised or unchanged one does not.
+    #[rstest]
+    #[case::drain_keeps_the_size(3, 6, 3, 3, 6, 6)]
+    #[case::min_count_lowered(4, 6, 3, 2, 4, 4)]
+    #[case::lowered_below_live_follows_live(5, 6, 4, 2, 5, 5)]
+    #[case::lowered_mid_drain_keeps_min_count(1, 6, 3, 2, 2, 1)]
+    #[case::min_count_raised(4, 6, 3, 4, 6, 6)]
+    fn a_lowered_min_count_shrinks_the_remembered_size(
+        #[case] live: u32,
+        #[case] seen: u32,
+        #[case] recorded_min: u32,
+        #[case] min_count: u32,
+        #[case] want_size: u32,
+        #[case] want_remembered: u32,
+    ) {
+        let r = with_min_count(record(&[("g", seen)]), "g", recorded_min);
+        let sizes = group_sizes(
+            &[now("g", live, min_count)],
+            Some(&r),
+            DisruptionMode::Single,
+        );
+        assert_eq!(sizes.observed[0].pods, want_size);
+        assert_eq!(sizes.remember["g"], (want_remembered, min_count));
+    }
+
+    // Issue #52: a group the PDB does not know yet and below minCount is forming: out of the
+    // budget and not remembered, so it cannot take the slack of the formed groups to zero.
+    #[rstest]
+    #[case::new_group_filling(None, 1, 3, true)]
+    #[case::new_group_full(None, 3, 3, false)]
+    #[case::known_group_drained(Some(3), 1, 3, false)]
+    #[case::first_pdb_group_not_full(Some(0), 2, 3, false)]
+    fn a_new_group_below_min_count_is_forming(
+        #[case] seen: Option<u32>,
+        #[case] live: u32,
+        #[case] min_count: u32,
+        #[case] forming: bool,
+    ) {
+        let mut r = record(&[("old", 6)]);
+        if let Some(s) = seen {
+            r.sizes.insert("g".into(), s);
+        }
+        let sizes = group_sizes(
+            &[now("old", 6, 3), now("g", live, min_count)],
+            Some(&r),
+            DisruptionMode::Single,
+        );
+        assert_eq!(sizes.forming.len(), usize::from(forming), "{sizes:?}");
+        assert_eq!(sizes.observed.len(), if forming { 1 } else { 2 });
+        assert_eq!(sizes.remember.contains_key("g"), !forming);
     }
 
     #[test]
     fn sizes_round_trip_and_bad_entries_are_dropped() {
-        let sizes = parse_sizes("trainer-workers-0=2, trainer-workers-1=3,broken,x=-1,=4");
+        let sizes = parse_sizes("trainer-workers-0=2/2, trainer-workers-1=3,broken,x=-1,=4,y=2/z");
         assert_eq!(
             sizes,
             BTreeMap::from([
-                ("trainer-workers-0".to_string(), 2),
-                ("trainer-workers-1".to_string(), 3)
+                ("trainer-workers-0".to_string(), (2, Some(2))),
+                ("trainer-workers-1".to_string(), (3, None))
             ])
         );
-        assert_eq!(
-            render_sizes(&sizes),
-            "trainer-workers-0=2,trainer-workers-1=3"
-        );
+        let written = BTreeMap::from([("g0".to_string(), (2, 2)), ("g1".to_string(), (3, 1))]);
+        assert_eq!(render_sizes(&written), "g0=2/2,g1=3/1");
     }
 
     #[test]
     fn the_record_is_read_from_the_pdb() {
         let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-            "metadata": {"annotations": {keys::GANG_SIZES: "g=6"}},
+            "metadata": {"annotations": {keys::GANG_SIZES: "g=6/3,h=2"}},
             "spec": {"selector": {"matchLabels": {"app": "t"}}, "minAvailable": 3}
         }))
         .unwrap();
         let r = GangRecord::from_pdb(&pdb);
         assert_eq!(r.sizes["g"], 6);
+        assert_eq!(r.min_counts, BTreeMap::from([("g".to_string(), 3)]));
         assert_eq!(
             r.selector,
             Some(BTreeMap::from([("app".to_string(), "t".to_string())]))
@@ -202,7 +333,11 @@ mod tests {
     #[test]
     fn short_groups_name_what_is_missing() {
         let groups = [now("a", 3, 3), now("b", 2, 1)];
-        let (observed, _, _) = group_sizes(&groups, Some(&record(&[("a", 6), ("b", 2)])));
-        assert_eq!(short_groups(&groups, &observed), ["a (3 of 6)"]);
+        let sizes = group_sizes(
+            &groups,
+            Some(&record(&[("a", 6), ("b", 2)])),
+            DisruptionMode::Single,
+        );
+        assert_eq!(short_groups(&groups, &sizes.observed), ["a (3 of 6)"]);
     }
 }

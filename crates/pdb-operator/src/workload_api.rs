@@ -181,8 +181,9 @@ fn selects(selector: &BTreeMap<String, String>, p: &PodView) -> bool {
     selector.iter().all(|(k, v)| p.labels.get(k) == Some(v))
 }
 
-/// A selector for the gang's live members that selects no pod outside its groups among
-/// `namespace_pods` (compared by uid, any phase).
+/// A selector for the gang's live members that selects no live pod outside its groups among
+/// `namespace_pods` (compared by uid). Finished and terminating pods are no strangers: the
+/// eviction API deletes them without consulting any budget, so a PDB over them harms nothing.
 ///
 /// `previous`, the selector of the PDB written last time, is kept while it is still exact: when
 /// the pods that differed in a label (say `role=leader`) are evicted, the shared labels of
@@ -191,14 +192,14 @@ fn selects(selector: &BTreeMap<String, String>, p: &PodView) -> bool {
 /// excluded).
 pub fn derive_gang_selector(
     gang: &GangPods<'_>,
-    namespace_pods: &[PodView],
+    namespace_pods: &[&PodView],
     previous: Option<&BTreeMap<String, String>>,
 ) -> Result<BTreeMap<String, String>, SelectorProblem> {
     let ours = gang.uids();
     let strangers = |selector: &BTreeMap<String, String>| -> Vec<String> {
         namespace_pods
             .iter()
-            .filter(|p| !ours.contains(p.uid.as_str()) && selects(selector, p))
+            .filter(|p| !p.inactive && !ours.contains(p.uid.as_str()) && selects(selector, p))
             .map(|p| p.name.clone())
             .collect()
     };

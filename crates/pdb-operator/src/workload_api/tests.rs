@@ -37,6 +37,10 @@ fn live(pods: &[PodView]) -> GangPods<'_> {
     }
 }
 
+fn refs(pods: &[PodView]) -> Vec<&PodView> {
+    pods.iter().collect()
+}
+
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -48,12 +52,12 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 fn selector_keeps_only_shared_labels() {
     let members = trainer_pods();
     assert_eq!(
-        derive_gang_selector(&live(&members), &members, None),
+        derive_gang_selector(&live(&members), &refs(&members), None),
         Ok(labels(&[("app", "trainer")]))
     );
     let disjoint = [pod("a", None, &[("x", "1")]), pod("b", None, &[("y", "1")])];
     assert_eq!(
-        derive_gang_selector(&live(&disjoint), &disjoint, None),
+        derive_gang_selector(&live(&disjoint), &refs(&disjoint), None),
         Err(SelectorProblem::NoSharedLabels)
     );
 }
@@ -70,11 +74,11 @@ fn the_previous_selector_is_kept_while_it_is_exact() {
         .collect();
     let previous = labels(&[("app", "trainer")]);
     assert_eq!(
-        derive_gang_selector(&live(&workers), &workers, Some(&previous)),
+        derive_gang_selector(&live(&workers), &refs(&workers), Some(&previous)),
         Ok(previous.clone())
     );
     assert_eq!(
-        derive_gang_selector(&live(&workers), &workers, None),
+        derive_gang_selector(&live(&workers), &refs(&workers), None),
         Ok(labels(&[("app", "trainer"), ("role", "worker")])),
         "without a previous PDB the shared labels decide"
     );
@@ -86,13 +90,13 @@ fn the_previous_selector_is_kept_while_it_is_exact() {
         inactive: vec![],
     };
     assert_eq!(
-        derive_gang_selector(&gang, &crowded, Some(&previous)),
+        derive_gang_selector(&gang, &refs(&crowded), Some(&previous)),
         Ok(labels(&[("app", "trainer"), ("role", "worker")]))
     );
     // A member the previous selector misses: it is not kept either.
     let narrow = labels(&[("app", "trainer"), ("role", "leader")]);
     assert_eq!(
-        derive_gang_selector(&live(&all), &all, Some(&narrow)),
+        derive_gang_selector(&live(&all), &refs(&all), Some(&narrow)),
         Ok(labels(&[("app", "trainer")]))
     );
 }
@@ -121,7 +125,7 @@ fn finished_group_pods_are_neither_members_nor_strangers() {
     assert_eq!(gang.live.len(), 3);
     assert_eq!(gang.inactive.len(), 1);
     assert_eq!(
-        derive_gang_selector(&gang, &all, None),
+        derive_gang_selector(&gang, &refs(&all), None),
         Ok(labels(&[("app", "trainer")]))
     );
 }
@@ -174,7 +178,7 @@ fn placement_and_revision_labels_never_enter_the_selector() {
         )
     };
     let pods = [placed("a"), placed("b")];
-    let selector = derive_gang_selector(&live(&pods), &pods, None).unwrap();
+    let selector = derive_gang_selector(&live(&pods), &refs(&pods), None).unwrap();
     assert_eq!(selector, labels(&[("app", "trainer")]));
 }
 

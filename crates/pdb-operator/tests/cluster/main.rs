@@ -16,6 +16,7 @@ mod common;
 mod incluster_image;
 mod live_apps;
 mod live_gang;
+mod live_gang_change;
 mod live_gang_drain;
 mod live_kill;
 mod live_lws;
