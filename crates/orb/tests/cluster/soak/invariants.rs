@@ -256,7 +256,8 @@ fn check(
 }
 
 /// A return removes exactly what it names: a finished `complete` return leaves none of its
-/// hosts' pods, and a running pod nobody returned, deleted or evicted does not vanish.
+/// hosts' pods, and a running host HostFactory knows that nobody returned, deleted or evicted
+/// does not vanish.
 fn check_removals(soak: &Soak, now: &Sample, before: Option<&Sample>, checks: &mut u64) {
     let returns = soak.returns.lock().unwrap().clone();
     let named: BTreeSet<&String> = returns.values().flat_map(|r| &r.names).collect();
@@ -293,19 +294,20 @@ fn check_removals(soak: &Soak, now: &Sample, before: Option<&Sample>, checks: &m
         if pod_truth(Some(pod)) != "running" {
             continue;
         }
-        // A pod HostFactory never heard of (a ReplicaSet's replacement for a lost pod) may
-        // go when the lost host is returned: that is how it is accounted for.
-        let (stored, reported) = (before.stored.get(name), before.reported.get(name));
-        if stored.is_none() && reported.is_none() {
+        // A pod HostFactory never heard of (a ReplicaSet's replacement for a lost pod, made
+        // after the acquire ended) may go with the lost host's return: that is how it is
+        // accounted for (docs/handlers.md).
+        if !soak.known.lock().unwrap().contains(name) {
             soak.note(format!(
-                "{name}, never a machine, removed (a replacement scaled away)"
+                "{name}, unknown to HostFactory, removed (a replacement taken back)"
             ));
             continue;
         }
+        let (stored, reported) = (before.stored.get(name), before.reported.get(name));
         let stored = stored.map(|m| m["status"].clone());
         let what = format!(
-            "running pod {name} was removed, though no return named it (stored {stored:?}, \
-             reported {reported:?})"
+            "running host {name} HostFactory knows was removed, though no return named it \
+             (stored {stored:?}, reported {reported:?})"
         );
         soak.violate(&format!("unnamed-removal {name}"), what);
     }

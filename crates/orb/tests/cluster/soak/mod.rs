@@ -82,6 +82,8 @@ pub(crate) struct Soak {
     /// Pods the loop deleted, evicted or crash-looped: orb may lose them without a return.
     pub disrupted: Mutex<BTreeSet<String>>,
     pub acquires: Mutex<BTreeSet<String>>,
+    /// Every host a client's own polls of its acquire named: what HostFactory knows of.
+    pub known: Mutex<BTreeSet<String>>,
     pub returns: Mutex<BTreeMap<String, ReturnRecord>>,
     /// getRequestStatus round trips in milliseconds, and whether orb was blind.
     pub status_ms: Mutex<Vec<(f64, bool)>>,
@@ -254,6 +256,7 @@ async fn disruption_soak() {
         checks: AtomicU64::new(0),
         disrupted: Mutex::default(),
         acquires: Mutex::default(),
+        known: Mutex::default(),
         returns: Mutex::default(),
         status_ms: Mutex::default(),
         rss: Mutex::default(),
@@ -440,6 +443,9 @@ async fn poll(soak: &Soak, id: &str, timeout: Duration) -> Vec<String> {
         let input = json!({"requests": [{"requestId": id}]});
         if let Some(reply) = soak.hf("getRequestStatus", input).await {
             let entry = &reply["requests"][0];
+            let names = entry["machines"].as_array().into_iter().flatten();
+            let names = names.filter_map(|m| m["name"].as_str().map(String::from));
+            soak.known.lock().unwrap().extend(names);
             hosts = entry["machines"]
                 .as_array()
                 .into_iter()
