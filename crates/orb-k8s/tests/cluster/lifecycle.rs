@@ -229,7 +229,9 @@ async fn a_namespace_outside_the_managed_list_is_refused_before_anything_is_crea
     let cluster = kube_fixture::TestCluster::connect().await;
     let ns = cluster.namespace("scope").await;
     let other = cluster.namespace("scope-other").await;
-    let provider = provider_for(&cluster, ns.name(), json!({"namespaces": [ns.name()]}));
+    let settings = json!({"namespaces": [ns.name()]});
+    let identity = broker_identity(&cluster, &ns, &settings).await;
+    let provider = provider_for(&identity.as_cluster(), ns.name(), settings);
     let mut t = template("elsewhere", Some(ProviderApi::Deployment));
     t.namespace = Some(other.name().to_string());
     let err = provider

@@ -110,7 +110,8 @@ async fn the_status_cache_ttl_decides_whether_a_settled_controller_is_read_again
 async fn a_template_switching_the_audit_off_is_refused_and_creates_nothing() {
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("no-audit-off").await;
-    let provider = crate::common::provider_for(&cluster, ns.name(), json!({}));
+    let identity = crate::common::broker_identity(&cluster, &ns, &json!({})).await;
+    let provider = crate::common::provider_for(&identity.as_cluster(), ns.name(), json!({}));
     let mut t = template("sneaky", Some(ProviderApi::Pod));
     t.provider_config = Some(json!({
         "audit_high_risk_pod_fields": false,
