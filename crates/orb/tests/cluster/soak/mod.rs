@@ -556,11 +556,15 @@ fn report(soak: &Soak, seconds: u64) {
         soak.violations.lock().unwrap().len()
     );
     let rss = soak.rss.lock().unwrap();
-    let curve: Vec<String> = rss
-        .iter()
-        .filter(|(t, _, _)| t % 10 == 0)
-        .map(|(t, kib, _)| format!("{t}s:{:.1}MiB", *kib as f64 / 1024.0))
-        .collect();
+    // The first sample of every 10 s.
+    let mut curve: Vec<String> = Vec::new();
+    let mut bucket = None;
+    for (t, kib, _) in rss.iter() {
+        if bucket != Some(t / 10) {
+            bucket = Some(t / 10);
+            curve.push(format!("{t}s:{:.1}MiB", *kib as f64 / 1024.0));
+        }
+    }
     eprintln!("soak: orb serve RSS: {}", curve.join(" "));
     let all = soak.status_ms.lock().unwrap().clone();
     for (label, calm_only) in [("all", false), ("outside blackout/restart", true)] {
