@@ -96,7 +96,7 @@ async fn a_single_mode_pdb_holds_when_a_drain_reaches_min_count() {
     assert_eq!(min_available(&pdb), Some(json!(3)));
     assert_eq!(
         pdb.metadata.annotations.as_ref().unwrap()[keys::GANG_SIZES],
-        "drain-workers-0=6"
+        "drain-workers-0=6/3"
     );
     wait_disruptions(&pdbs, "drain-pdb", 3, 0).await;
     let (code, message) = evict(&pods, "drain-0-3")
