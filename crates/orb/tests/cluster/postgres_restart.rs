@@ -18,6 +18,7 @@ use kube::Api;
 use kube::api::ListParams;
 use kube_fixture::TestCluster;
 use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
+use kube_fixture::identity::Managed;
 use serde_json::{Value, json};
 
 const COUNT: usize = 40;
@@ -207,10 +208,15 @@ async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the
     let provider = format!("pg-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     // An acquire cut off by the outage is resumed once it is 2 s old, not after the default
     // 5 minutes.
+    // With PostgreSQL `orb serve` elects a leader: the shipped identity plus the Lease.
+    let managed = Managed::Namespaces(vec![ns.name().to_string()]);
+    let identity = cluster
+        .broker_identity_for(&ns, managed, &["leader_election"])
+        .await;
     let root = install(
         &ns,
         &provider,
-        proxy.kubeconfig_path(),
+        &identity.through(proxy.kubeconfig_path()),
         json!({"orphan_min_age_seconds": 2}),
     );
     let server = Server::start(root.path(), Some(&pg.url));
