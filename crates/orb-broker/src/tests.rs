@@ -2,7 +2,6 @@
 
 mod reclaims;
 mod resume;
-
 mod returns;
 
 use std::sync::Arc;
