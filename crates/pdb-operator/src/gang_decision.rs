@@ -19,7 +19,9 @@ use crate::desired::{
 };
 use crate::enforcement::EventNote;
 use crate::gang::{DisruptionMode, GroupBudget, budget_for_gang};
-use crate::gang_record::{GangRecord, GroupNow, group_sizes, render_sizes, short_groups};
+use crate::gang_record::{
+    GangRecord, GroupNow, MEMBER_WAIT, group_sizes, render_sizes, short_groups,
+};
 use crate::names::{keys, reasons};
 use crate::pdb::Owner;
 use crate::workload_api::{
@@ -360,7 +362,17 @@ pub fn desired_pdb_for_gang(
             }
         })
         .collect();
-    let sizes = group_sizes(&now_groups, facts.record.as_ref(), mode);
+    let sizes = group_sizes(&now_groups, facts.record.as_ref(), mode, now);
+    if !sizes.counted_out.is_empty() {
+        events.push(EventNote::warning(
+            reasons::WORKLOAD_MEMBERS_COUNTED_OUT,
+            format!(
+                "Workload {name}: pods missing for more than {}m were not replaced, so they no longer count: {}",
+                MEMBER_WAIT.as_secs() / 60,
+                sizes.counted_out.join(", ")
+            ),
+        ));
+    }
     steps.extend(sizes.steps);
     let observed = sizes.observed;
     if observed.is_empty() {

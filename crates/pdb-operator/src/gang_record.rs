@@ -8,10 +8,15 @@
 //! (issue #19). So a drain never lowers a size: `max(live now, most ever seen, minCount)`. Only
 //! the owner's own signal does: a lowered minCount (the API's way to shrink a gang) drops the
 //! remembered size to the live pods (issue #52). A group that never reached minCount is still
-//! forming: the scheduler holds its pods, so it is left out of the budget until it fills.
+//! forming: the scheduler holds its pods, so it is left out of the budget until it fills. A
+//! group that stays short of its size for [`MEMBER_WAIT`] (a member that failed and is not
+//! replaced, pods its owner removed) is counted at what is live, so nothing blocks for ever.
 //! Sizes live on the PDB, so an operator restart keeps them, and they go with it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
@@ -27,6 +32,8 @@ pub struct GangRecord {
     /// The group's minCount when its size was last written (absent in records written before
     /// it was kept): a lower minCount now is the owner shrinking the gang.
     pub min_counts: BTreeMap<String, u32>,
+    /// Since when each short group has had fewer live pods than its size.
+    pub short_since: BTreeMap<String, Timestamp>,
     /// `spec.selector.matchLabels` of the PDB.
     pub selector: Option<BTreeMap<String, String>>,
 }
@@ -41,10 +48,14 @@ impl GangRecord {
             .and_then(|a| a.get(keys::GANG_SIZES))
             .map(|v| parse_sizes(v))
             .unwrap_or_default();
-        let sizes = entries.iter().map(|(g, (n, _))| (g.clone(), *n)).collect();
+        let sizes = entries.iter().map(|(g, e)| (g.clone(), e.size)).collect();
         let min_counts = entries
+            .iter()
+            .filter_map(|(g, e)| Some((g.clone(), e.min_count?)))
+            .collect();
+        let short_since = entries
             .into_iter()
-            .filter_map(|(g, (_, m))| Some((g, m?)))
+            .filter_map(|(g, e)| Some((g, e.short_since?)))
             .collect();
         let selector = pdb
             .spec
@@ -56,33 +67,67 @@ impl GangRecord {
         Self {
             sizes,
             min_counts,
+            short_since,
             selector,
         }
     }
 }
 
-/// Parses `g0=2/2,g1=3` into size and minCount (`g1=3`: written before minCount was kept). An
-/// entry that does not parse is dropped (someone edited the annotation): that group then
-/// starts again from what is live.
-pub fn parse_sizes(text: &str) -> BTreeMap<String, (u32, Option<u32>)> {
+/// How long a group may stay short of its size before the missing members are counted out.
+/// A drain's evicted pods are recreated by their owner within this time (a recreated pod is
+/// live while Pending); a member that failed for good, or was removed, is not.
+pub const MEMBER_WAIT: Duration = Duration::from_secs(10 * 60);
+
+/// One group's entry in the record: `size[/minCount][@unix seconds short since]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    pub size: u32,
+    /// Absent in entries written before minCount was kept.
+    pub min_count: Option<u32>,
+    pub short_since: Option<Timestamp>,
+}
+
+/// Parses `g0=2/2,g1=3,g2=4/2@1765130000`. An entry that does not parse is dropped (someone
+/// edited the annotation): that group then starts again from what is live.
+pub fn parse_sizes(text: &str) -> BTreeMap<String, Remembered> {
     text.split(',')
         .filter_map(|entry| {
             let (name, value) = entry.trim().split_once('=')?;
+            let (value, since) = match value.split_once('@') {
+                Some((v, t)) => (
+                    v,
+                    Some(Timestamp::from_second(t.trim().parse().ok()?).ok()?),
+                ),
+                None => (value, None),
+            };
             let (n, m) = match value.split_once('/') {
                 Some((n, m)) => (n, Some(m.trim().parse().ok()?)),
                 None => (value, None),
             };
-            let n: u32 = n.trim().parse().ok()?;
-            (!name.trim().is_empty()).then(|| (name.trim().to_string(), (n, m)))
+            let entry = Remembered {
+                size: n.trim().parse().ok()?,
+                min_count: m,
+                short_since: since,
+            };
+            (!name.trim().is_empty()).then(|| (name.trim().to_string(), entry))
         })
         .collect()
 }
 
-/// The annotation value for `sizes` (size, minCount), in PodGroup name order.
-pub fn render_sizes(sizes: &BTreeMap<String, (u32, u32)>) -> String {
+/// The annotation value for `sizes`, in PodGroup name order.
+pub fn render_sizes(sizes: &BTreeMap<String, Remembered>) -> String {
     sizes
         .iter()
-        .map(|(g, (n, m))| format!("{g}={n}/{m}"))
+        .map(|(g, r)| {
+            let mut e = format!("{g}={}", r.size);
+            if let Some(m) = r.min_count {
+                e += &format!("/{m}");
+            }
+            if let Some(t) = r.short_since {
+                e += &format!("@{}", t.as_second());
+            }
+            e
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -103,10 +148,13 @@ pub struct GroupNow {
 pub struct GangSizes {
     /// Formed groups with their sizes, for [`crate::gang::budget_for_gang`].
     pub observed: Vec<ObservedGroup>,
-    /// What to remember on the PDB: size and minCount of each formed group.
-    pub remember: BTreeMap<String, (u32, u32)>,
+    /// What to remember on the PDB about each formed group.
+    pub remember: BTreeMap<String, Remembered>,
     /// Groups still forming, as `name (live of minCount N)`.
     pub forming: Vec<String>,
+    /// Groups whose missing members were counted out after [`MEMBER_WAIT`], as
+    /// `name (size N → live)`.
+    pub counted_out: Vec<String>,
     pub steps: Vec<Step>,
 }
 
@@ -117,12 +165,14 @@ pub struct GangSizes {
 /// there, and a group caught at exactly minCount on its way up would leave no slack, so it is
 /// left out of the budget instead of taking the PDB away. Before the first PDB of an all-mode gang
 /// there is no record to tell a new group from one restarting as a unit, so a short group counts
-/// at minCount: the budget then waits for it rather than let a second group go. Groups that no
-/// longer exist are forgotten.
+/// at minCount: the budget then waits for it rather than let a second group go. A group short
+/// of its remembered size for [`MEMBER_WAIT`] is sized at its live pods again (never below
+/// minCount, so a drain still cannot take it under). Groups that no longer exist are forgotten.
 pub fn group_sizes(
     groups: &[GroupNow],
     record: Option<&GangRecord>,
     mode: DisruptionMode,
+    now: Timestamp,
 ) -> GangSizes {
     let new_groups_form = record.is_some() || mode == DisruptionMode::Single;
     let mut out = GangSizes::default();
@@ -149,6 +199,21 @@ pub fn group_sizes(
             ));
             continue;
         }
+        let mut short_since = None;
+        if let Some(s) = seen.filter(|s| g.live < *s) {
+            let since = record
+                .and_then(|r| r.short_since.get(&g.name))
+                .copied()
+                .unwrap_or(now);
+            let waited = now.duration_since(since);
+            if waited >= jiff::SignedDuration::try_from(MEMBER_WAIT).unwrap_or_default() {
+                out.counted_out
+                    .push(format!("{} (size {s} → {})", g.name, g.live));
+                seen = None;
+            } else {
+                short_since = Some(since);
+            }
+        }
         let size = g.live.max(seen.unwrap_or(0)).max(g.min_count);
         if size != g.live {
             let why = match seen {
@@ -160,8 +225,14 @@ pub fn group_sizes(
                 format!("{size} ({why})"),
             ));
         }
-        out.remember
-            .insert(g.name.clone(), (g.live.max(seen.unwrap_or(0)), g.min_count));
+        out.remember.insert(
+            g.name.clone(),
+            Remembered {
+                size: g.live.max(seen.unwrap_or(0)),
+                min_count: Some(g.min_count),
+                short_since,
+            },
+        );
         out.observed.push(ObservedGroup {
             name: g.name.clone(),
             pods: size,
@@ -209,6 +280,18 @@ mod tests {
         }
     }
 
+    fn t0() -> Timestamp {
+        "2026-12-07T12:00:00Z".parse().unwrap()
+    }
+
+    fn kept(size: u32, min_count: u32) -> Remembered {
+        Remembered {
+            size,
+            min_count: Some(min_count),
+            short_since: None,
+        }
+    }
+
     fn with_min_count(mut r: GangRecord, g: &str, m: u32) -> GangRecord {
         r.min_counts.insert(g.into(), m);
         r
@@ -230,11 +313,12 @@ mod tests {
             &[now("g", live, min_count)],
             r.as_ref(),
             DisruptionMode::Single,
+            t0(),
         );
         assert_eq!(sizes.observed[0].pods, want);
         assert_eq!(
-            sizes.remember["g"],
-            (live.max(seen.unwrap_or(0)), min_count),
+            sizes.remember["g"].size,
+            live.max(seen.unwrap_or(0)),
             "minCount alone is never remembered as a size seen"
         );
     }
@@ -242,8 +326,9 @@ mod tests {
     #[test]
     fn groups_that_no_longer_exist_are_forgotten() {
         let r = record(&[("old", 9), ("g", 4)]);
-        let sizes = group_sizes(&[now("g", 2, 1)], Some(&r), DisruptionMode::Single);
-        assert_eq!(sizes.remember, BTreeMap::from([("g".to_string(), (4, 1))]));
+        let sizes = group_sizes(&[now("g", 2, 1)], Some(&r), DisruptionMode::Single, t0());
+        assert_eq!(sizes.remember.keys().collect::<Vec<_>>(), ["g"]);
+        assert_eq!(sizes.remember["g"].size, 4);
         assert_eq!(sizes.steps[0].value, "4 (4 seen before)");
     }
 
@@ -268,9 +353,44 @@ mod tests {
             &[now("g", live, min_count)],
             Some(&r),
             DisruptionMode::Single,
+            t0(),
         );
         assert_eq!(sizes.observed[0].pods, want_size);
-        assert_eq!(sizes.remember["g"], (want_remembered, min_count));
+        assert_eq!(sizes.remember["g"].size, want_remembered);
+        assert_eq!(sizes.remember["g"].min_count, Some(min_count));
+    }
+
+    // Issue #52: a group short of its size (a member failed and is not replaced) keeps its size
+    // for MEMBER_WAIT, remembering since when; then it is sized at its live pods, never below
+    // minCount. A group that is whole again forgets the time.
+    #[rstest]
+    #[case::just_went_short(4, None, 0, 5, Some(0), false)]
+    #[case::short_for_a_while(4, Some(0), 300, 5, Some(0), false)]
+    #[case::short_too_long(4, Some(0), 600, 4, None, true)]
+    #[case::floor_is_min_count(2, Some(0), 900, 3, None, true)]
+    #[case::whole_again(5, Some(0), 900, 5, None, false)]
+    fn a_member_that_is_not_replaced_is_counted_out_after_a_while(
+        #[case] live: u32,
+        #[case] short_since: Option<i64>,
+        #[case] now_secs: i64,
+        #[case] want_size: u32,
+        #[case] want_since: Option<i64>,
+        #[case] counted_out: bool,
+    ) {
+        let at = |s: i64| t0() + jiff::SignedDuration::from_secs(s);
+        let mut r = with_min_count(record(&[("g", 5)]), "g", 3);
+        if let Some(s) = short_since {
+            r.short_since.insert("g".into(), at(s));
+        }
+        let sizes = group_sizes(
+            &[now("g", live, 3)],
+            Some(&r),
+            DisruptionMode::Single,
+            at(now_secs),
+        );
+        assert_eq!(sizes.observed[0].pods, want_size);
+        assert_eq!(sizes.remember["g"].short_since, want_since.map(at));
+        assert_eq!(sizes.counted_out.len(), usize::from(counted_out));
     }
 
     // Issue #52: a group the PDB does not know yet and below minCount is forming: out of the
@@ -294,6 +414,7 @@ mod tests {
             &[now("old", 6, 3), now("g", live, min_count)],
             Some(&r),
             DisruptionMode::Single,
+            t0(),
         );
         assert_eq!(sizes.forming.len(), usize::from(forming), "{sizes:?}");
         assert_eq!(sizes.observed.len(), if forming { 1 } else { 2 });
@@ -302,16 +423,17 @@ mod tests {
 
     #[test]
     fn sizes_round_trip_and_bad_entries_are_dropped() {
-        let sizes = parse_sizes("trainer-workers-0=2/2, trainer-workers-1=3,broken,x=-1,=4,y=2/z");
+        let text =
+            "trainer-workers-0=2/2, trainer-workers-1=3,g=4/2@1796644800,broken,x=-1,=4,y=2/z";
+        let sizes = parse_sizes(text);
+        assert_eq!(sizes.len(), 3, "{sizes:?}");
+        assert_eq!(sizes["trainer-workers-0"], kept(2, 2));
+        assert_eq!(sizes["trainer-workers-1"].min_count, None);
+        assert_eq!(sizes["g"].short_since, Some(t0()));
         assert_eq!(
-            sizes,
-            BTreeMap::from([
-                ("trainer-workers-0".to_string(), (2, Some(2))),
-                ("trainer-workers-1".to_string(), (3, None))
-            ])
+            render_sizes(&sizes),
+            "g=4/2@1796644800,trainer-workers-0=2/2,trainer-workers-1=3"
         );
-        let written = BTreeMap::from([("g0".to_string(), (2, 2)), ("g1".to_string(), (3, 1))]);
-        assert_eq!(render_sizes(&written), "g0=2/2,g1=3/1");
     }
 
     #[test]
@@ -337,6 +459,7 @@ mod tests {
             &groups,
             Some(&record(&[("a", 6), ("b", 2)])),
             DisruptionMode::Single,
+            t0(),
         );
         assert_eq!(short_groups(&groups, &sizes.observed), ["a (3 of 6)"]);
     }

@@ -53,8 +53,11 @@ pub mod reasons {
     pub const WORKLOAD_UNSUPPORTED: &str = "WorkloadUnsupported";
     pub const WORKLOAD_SKIPPED: &str = "WorkloadSkipped";
     /// A gang has fewer live pods than its PDB was written for: no eviction is possible until
-    /// they are back (Warning; says which groups and how to reset on purpose).
+    /// they are back (Warning; says which groups and how to shrink a gang on purpose).
     pub const WORKLOAD_DRAIN_BLOCKED: &str = "WorkloadDrainBlocked";
+    /// Members missing for longer than the wait were counted out of their group's size
+    /// (Warning; says which groups, from which size to which).
+    pub const WORKLOAD_MEMBERS_COUNTED_OUT: &str = "WorkloadMembersCountedOut";
     /// The gang's pods belong to a LeaderWorkerSet that has no PDB (Warning).
     pub const WORKLOAD_LWS_UNCOVERED: &str = "WorkloadLeaderWorkerSetUncovered";
     pub const POLICY_ENFORCED: &str = "PolicyEnforced";
