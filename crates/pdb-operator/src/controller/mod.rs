@@ -175,7 +175,7 @@ impl Context {
         (ns, cl)
     }
 
-    /// Posts one event on `regarding` (events.k8s.io/v1, action = reason). A failed post is
+    /// Posts one event on `regarding` (events.k8s.io/v1, see [`event_of`]). A failed post is
     /// logged, never fatal: the decision has been carried out already. Returns whether it posted.
     pub async fn publish(&self, regarding: &ObjectReference, note: &EventNote) -> bool {
         match self.recorder.publish(&event_of(note), regarding).await {
@@ -205,15 +205,23 @@ impl Context {
     }
 }
 
+/// The event for `note`. The recorder folds a repeat into a series by type, reason and action,
+/// never the note: with `action = reason` a repeat kept its first text while its count grew
+/// ("minAvailable 7" when the PDB had become 11). So the action carries a digest of the text: the
+/// same text repeated is one series, a changed text is a new event with the current figures.
 fn event_of(note: &EventNote) -> Event {
+    use std::hash::{Hash, Hasher};
+    let text = truncate(&note.message, 1000);
+    let mut digest = std::hash::DefaultHasher::new();
+    text.hash(&mut digest);
     Event {
         type_: match note.type_ {
             EventType::Normal => KubeEventType::Normal,
             EventType::Warning => KubeEventType::Warning,
         },
         reason: note.reason.into(),
-        note: Some(truncate(&note.message, 1000)),
-        action: note.reason.into(),
+        note: Some(text),
+        action: format!("{}-{:08x}", note.reason, digest.finish() as u32),
         secondary: None,
     }
 }
@@ -321,3 +329,22 @@ where
 /// never trigger (see `triggers`), so this only folds together triggers that arrive at the same
 /// moment from different watches, and every new workload pays it once before its PDB is written.
 pub const DEBOUNCE: Duration = Duration::from_millis(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_message_is_a_new_event_and_a_repeat_is_the_same_series() {
+        let blocked = |live: u32| {
+            event_of(&EventNote::warning(
+                "WorkloadDrainBlocked",
+                format!("{live} of its 6 gang pods live"),
+            ))
+        };
+        assert_eq!(blocked(3).action, blocked(3).action);
+        assert_ne!(blocked(3).action, blocked(4).action);
+        assert!(blocked(3).action.starts_with("WorkloadDrainBlocked-"));
+        assert!(blocked(3).action.len() <= 128, "the API's limit");
+    }
+}

@@ -265,11 +265,20 @@ pub async fn occurrences(client: &Client, ns: &str, object: &str, reason: &str) 
         .sum()
 }
 
-/// Waits for an event about `object` with `reason` and returns its note.
+/// When `e` was last reported: its series' last time, else its own.
+fn last_seen(e: &Event) -> Option<jiff::Timestamp> {
+    e.series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or(e.event_time.as_ref().map(|t| t.0))
+}
+
+/// Waits for an event about `object` with `reason` and returns the note of the latest one (a
+/// changed message is a new event).
 pub async fn wait_event(client: &Client, ns: &str, object: &str, reason: &str) -> String {
     wait_for(&format!("event {reason} on {object}"), WAIT, || async {
         let found = events_for(client, ns, object, reason).await;
-        match found.first() {
+        match found.iter().max_by_key(|e| last_seen(e)) {
             Some(e) => Check::Done(e.note.clone().unwrap_or_default()),
             None => {
                 let api: Api<Event> = Api::namespaced(client.clone(), ns);
