@@ -1,11 +1,13 @@
 //! The disruption soak (issue #51): `orb serve` with default settings on SQLite, running as the
 //! shipped Role behind a fault proxy, driven by HostFactory-style clients on all four kinds
 //! while a seeded loop makes the cluster misbehave (readiness flaps, restarts, crash loops,
-//! outside deletes, evictions, a 10 s apiserver blackout, one SIGKILL and restart of orb).
+//! outside deletes, evictions, a drain of one of its two nodes, a 10 s apiserver blackout, one
+//! SIGKILL and restart of orb).
 //! [`invariants`] samples every second what must hold whatever happens. `ORB_SOAK_SECONDS`
 //! (default 90) and `ORB_SOAK_SEED` (a number, or `random`) choose the run; bench/soak.sh runs
 //! it long. A violation fails the test with the seed and the event log to replay it.
 
+mod clients;
 mod invariants;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,12 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use kube_fixture::fault_proxy::{FaultPlan, FaultProxy};
 use kube_fixture::misbehave::{Exit, Kubelet};
-use kube_fixture::{TestCluster, TestNamespace};
+
+use kube_fixture::{TEST_NODE_KEY, TestCluster, TestNamespace};
 use serde_json::{Value, json};
 
 use crate::support::serve_process::Server;
@@ -27,6 +30,8 @@ use crate::support::serve_process::Server;
 /// Each template's `maxNumber`: small, so that the clients together ask for more than it.
 const MAX_NUMBER: usize = 6;
 const KINDS: [&str; 4] = ["Pod", "Deployment", "StatefulSet", "Job"];
+/// The label of the soak's own two nodes, which every template selects.
+const POOL_LABEL: &str = "orb-rs.io/soak-pool";
 /// HostFactory-style clients per template.
 const CLIENTS_PER_KIND: usize = 2;
 /// After a blackout or a restart, how long orb has to catch up before the invariants on
@@ -192,6 +197,7 @@ fn template_id(kind: &str) -> String {
 }
 
 /// The installation: the defaults, but for where the cluster is and the four templates.
+/// The templates place their pods on the soak's own two nodes, so that one can be drained.
 fn install(ns: &TestNamespace, kubeconfig: &std::path::Path) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let config = root.path().join("config");
@@ -211,7 +217,8 @@ fn install(ns: &TestNamespace, kubeconfig: &std::path::Path) -> tempfile::TempDi
             };
             json!({"templateId": template_id(kind), "providerApi": kind, "maxNumber": MAX_NUMBER,
                    "imageId": "busybox:1.36", "command": ["sh", "-c", "sleep 3600"],
-                   "annotations": annotations})
+                   "annotations": annotations, "nodeSelector": {POOL_LABEL: ns.name()},
+                   "tolerations": [{"key": TEST_NODE_KEY, "operator": "Exists"}]})
         })
         .collect();
     let templates = json!({ "templates": templates }).to_string();
@@ -239,6 +246,19 @@ async fn disruption_soak() {
     let ns = cluster.namespace("soak").await;
     let identity = cluster.broker_identity(&ns).await;
     let proxy = FaultProxy::start(&identity.as_cluster()).await;
+    let pool = [
+        cluster.node_with_room("soak", 40).await,
+        cluster.node_with_room("soak", 40).await,
+    ];
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    for node in &pool {
+        let label = json!({"metadata": {"labels": {POOL_LABEL: ns.name()}}});
+        let patch = Patch::Merge(&label);
+        nodes
+            .patch(&node.name, &PatchParams::default(), &patch)
+            .await
+            .unwrap();
+    }
     let root = install(&ns, proxy.kubeconfig_path());
     let server = Server::start(root.path(), None);
     let soak = Arc::new(Soak {
@@ -266,12 +286,26 @@ async fn disruption_soak() {
     let mut tasks = Vec::new();
     for kind in KINDS {
         for _ in 0..CLIENTS_PER_KIND {
-            tasks.push(tokio::spawn(client(soak.clone(), kind, rng.child())));
+            tasks.push(tokio::spawn(clients::client(
+                soak.clone(),
+                kind,
+                rng.child(),
+            )));
         }
     }
-    tasks.push(tokio::spawn(reclaimer(soak.clone())));
+    tasks.push(tokio::spawn(clients::reclaimer(soak.clone())));
     let sampler = tokio::spawn(invariants::sample_every_second(soak.clone()));
-    let server = disrupt(&soak, &proxy, server, root.path(), rng.child(), seconds).await;
+    let drained = &pool[rng.range(0, 1) as usize].name;
+    let server = disrupt(
+        &soak,
+        &proxy,
+        server,
+        root.path(),
+        drained,
+        rng.child(),
+        seconds,
+    )
+    .await;
     soak.stop.store(true, Ordering::SeqCst);
     for task in tasks {
         let _ = task.await;
@@ -295,16 +329,18 @@ async fn disruption_soak() {
 /// The misbehaviour loop: a seeded event every 1 to 3 s, the blackout and the restart at
 /// seeded times; returns the `orb serve` running at the end.
 async fn disrupt(
-    soak: &Soak,
+    soak: &Arc<Soak>,
     proxy: &FaultProxy,
     mut server: Server,
     root: &std::path::Path,
+    drained: &str,
     mut rng: Rng,
     seconds: u64,
 ) -> Server {
     let kill_at = seconds * rng.range(10, 20) / 100;
     let blackout_at = seconds * rng.range(40, 60) / 100;
-    let (mut killed, mut blacked_out) = (false, false);
+    let drain_at = seconds * rng.range(65, 85) / 100;
+    let (mut killed, mut blacked_out, mut drain) = (false, false, None);
     while soak.start.elapsed() < Duration::from_secs(seconds) {
         tokio::time::sleep(Duration::from_millis(rng.range(1000, 3000))).await;
         let now = soak.start.elapsed().as_secs();
@@ -319,6 +355,11 @@ async fn disrupt(
             *soak.served_since.lock().unwrap() = Instant::now();
             *soak.addr.write().unwrap() = Some(server.addr.clone());
             soak.blind_for(Duration::ZERO);
+            continue;
+        }
+        if drain.is_none() && now >= drain_at {
+            drain = Some(tokio::spawn(drain_node(soak.clone(), drained.to_string())));
+            soak.event("drain", drained.to_string());
             continue;
         }
         if !blacked_out && now >= blackout_at {
@@ -337,7 +378,49 @@ async fn disrupt(
         }
         misbehave_once(soak, &mut rng).await;
     }
+    if let Some(drain) = drain {
+        let _ = drain.await;
+    }
     server
+}
+
+/// `kubectl drain` of one pool node (cordon, evictions honouring PDBs), and `kubectl
+/// uncordon` 15 s later. Every pod on it counts as disrupted before the first eviction.
+async fn drain_node(soak: Arc<Soak>, node: String) -> Result<Vec<String>, String> {
+    let nodes: Api<Node> = Api::all(soak.admin.clone());
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    let params = PatchParams::default();
+    let patched = nodes
+        .patch(&node, &params, &Patch::Merge(&cordon(true)))
+        .await;
+    patched.map_err(|e| format!("cordoning {node}: {e}"))?;
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let pods = Api::<Pod>::namespaced(soak.admin.clone(), &soak.ns);
+    let listed = pods.list(&on_node).await.map_err(|e| e.to_string())?;
+    for pod in &listed.items {
+        mark_disrupted(&soak, pod, true);
+    }
+    let evicted = kube_fixture::drain::drain(&soak.admin, &node, Duration::from_secs(30)).await;
+    soak.note(format!("drain of {node}: {evicted:?}"));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let _ = nodes
+        .patch(&node, &params, &Patch::Merge(&cordon(false)))
+        .await;
+    soak.note(format!("{node} uncordoned"));
+    evicted
+}
+
+/// Records that the loop is taking `pod` away (or crash-looping it): orb may lose it without
+/// a return. Losing one pod fails a Job (orb sets backoffLimit 0, docs/handlers.md), and the
+/// Job controller then stops the others: with `removed`, the request's pods go with it.
+fn mark_disrupted(soak: &Soak, pod: &Pod, removed: bool) {
+    let mut disrupted = soak.disrupted.lock().unwrap();
+    disrupted.insert(pod.metadata.name.clone().unwrap_or_default());
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    if removed && labels.get("orb.io/provider-api").map(String::as_str) == Some("Job") {
+        let request = labels.get("orb.io/request-id").cloned().unwrap_or_default();
+        disrupted.insert(format!("request {request}"));
+    }
 }
 
 /// One seeded misbehaviour on one Running orb pod.
@@ -365,17 +448,7 @@ async fn misbehave_once(soak: &Soak, rng: &mut Rng) {
     let kind = ["flap", "restart", "crash-loop", "delete", "evict", "oom"][choice as usize];
     soak.event(kind, name.clone());
     if matches!(kind, "delete" | "evict" | "crash-loop") {
-        let mut disrupted = soak.disrupted.lock().unwrap();
-        disrupted.insert(name.clone());
-        // Losing one pod fails a Job (orb sets backoffLimit 0, docs/handlers.md), and the
-        // Job controller then stops the others: the request's pods go with it.
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        if kind != "crash-loop"
-            && labels.get("orb.io/provider-api").map(String::as_str) == Some("Job")
-        {
-            let request = labels.get("orb.io/request-id").cloned().unwrap_or_default();
-            disrupted.insert(format!("request {request}"));
-        }
+        mark_disrupted(soak, pod, kind != "crash-loop");
     }
     let hold = Duration::from_millis(rng.range(1000, 6000));
     // Each step in a task of its own: a pod removed meanwhile makes the kubelet helper panic,
@@ -397,147 +470,6 @@ async fn misbehave_once(soak: &Soak, rng: &mut Rng) {
     // Flaps and crash loops go on while the next events come.
     if !matches!(kind, "flap" | "crash-loop") {
         let _ = step.await;
-    }
-}
-
-/// A HostFactory-style client of one template: request, poll until settled, hold the hosts
-/// a while, return them (part first, sometimes), poll the return; again until told to stop.
-async fn client(soak: Arc<Soak>, kind: &'static str, mut rng: Rng) {
-    let template = template_id(kind);
-    while !soak.stop.load(Ordering::SeqCst) {
-        let count = rng.range(1, 4);
-        let input = json!({"template": {"templateId": template, "machineCount": count}});
-        let Some(reply) = soak.hf("requestMachines", input).await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        let Some(id) = reply["requestId"].as_str().map(String::from) else {
-            soak.note(format!("{template} x{count} refused: {}", reply["message"]));
-            tokio::time::sleep(Duration::from_secs(rng.range(2, 5))).await;
-            continue;
-        };
-        soak.note(format!("{template} x{count} -> {id}"));
-        soak.acquires.lock().unwrap().insert(id.clone());
-        let hosts = poll(&soak, &id, Duration::from_secs(120)).await;
-        let hold_until = Instant::now() + Duration::from_secs(rng.range(3, 12));
-        while Instant::now() < hold_until && !soak.stop.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        let mut hosts: Vec<String> = hosts;
-        // Part of the hosts first, now and then (a Job returns as a whole).
-        if kind != "Job" && hosts.len() > 1 && rng.range(0, 2) == 0 {
-            let rest = hosts.split_off(rng.range(1, hosts.len() as u64 - 1) as usize);
-            give_back(&soak, &hosts).await;
-            hosts = rest;
-        }
-        give_back(&soak, &hosts).await;
-    }
-}
-
-/// Polls getRequestStatus once a second until the request is no longer `running` (or
-/// `timeout` passes); the hosts it names that may still be up.
-async fn poll(soak: &Soak, id: &str, timeout: Duration) -> Vec<String> {
-    let until = Instant::now() + timeout;
-    let mut hosts = Vec::new();
-    while Instant::now() < until {
-        let input = json!({"requests": [{"requestId": id}]});
-        if let Some(reply) = soak.hf("getRequestStatus", input).await {
-            let entry = &reply["requests"][0];
-            let names = entry["machines"].as_array().into_iter().flatten();
-            let names = names.filter_map(|m| m["name"].as_str().map(String::from));
-            soak.known.lock().unwrap().extend(names);
-            hosts = entry["machines"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|m| !matches!(m["status"].as_str(), Some("terminated" | "stopped")))
-                .filter_map(|m| m["name"].as_str().map(String::from))
-                .collect();
-            if entry["status"] != "running" {
-                break;
-            }
-        }
-        if soak.stop.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    hosts
-}
-
-/// requestReturnMachines for `hosts`, then polls the return until it is settled. A return
-/// refused because a finished return still holds a host is a violation.
-pub(crate) async fn give_back(soak: &Soak, hosts: &[String]) {
-    if hosts.is_empty() {
-        return;
-    }
-    let machines: Vec<Value> = hosts
-        .iter()
-        .map(|h| json!({"name": h, "machineId": h}))
-        .collect();
-    // Named before it is sent: orb may remove the pods before it replies.
-    let sending = format!("sending {}", uuid::Uuid::new_v4());
-    let record = ReturnRecord {
-        names: hosts.iter().cloned().collect(),
-        finished: None,
-    };
-    soak.returns.lock().unwrap().insert(sending.clone(), record);
-    let mut reply = None;
-    for _ in 0..30 {
-        reply = soak
-            .hf("requestReturnMachines", json!({ "machines": machines }))
-            .await;
-        if reply.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let record = soak.returns.lock().unwrap().remove(&sending);
-    let Some(reply) = reply else { return };
-    let message = reply["message"].as_str().unwrap_or("").to_string();
-    let Some(id) = reply["requestId"].as_str().map(String::from) else {
-        soak.note(format!("return of {hosts:?} refused: {message}"));
-        return;
-    };
-    soak.note(format!("return {id} of {hosts:?}: {message}"));
-    let record = record.expect("recorded above");
-    soak.returns.lock().unwrap().insert(id.clone(), record);
-    invariants::check_held(soak, &id, &message).await;
-    let until = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < until {
-        let input = json!({"requests": [{"requestId": id}]});
-        if let Some(reply) = soak.hf("getRequestStatus", input).await {
-            let status = reply["requests"][0]["status"].as_str().unwrap_or("?");
-            if status != "running" {
-                let end = (Instant::now(), status.to_string());
-                if let Some(r) = soak.returns.lock().unwrap().get_mut(&id) {
-                    r.finished = Some(end);
-                }
-                soak.note(format!("return {id} {status}"));
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// HostFactory's timer: getReturnRequests every 5 s, and whatever it lists is given back.
-async fn reclaimer(soak: Arc<Soak>) {
-    while !soak.stop.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let Some(reply) = soak.hf("getReturnRequests", json!({})).await else {
-            continue;
-        };
-        let listed: Vec<String> = reply["requests"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| r["machine"].as_str().map(String::from))
-            .collect();
-        if !listed.is_empty() {
-            soak.event("reclaim", format!("getReturnRequests listed {listed:?}"));
-            give_back(&soak, &listed).await;
-        }
     }
 }
 
