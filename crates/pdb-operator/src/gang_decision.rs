@@ -1,11 +1,13 @@
 //! The desired PDB for a Workload gang (note §11.2 order, configuration resolved first).
 //!
 //! Beyond seed 003's shape table, three rules keep a budget meaningful while the cluster moves
-//! (issue #19): only live pods are members; a gang's size never falls because pods were evicted
-//! or failed (see [`crate::gang_record`]), so a PDB once written holds through a drain; and a
-//! gang that is still starting (the Workload, then its PodGroups and pods appearing one by one)
-//! gets no decision until nothing has joined it for [`STARTUP_SETTLE`], so it does not flap
-//! through warnings and narrower selectors on its way up.
+//! (issues #19, #52): only live pods are members; a drain never lowers a gang's size, only its
+//! owner does (a lowered minCount, or members not replaced for a while; see
+//! [`crate::gang_record`]), so a PDB once written holds through a drain; a gang that is still
+//! starting (the Workload, then its PodGroups and pods appearing one by one) gets no decision
+//! until nothing has joined it for [`STARTUP_SETTLE`], and a PodGroup added later stays out of
+//! the budget until it has formed; and pods the eviction API never weighs (finished ones) or
+//! that wait for their PodGroup ([`GROUP_WAIT`]) do not make the selector inexact.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
