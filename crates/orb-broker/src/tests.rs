@@ -35,6 +35,51 @@ impl Fixture {
         self.now.fetch_add(secs, Ordering::SeqCst);
     }
 
+    /// Returns `keys`, refusing names orb does not know.
+    async fn return_machines(&self, keys: &[MachineKey]) -> RequestView {
+        self.broker
+            .return_machines(keys, UnknownNames::Refuse)
+            .await
+            .unwrap()
+    }
+
+    /// A status read of a request that is stored.
+    async fn refresh(&self, id: &RequestId) -> RequestView {
+        self.broker.refresh(id).await.unwrap().unwrap()
+    }
+
+    /// The provider's answer to the next status read.
+    fn next_status(&self, verdict: Verdict, machines: &[(&str, MachineStatus)]) {
+        self.provider
+            .statuses
+            .lock()
+            .unwrap()
+            .push_back(Ok(report(verdict, machines)));
+    }
+
+    /// The provider's next release fails for `ids`, with `reason`.
+    fn fail_release_of(&self, ids: &[&String], reason: &str) {
+        *self.provider.release_failures.lock().unwrap() = ids
+            .iter()
+            .map(|id| MachineFailure {
+                machine_id: (*id).clone(),
+                reason: reason.into(),
+            })
+            .collect();
+    }
+
+    async fn insert_request(&self, request: &mut orb_core::request::Request) {
+        self.broker
+            .store
+            .insert_request(request, &mut [])
+            .await
+            .unwrap();
+    }
+
+    async fn stored_machines(&self, ids: &[String]) -> Vec<Machine> {
+        self.broker.store.find_machines(ids).await.unwrap()
+    }
+
     async fn stored_requests(&self) -> usize {
         self.broker
             .store
@@ -177,7 +222,7 @@ async fn an_unchanged_status_read_shares_the_kept_machine_list() {
             .lock()
             .unwrap()
             .push_back(seen(b_status));
-        views.push(f.broker.refresh(&id).await.unwrap().unwrap());
+        views.push(f.refresh(&id).await);
     }
     // First read: the machines change (running, tagged) and are written. Second: the rows
     // read back hold equal tags in their own allocations; the read shares the provider's,
@@ -269,12 +314,7 @@ async fn a_status_read_whose_write_conflicts_keeps_what_the_provider_answered() 
         .unwrap()
         .extend([Ok(timed_out), Ok(gone)]);
     *f.provider.status_writer.lock().unwrap() = Some(f.broker.store.clone());
-    let refreshed = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let refreshed = f.refresh(&view.request.request_id).await;
     let statuses = f
         .provider
         .calls()
@@ -323,7 +363,7 @@ async fn a_finished_acquire_whose_pods_all_vanished_is_followed_only_under_a_con
     let gone = finished_then_all_gone(&f, template, &[MachineStatus::Running]).await;
     let id = &gone.request.request_id;
     let calls = f.provider.calls().len();
-    let next = f.broker.refresh(id).await.unwrap().unwrap();
+    let next = f.refresh(id).await;
     assert_eq!(next.request.status, RequestStatus::Complete);
     if followed {
         assert_eq!(
@@ -361,9 +401,9 @@ async fn finished_then_all_gone(
         ]);
         reports.extend(then.iter().map(|&s| both(s)));
     }
-    let complete = f.broker.refresh(id).await.unwrap().unwrap();
+    let complete = f.refresh(id).await;
     assert_eq!(complete.request.status, RequestStatus::Complete);
-    let gone = f.broker.refresh(id).await.unwrap().unwrap();
+    let gone = f.refresh(id).await;
     assert_eq!(statuses(&gone.machines), [MachineStatus::Terminated; 2]);
     gone
 }
@@ -380,12 +420,7 @@ async fn a_cancelled_or_returned_statefulset_acquire_is_not_followed() {
     let view = f.broker.request_machines("set", 2).await.unwrap();
     f.broker.cancel(&view.request.request_id).await.unwrap();
     let calls = f.provider.calls().len();
-    let after = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let after = f.refresh(&view.request.request_id).await;
     assert_eq!(after.request.status, RequestStatus::Cancelled);
     assert_eq!(
         f.provider.calls().len(),
@@ -396,11 +431,11 @@ async fn a_cancelled_or_returned_statefulset_acquire_is_not_followed() {
     let view = f.broker.request_machines("set", 2).await.unwrap();
     let id = &view.request.request_id;
     let [a, b] = [&view.machines[0].machine_id, &view.machines[1].machine_id];
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+    f.next_status(
         Verdict::Fulfilled,
         &[(a, MachineStatus::Running), (b, MachineStatus::Running)],
-    )));
-    f.broker.refresh(id).await.unwrap().unwrap();
+    );
+    f.refresh(id).await;
     let mut stored = f.broker.machines_of(&view.request).await.unwrap();
     let returner = RequestId::new_return();
     for m in &mut stored {
@@ -414,7 +449,7 @@ async fn a_cancelled_or_returned_statefulset_acquire_is_not_followed() {
         .await
         .unwrap();
     let calls = f.provider.calls().len();
-    f.broker.refresh(id).await.unwrap().unwrap();
+    f.refresh(id).await;
     assert_eq!(
         f.provider.calls().len(),
         calls,
@@ -442,20 +477,10 @@ async fn verdicts_drive_the_request_to_complete() {
     let f = fixture().await;
     let view = f.broker.request_machines("worker", 2).await.unwrap();
     script_partial_then_fulfilled(&f, &view);
-    let first = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let first = f.refresh(&view.request.request_id).await;
     assert_eq!(first.request.status, RequestStatus::PartialPending);
     assert_eq!(first.request.fulfilled_count, 1);
-    let second = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let second = f.refresh(&view.request.request_id).await;
     assert_eq!(second.request.status, RequestStatus::Complete);
     assert!(
         second
@@ -485,12 +510,7 @@ async fn verdicts_drive_the_request_to_complete() {
         .lock()
         .unwrap()
         .push_back(Ok(failed_later));
-    let later = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let later = f.refresh(&view.request.request_id).await;
     assert_eq!(later.request.status, RequestStatus::Complete);
     assert_eq!(later.machines[0].status, MachineStatus::Failed);
     // Once every machine is gone, a request of bare pods is answered from storage alone
@@ -519,7 +539,7 @@ async fn a_status_read_hands_the_provider_its_read_ahead_and_drops_an_unneeded_o
             ],
         )),
     ]);
-    let done = f.broker.refresh(&id).await.unwrap().unwrap();
+    let done = f.refresh(&id).await;
     assert_eq!(done.request.status, RequestStatus::Complete);
     let calls = f.provider.calls();
     assert!(
@@ -529,7 +549,7 @@ async fn a_status_read_hands_the_provider_its_read_ahead_and_drops_an_unneeded_o
     );
     // Both machines gone: the next read of the finished request is answered from storage;
     // a read ahead that never finishes is dropped rather than awaited.
-    f.broker.refresh(&id).await.unwrap().unwrap();
+    f.refresh(&id).await;
     *f.provider.read_ahead.lock().unwrap() = Some(ReadAheadMode::Never);
     let before = f.provider.calls().len();
     let settled = tokio::time::timeout(std::time::Duration::from_secs(10), f.broker.refresh(&id))
@@ -560,14 +580,14 @@ async fn a_refresh_is_logged_while_the_request_is_unfinished_and_forgotten_after
     let minute = std::time::Duration::from_secs(60);
     assert!(!f.broker.refreshed_within(&id, minute), "not read yet");
     script_partial_then_fulfilled(&f, &view);
-    f.broker.refresh(&id).await.unwrap().unwrap();
+    f.refresh(&id).await;
     assert!(f.broker.refreshed_within(&id, minute));
     assert!(
         !f.broker
             .refreshed_within(&id, std::time::Duration::from_nanos(1)),
         "older than a nanosecond by now"
     );
-    let done = f.broker.refresh(&id).await.unwrap().unwrap();
+    let done = f.refresh(&id).await;
     assert_eq!(done.request.status, RequestStatus::Complete);
     assert!(
         !f.broker.refreshed_within(&id, minute),
@@ -590,12 +610,7 @@ async fn an_acquire_cut_off_by_the_cluster_is_resumed_by_the_next_status_read() 
     assert!(view.machines.is_empty());
     // Long past its deadline, the first read resumes it instead of timing it out.
     f.advance(1_000);
-    let resumed = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let resumed = f.refresh(&view.request.request_id).await;
     assert_eq!(
         f.provider
             .calls()
@@ -619,11 +634,7 @@ async fn an_acquire_still_being_created_elsewhere_is_left_to_its_creator() {
         .status(RequestStatus::InProgress)
         .deadline((f.broker.clock)())
         .build();
-    f.broker
-        .store
-        .insert_request(&mut request, &mut [])
-        .await
-        .unwrap();
+    f.insert_request(&mut request).await;
     let creator = f
         .broker
         .store
@@ -632,12 +643,7 @@ async fn an_acquire_still_being_created_elsewhere_is_left_to_its_creator() {
         .unwrap()
         .unwrap();
     f.advance(10);
-    let view = f
-        .broker
-        .refresh(&request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let view = f.refresh(&request.request_id).await;
     assert_eq!(
         view.request.status,
         RequestStatus::InProgress,
@@ -646,12 +652,7 @@ async fn an_acquire_still_being_created_elsewhere_is_left_to_its_creator() {
     assert!(view.note.unwrap().contains("still creating"));
     assert!(f.provider.calls().is_empty(), "{:?}", f.provider.calls());
     drop(creator);
-    let resumed = f
-        .broker
-        .refresh(&request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let resumed = f.refresh(&request.request_id).await;
     assert_eq!(resumed.machines.len(), 1, "resumed once its creator let go");
 }
 
@@ -729,11 +730,7 @@ async fn an_unfinished_acquire_reserves_its_count_against_max_number() {
         .created((f.broker.clock)())
         .status(RequestStatus::InProgress)
         .build();
-    f.broker
-        .store
-        .insert_request(&mut pending, &mut [])
-        .await
-        .unwrap();
+    f.insert_request(&mut pending).await;
     let err = f.broker.request_machines("worker", 2).await.unwrap_err();
     assert!(
         err.to_string()
@@ -776,11 +773,7 @@ async fn a_return_naming_machines_only_by_name_works() {
     let f = fixture().await;
     let acquire = f.broker.request_machines("worker", 2).await.unwrap();
     let name = acquire.machines[0].name.clone();
-    let ret = f
-        .broker
-        .return_machines(&[by_name(&name)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&[by_name(&name)]).await;
     assert_eq!(ret.request.request_type, RequestType::Return);
     assert_eq!(ret.request.status, RequestStatus::InProgress);
     assert_eq!(ret.machines.len(), 1);
@@ -792,16 +785,8 @@ async fn a_return_naming_machines_only_by_name_works() {
         f.provider.calls().last().unwrap(),
         &format!("release {name}")
     );
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
-        Verdict::Fulfilled,
-        &[(&name, MachineStatus::Terminated)],
-    )));
-    let done = f
-        .broker
-        .refresh(&ret.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    f.next_status(Verdict::Fulfilled, &[(&name, MachineStatus::Terminated)]);
+    let done = f.refresh(&ret.request.request_id).await;
     assert_eq!(done.request.status, RequestStatus::Complete);
     assert_eq!(done.machines[0].status, MachineStatus::Terminated);
 }
@@ -817,11 +802,7 @@ async fn a_return_of_machines_of_two_acquires_hands_each_its_own_acquires_record
         .map(|m| m.name.clone())
         .collect();
     let keys: Vec<MachineKey> = names.iter().map(|n| by_name(n)).collect();
-    let ret = f
-        .broker
-        .return_machines(&keys, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&keys).await;
     f.broker.refresh(&ret.request.request_id).await.unwrap();
     let calls = f.provider.machine_records.lock().unwrap().clone();
     assert_eq!(calls.len(), 2, "one release, one status read: {calls:?}");
@@ -878,10 +859,7 @@ async fn a_second_return_of_the_same_machine_is_refused() {
     let f = fixture().await;
     let acquire = f.broker.request_machines("worker", 1).await.unwrap();
     let sel = by_name(&acquire.machines[0].name);
-    f.broker
-        .return_machines(std::slice::from_ref(&sel), UnknownNames::Refuse)
-        .await
-        .unwrap();
+    f.return_machines(std::slice::from_ref(&sel)).await;
     let err = f
         .broker
         .return_machines(&[sel], UnknownNames::Refuse)
@@ -895,29 +873,14 @@ async fn returning_machines_that_are_already_gone_still_asks_the_provider() {
     let f = fixture().await;
     let acquire = f.broker.request_machines("worker", 1).await.unwrap();
     let id = acquire.machines[0].machine_id.clone();
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
-        Verdict::InProgress,
-        &[(&id, MachineStatus::Terminated)],
-    )));
+    f.next_status(Verdict::InProgress, &[(&id, MachineStatus::Terminated)]);
     f.broker.refresh(&acquire.request.request_id).await.unwrap();
-    let ret = f
-        .broker
-        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&[by_name(&id)]).await;
     // The provider is still asked: what orb saw gone may have left objects behind (a failed
     // Job of a lost host), and it answers "already gone" for the rest.
     assert_eq!(f.provider.calls().last().unwrap(), &format!("release {id}"));
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
-        Verdict::Fulfilled,
-        &[(&id, MachineStatus::Terminated)],
-    )));
-    let done = f
-        .broker
-        .refresh(&ret.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    f.next_status(Verdict::Fulfilled, &[(&id, MachineStatus::Terminated)]);
+    let done = f.refresh(&ret.request.request_id).await;
     assert_eq!(done.request.status, RequestStatus::Complete);
 }
 
@@ -926,15 +889,8 @@ async fn a_failed_release_fails_the_return() {
     let f = fixture().await;
     let acquire = f.broker.request_machines("worker", 1).await.unwrap();
     let id = acquire.machines[0].machine_id.clone();
-    *f.provider.release_failures.lock().unwrap() = vec![MachineFailure {
-        machine_id: id.clone(),
-        reason: "forbidden".into(),
-    }];
-    let ret = f
-        .broker
-        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    f.fail_release_of(&[&id], "forbidden");
+    let ret = f.return_machines(&[by_name(&id)]).await;
     assert_eq!(ret.request.status, RequestStatus::Failed);
     assert_eq!(
         ret.machines[0].status_reason.as_deref(),
@@ -949,11 +905,7 @@ async fn a_refused_release_fails_the_return_and_frees_the_machines_for_another_r
     let refusal = "releasing ordinal 0 also needs ordinal 1 to go";
     *f.provider.release_error.lock().unwrap() = Some(ProviderError::Rejected(refusal.into()));
 
-    let refused = f
-        .broker
-        .return_machines(&selectors, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let refused = f.return_machines(&selectors).await;
     assert_eq!(refused.request.status, RequestStatus::Failed);
     assert_eq!(refused.request.status_message.as_deref(), Some(refusal));
     assert!(
@@ -970,18 +922,14 @@ async fn a_refused_release_fails_the_return_and_frees_the_machines_for_another_r
         .unwrap()
         .unwrap();
     assert_eq!(stored_request.status, RequestStatus::Failed);
-    let stored = f.broker.store.find_machines(&ids).await.unwrap();
+    let stored = f.stored_machines(&ids).await;
     assert_eq!(stored.len(), 2);
     assert!(
         stored.iter().all(|m| m.return_request_id.is_none()),
         "a refused return must not leave machines marked as being returned: {stored:?}"
     );
 
-    let again = f
-        .broker
-        .return_machines(&selectors, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let again = f.return_machines(&selectors).await;
     assert_ne!(again.request.status, RequestStatus::Failed);
     assert!(
         again
@@ -1023,11 +971,7 @@ async fn a_release_cut_off_by_an_outage_is_resumed_by_the_next_status_read() {
     let (ids, selectors) = acquired(&f, 2).await;
     cut_off_next_release(&f);
 
-    let cut = f
-        .broker
-        .return_machines(&selectors, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let cut = f.return_machines(&selectors).await;
     // Not failed: in progress, holding its machines, nothing recorded.
     assert_eq!(cut.request.status, RequestStatus::InProgress);
     assert!(is_unrecorded_return(&cut.request));
@@ -1036,7 +980,7 @@ async fn a_release_cut_off_by_an_outage_is_resumed_by_the_next_status_read() {
         message.contains("did not answer") && message.contains("resumes this return"),
         "{message}"
     );
-    let stored = f.broker.store.find_machines(&ids).await.unwrap();
+    let stored = f.stored_machines(&ids).await;
     assert!(
         stored
             .iter()
@@ -1047,30 +991,20 @@ async fn a_release_cut_off_by_an_outage_is_resumed_by_the_next_status_read() {
 
     // Still out on the first read: the release is tried again and the read says why.
     cut_off_next_release(&f);
-    let still = f
-        .broker
-        .refresh(&cut.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let still = f.refresh(&cut.request.request_id).await;
     assert_eq!(still.request.status, RequestStatus::InProgress);
     assert!(still.note.unwrap_or_default().contains("did not answer"));
     assert_eq!(releases(&f), 2);
 
     // Back: the next read releases, records it and follows the machines as usual.
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+    f.next_status(
         Verdict::Fulfilled,
         &[
             (&ids[0], MachineStatus::Terminated),
             (&ids[1], MachineStatus::Terminated),
         ],
-    )));
-    let done = f
-        .broker
-        .refresh(&cut.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    );
+    let done = f.refresh(&cut.request.request_id).await;
     assert_eq!(releases(&f), 3);
     assert!(!is_unrecorded_return(&done.request));
     assert_eq!(done.request.status, RequestStatus::Complete);
@@ -1084,18 +1018,9 @@ async fn a_return_the_cluster_keeps_cut_off_ends_failed_at_its_deadline_and_free
     let f = fixture().await;
     let (ids, selectors) = acquired(&f, 2).await;
     cut_off_next_release(&f);
-    let cut = f
-        .broker
-        .return_machines(&selectors, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let cut = f.return_machines(&selectors).await;
     f.advance(301);
-    let ended = f
-        .broker
-        .refresh(&cut.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = f.refresh(&cut.request.request_id).await;
     assert_eq!(ended.request.status, RequestStatus::Failed);
     let message = ended.request.status_message.clone().unwrap_or_default();
     assert!(
@@ -1109,16 +1034,12 @@ async fn a_return_the_cluster_keeps_cut_off_ends_failed_at_its_deadline_and_free
         "{:?}",
         f.provider.calls()
     );
-    let stored = f.broker.store.find_machines(&ids).await.unwrap();
+    let stored = f.stored_machines(&ids).await;
     assert!(
         stored.iter().all(|m| m.return_request_id.is_none()),
         "{stored:?}"
     );
-    let again = f
-        .broker
-        .return_machines(&selectors, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let again = f.return_machines(&selectors).await;
     assert_eq!(again.request.status, RequestStatus::InProgress);
     assert_eq!(again.machines.len(), 2);
 }
@@ -1130,16 +1051,12 @@ async fn a_return_left_unrecorded_is_resumed_only_once_its_claim_is_free() {
     let id = acquire.machines[0].machine_id.clone();
     // The process releasing it dies before recording: the stored return is what is left.
     cut_off_next_release(&f);
-    let ret = f
-        .broker
-        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&[by_name(&id)]).await;
     let return_id = ret.request.request_id.clone();
 
     // While another process holds the claim, a read leaves the release to it.
     let held = f.broker.store.try_claim(&return_id).await.unwrap().unwrap();
-    let waiting = f.broker.refresh(&return_id).await.unwrap().unwrap();
+    let waiting = f.refresh(&return_id).await;
     assert!(is_unrecorded_return(&waiting.request));
     assert!(
         waiting
@@ -1158,7 +1075,7 @@ async fn a_return_left_unrecorded_is_resumed_only_once_its_claim_is_free() {
 
     // Its holder gone, the next read resumes it at once: no wait for the deadline.
     drop(held);
-    let resumed = f.broker.refresh(&return_id).await.unwrap().unwrap();
+    let resumed = f.refresh(&return_id).await;
     assert_eq!(releases(&f), 2);
     assert!(!is_unrecorded_return(&resumed.request));
     assert_eq!(resumed.request.status, RequestStatus::InProgress);
@@ -1267,15 +1184,15 @@ async fn a_refresh_while_a_cancel_deletes_answers_from_storage() {
     let (release, release_rx) = tokio::sync::oneshot::channel();
     *f.provider.cancel_gate.lock().unwrap() = Some((started_tx, release_rx));
     // Were the provider asked, it would report every machine gone.
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+    f.next_status(
         Verdict::Failed {
             reason: "all machines lost".into(),
         },
         &[],
-    )));
+    );
     let meanwhile = async {
         started.await.unwrap();
-        let during = f.broker.refresh(&id).await.unwrap().unwrap();
+        let during = f.refresh(&id).await;
         release.send(()).unwrap();
         during
     };
@@ -1289,7 +1206,7 @@ async fn a_refresh_while_a_cancel_deletes_answers_from_storage() {
     assert_eq!(cancelled.unwrap().request.status, RequestStatus::Cancelled);
     // Once the cancel is over, refreshes ask again (a finished request from storage).
     assert_eq!(
-        f.broker.refresh(&id).await.unwrap().unwrap().request.status,
+        f.refresh(&id).await.request.status,
         RequestStatus::Cancelled
     );
 }
@@ -1302,12 +1219,7 @@ async fn a_report_from_an_out_of_date_view_is_applied_and_says_so() {
     let mut stale = report(Verdict::Fulfilled, &[(&id, MachineStatus::Running)]);
     stale.note = Some("served from a watch failing for 12 s".into());
     f.provider.statuses.lock().unwrap().push_back(Ok(stale));
-    let seen = f
-        .broker
-        .refresh(&view.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let seen = f.refresh(&view.request.request_id).await;
     assert_eq!(seen.request.status, RequestStatus::Complete);
     assert_eq!(
         seen.note.as_deref(),
@@ -1351,10 +1263,7 @@ async fn reclaims_combine_stored_losses_and_provider_notices() {
             note: None,
         }));
     f.broker.refresh(&view.request.request_id).await.unwrap();
-    f.broker
-        .return_machines(&[by_name(&ids[2])], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    f.return_machines(&[by_name(&ids[2])]).await;
     *f.provider.notices.lock().unwrap() = vec![
         ReclaimNotice {
             machine_id: ids[1].clone(),
@@ -1390,11 +1299,7 @@ async fn observe(f: &Fixture, view: &RequestView, verdict: Verdict, statuses: &[
         .map(String::as_str)
         .zip(statuses.iter().copied())
         .collect();
-    f.provider
-        .statuses
-        .lock()
-        .unwrap()
-        .push_back(Ok(report(verdict, &pairs)));
+    f.next_status(verdict, &pairs);
     f.broker.refresh(&view.request.request_id).await.unwrap();
 }
 
@@ -1410,11 +1315,7 @@ async fn a_failed_machine_is_returned_like_any_other() {
     )
     .await;
     let failed = &view.machines[0].machine_id;
-    let ret = f
-        .broker
-        .return_machines(&[by_name(failed)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&[by_name(failed)]).await;
     assert_eq!(ret.request.status, RequestStatus::InProgress);
     assert_eq!(
         f.provider.calls().last().unwrap(),
@@ -1503,11 +1404,7 @@ async fn a_return_past_its_deadline_frees_its_machines_and_clears_what_it_left()
     )
     .await;
     let id = view.machines[0].machine_id.clone();
-    let ret = f
-        .broker
-        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&[by_name(&id)]).await;
     // The machine never goes; the return reaches its deadline.
     f.advance(301);
     let mut still_there = report(Verdict::InProgress, &[(&id, MachineStatus::Running)]);
@@ -1517,12 +1414,7 @@ async fn a_return_past_its_deadline_frees_its_machines_and_clears_what_it_left()
         .lock()
         .unwrap()
         .push_back(Ok(still_there));
-    let ended = f
-        .broker
-        .refresh(&ret.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = f.refresh(&ret.request.request_id).await;
     assert_eq!(ended.request.status, RequestStatus::Timeout);
     assert_eq!(ended.machines[0].return_request_id, None);
     let reason = ended.machines[0].status_reason.clone().unwrap();
@@ -1533,11 +1425,7 @@ async fn a_return_past_its_deadline_frees_its_machines_and_clears_what_it_left()
         f.provider.calls()
     );
     // ... so a new return is accepted.
-    let again = f
-        .broker
-        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let again = f.return_machines(&[by_name(&id)]).await;
     assert_eq!(again.request.status, RequestStatus::InProgress);
 }
 
@@ -1552,11 +1440,7 @@ async fn machines_a_release_takes_along_join_the_return_and_an_ended_acquire_is_
         request_id: view.request.request_id.to_string(),
         reason: "the Job was returned".into(),
     }];
-    let ret = f
-        .broker
-        .return_machines(&[by_name(&ids[0])], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&[by_name(&ids[0])]).await;
     let mut covered = ret.request.machine_ids.clone();
     covered.sort();
     let mut all = ids.clone();
@@ -1815,34 +1699,19 @@ async fn records_can_be_purged_once_nothing_needs_them() {
         matches!(&refused, BrokerError::PurgeRefused(t) if t.contains("still in_progress") && t.contains("cancel it")),
         "{refused}"
     );
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
-        Verdict::Fulfilled,
-        &[(&id, MachineStatus::Running)],
-    )));
+    f.next_status(Verdict::Fulfilled, &[(&id, MachineStatus::Running)]);
     f.broker.refresh(&acquire_id).await.unwrap();
     let refused = f.broker.purge_machine(&id).await.unwrap_err();
     assert!(refused.to_string().contains("return it first"), "{refused}");
-    let ret = f
-        .broker
-        .return_machines(&[by_name(&id)], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&[by_name(&id)]).await;
     assert!(
         f.broker
             .purge_request(&ret.request.request_id)
             .await
             .is_err()
     );
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
-        Verdict::Fulfilled,
-        &[(&id, MachineStatus::Terminated)],
-    )));
-    let done = f
-        .broker
-        .refresh(&ret.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    f.next_status(Verdict::Fulfilled, &[(&id, MachineStatus::Terminated)]);
+    let done = f.refresh(&ret.request.request_id).await;
     assert_eq!(done.request.status, RequestStatus::Complete);
 
     let purged = f.broker.purge_machine(&id).await.unwrap();

@@ -14,11 +14,7 @@ async fn killed_mid_acquire(f: &Fixture, count: u32) -> orb_core::request::Reque
         .started(now)
         .deadline(now + jiff::SignedDuration::from_secs(300))
         .build();
-    f.broker
-        .store
-        .insert_request(&mut request, &mut [])
-        .await
-        .unwrap();
+    f.insert_request(&mut request).await;
     request
 }
 
@@ -41,14 +37,14 @@ async fn an_acquire_resumed_after_its_deadline_is_judged_only_after_the_resume_h
         let id = &request.request_id;
         let names = machine_names(&request);
         f.advance(400);
-        f.provider.statuses.lock().unwrap().push_back(Ok(report(
+        f.next_status(
             Verdict::InProgress,
             &[
                 (&names[0], MachineStatus::Running),
                 (&names[1], MachineStatus::Pending),
             ],
-        )));
-        let resumed = f.broker.refresh(id).await.unwrap().unwrap();
+        );
+        let resumed = f.refresh(id).await;
         assert_eq!(
             resumed.request.status,
             RequestStatus::InProgress,
@@ -58,26 +54,26 @@ async fn an_acquire_resumed_after_its_deadline_is_judged_only_after_the_resume_h
         assert_eq!(resumed.machines.len(), 2, "its machines are recorded");
         if gets_there {
             f.advance(2);
-            f.provider.statuses.lock().unwrap().push_back(Ok(report(
+            f.next_status(
                 Verdict::Fulfilled,
                 &[
                     (&names[0], MachineStatus::Running),
                     (&names[1], MachineStatus::Running),
                 ],
-            )));
-            let done = f.broker.refresh(id).await.unwrap().unwrap();
+            );
+            let done = f.refresh(id).await;
             assert_eq!(done.request.status, RequestStatus::Complete);
         } else {
             // A whole grace period after the resume, the deadline judges it as any other.
             f.advance(301);
-            f.provider.statuses.lock().unwrap().push_back(Ok(report(
+            f.next_status(
                 Verdict::InProgress,
                 &[
                     (&names[0], MachineStatus::Running),
                     (&names[1], MachineStatus::Pending),
                 ],
-            )));
-            let judged = f.broker.refresh(id).await.unwrap().unwrap();
+            );
+            let judged = f.refresh(id).await;
             assert_eq!(judged.request.status, RequestStatus::Partial);
             assert_eq!(
                 judged.request.status_message.as_deref(),

@@ -4,35 +4,17 @@
 
 use super::*;
 
-fn fail_release_of(f: &Fixture, ids: &[&String], reason: &str) {
-    *f.provider.release_failures.lock().unwrap() = ids
-        .iter()
-        .map(|id| MachineFailure {
-            machine_id: (*id).clone(),
-            reason: reason.into(),
-        })
-        .collect();
-}
-
-async fn stored(f: &Fixture, ids: &[String]) -> Vec<Machine> {
-    f.broker.store.find_machines(ids).await.unwrap()
-}
-
 #[tokio::test]
 async fn a_return_whose_every_release_fails_ends_failed_and_frees_its_machines() {
     let f = fixture().await;
     let (ids, keys) = acquired(&f, 2).await;
-    fail_release_of(&f, &[&ids[0], &ids[1]], "pods/eviction is forbidden");
+    f.fail_release_of(&[&ids[0], &ids[1]], "pods/eviction is forbidden");
 
-    let failed = f
-        .broker
-        .return_machines(&keys, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let failed = f.return_machines(&keys).await;
     assert_eq!(failed.request.status, RequestStatus::Failed);
     let message = failed.request.status_message.clone().unwrap_or_default();
     assert!(message.contains("pods/eviction is forbidden"), "{message}");
-    for m in stored(&f, &ids).await {
+    for m in f.stored_machines(&ids).await {
         assert_eq!(m.return_request_id, None, "{} stays held", m.machine_id);
         assert!(
             m.status_reason
@@ -44,11 +26,7 @@ async fn a_return_whose_every_release_fails_ends_failed_and_frees_its_machines()
     }
 
     f.provider.release_failures.lock().unwrap().clear();
-    let again = f
-        .broker
-        .return_machines(&keys, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let again = f.return_machines(&keys).await;
     assert_eq!(again.request.status, RequestStatus::InProgress);
 }
 
@@ -56,13 +34,9 @@ async fn a_return_whose_every_release_fails_ends_failed_and_frees_its_machines()
 async fn a_machine_whose_release_failed_is_freed_while_the_rest_are_returned() {
     let f = fixture().await;
     let (ids, keys) = acquired(&f, 2).await;
-    fail_release_of(&f, &[&ids[0]], "a PodDisruptionBudget refused the eviction");
+    f.fail_release_of(&[&ids[0]], "a PodDisruptionBudget refused the eviction");
 
-    let ret = f
-        .broker
-        .return_machines(&keys, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let ret = f.return_machines(&keys).await;
     assert_eq!(ret.request.status, RequestStatus::InProgress);
     assert_eq!(ret.request.machine_ids, vec![ids[1].clone()]);
     assert_eq!(ret.request.requested_count, 1);
@@ -71,7 +45,8 @@ async fn a_machine_whose_release_failed_is_freed_while_the_rest_are_returned() {
         note.contains(&ids[0]) && note.contains("PodDisruptionBudget"),
         "{note}"
     );
-    let by_id: HashMap<String, Machine> = stored(&f, &ids)
+    let by_id: HashMap<String, Machine> = f
+        .stored_machines(&ids)
         .await
         .into_iter()
         .map(|m| (m.machine_id.clone(), m))
@@ -83,24 +58,12 @@ async fn a_machine_whose_release_failed_is_freed_while_the_rest_are_returned() {
     );
 
     // The rest completes the return on its own.
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
-        Verdict::Fulfilled,
-        &[(&ids[1], MachineStatus::Terminated)],
-    )));
-    let done = f
-        .broker
-        .refresh(&ret.request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
+    f.next_status(Verdict::Fulfilled, &[(&ids[1], MachineStatus::Terminated)]);
+    let done = f.refresh(&ret.request.request_id).await;
     assert_eq!(done.request.status, RequestStatus::Complete);
 
     f.provider.release_failures.lock().unwrap().clear();
-    let again = f
-        .broker
-        .return_machines(&keys[..1], UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let again = f.return_machines(&keys[..1]).await;
     assert_eq!(again.request.machine_ids, vec![ids[0].clone()]);
 }
 
@@ -109,11 +72,7 @@ async fn a_machine_whose_release_failed_is_freed_while_the_rest_are_returned() {
 async fn a_machine_held_by_a_return_that_ended_can_be_returned_again() {
     let f = fixture().await;
     let (ids, keys) = acquired(&f, 1).await;
-    let first = f
-        .broker
-        .return_machines(&keys, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let first = f.return_machines(&keys).await;
     let mut ended = first.request.clone();
     orb_core::lifecycle::apply(
         &mut ended,
@@ -128,15 +87,11 @@ async fn a_machine_held_by_a_return_that_ended_can_be_returned_again() {
         .update_request(&mut ended, &mut [])
         .await
         .unwrap();
-    assert!(stored(&f, &ids).await[0].return_request_id.is_some());
+    assert!(f.stored_machines(&ids).await[0].return_request_id.is_some());
 
-    let again = f
-        .broker
-        .return_machines(&keys, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let again = f.return_machines(&keys).await;
     assert_eq!(
-        stored(&f, &ids).await[0].return_request_id.as_ref(),
+        f.stored_machines(&ids).await[0].return_request_id.as_ref(),
         Some(&again.request.request_id)
     );
 }
@@ -145,16 +100,8 @@ async fn a_machine_held_by_a_return_that_ended_can_be_returned_again() {
 async fn a_return_of_a_machine_held_by_another_return_says_what_it_left_out() {
     let f = fixture().await;
     let (ids, keys) = acquired(&f, 2).await;
-    let first = f
-        .broker
-        .return_machines(&keys[..1], UnknownNames::Refuse)
-        .await
-        .unwrap();
-    let second = f
-        .broker
-        .return_machines(&keys, UnknownNames::Refuse)
-        .await
-        .unwrap();
+    let first = f.return_machines(&keys[..1]).await;
+    let second = f.return_machines(&keys).await;
     assert_eq!(second.request.machine_ids, vec![ids[1].clone()]);
     let note = second.note.clone().unwrap_or_default();
     assert!(
@@ -172,13 +119,13 @@ async fn a_return_right_after_an_acquire_nobody_read_finds_its_machines() {
     let acquire = f.broker.request_machines("deploy", 2).await.unwrap();
     assert!(acquire.machines.is_empty(), "a controller's acquire");
     let name = format!("m-{}-0001", &acquire.request.request_id.hex_digits()[..8]);
-    f.provider.statuses.lock().unwrap().push_back(Ok(report(
+    f.next_status(
         Verdict::Fulfilled,
         &[
             (&name.replace("-0001", "-0000"), MachineStatus::Running),
             (&name, MachineStatus::Running),
         ],
-    )));
+    );
 
     let ret = f
         .broker
@@ -213,7 +160,7 @@ async fn the_last_known_hosts_of_a_deployment_take_its_replacements_along() {
         Ok(report(Verdict::Fulfilled, &all))
     };
     f.provider.statuses.lock().unwrap().push_back(running(&[]));
-    let done = f.broker.refresh(&id).await.unwrap().unwrap();
+    let done = f.refresh(&id).await;
     assert_eq!(done.request.status, RequestStatus::Complete);
     f.advance(60);
     f.provider
