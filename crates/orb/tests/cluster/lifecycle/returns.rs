@@ -3,45 +3,37 @@
 //! Deployment and give the template's capacity back.
 
 use kube_fixture::{Check, wait_for};
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::world::{Kind, SETTLE, Setup, World, machine, machine_ids, summary};
+use super::world::{Kind, SETTLE, Setup, World, machine_ids, summary};
+use super::{controller_of, status_of};
 
-fn status_of<'a>(view: &'a serde_json::Value, id: &str) -> &'a str {
-    machine(view, id)["status"].as_str().unwrap_or("?")
+fn running(view: &Value) -> usize {
+    machine_ids(view)
+        .iter()
+        .filter(|m| status_of(view, m) == "running")
+        .count()
 }
 
-#[tokio::test]
-#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
-async fn returning_every_deployment_host_hostfactory_knows_after_a_loss_leaves_nothing() {
-    let mut w = World::new("ret-leak", Setup::new(Kind::Deployment).max_number(3)).await;
-    let id = w.request(3);
+/// Waits for the acquire `id` of 3 to complete with its 3 machines running: the hosts
+/// HostFactory knows, and their controller.
+async fn three_running(w: &World, id: &str) -> (Vec<String>, String) {
     let view = w
-        .wait_status(&id, "3 running machines, the request complete", |v| {
-            v["request"]["status"] == "complete"
-                && machine_ids(v).len() == 3
-                && machine_ids(v).iter().all(|m| status_of(v, m) == "running")
+        .wait_status(id, "3 running machines, the request complete", |v| {
+            v["request"]["status"] == "complete" && running(v) == 3
         })
         .await;
-    let known = machine_ids(&view);
-    let deployment = view["request"]["resource_ids"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    (machine_ids(&view), controller_of(w, &view).unwrap())
+}
 
-    // A pod lost outside orb (after the acquire ended; the ReplicaSet replaces it) and the
-    // status reads that follow the finished acquire record the loss and the replacement.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    w.delete_pod(&known[0]).await;
-    w.wait_status(&id, "the loss and its replacement recorded", |v| {
-        let ids = machine_ids(v);
-        ids.len() == 4
-            && status_of(v, &known[0]) == "terminated"
-            && ids.iter().filter(|m| status_of(v, m) == "running").count() == 3
-    })
-    .await;
-
-    // HostFactory gives back every host it knows, the lost one too.
+/// HostFactory gives back every host it knows, the lost ones too: the return completes, no
+/// pod and no `controller` is left, and the template's capacity is back.
+async fn returning_known_leaves_nothing(
+    w: &mut World,
+    id: &str,
+    known: &[String],
+    controller: &str,
+) {
     let mut args = vec!["machines", "return"];
     args.extend(known.iter().map(String::as_str));
     let ret = w.json(&args);
@@ -49,16 +41,14 @@ async fn returning_every_deployment_host_hostfactory_knows_after_a_loss_leaves_n
     let done = w.wait_finished(&ret_id).await;
     assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
 
-    wait_for("no pod and no Deployment left", SETTLE, || async {
-        let pods = w.pods(&id).await;
-        let controller = w.controller_exists(&deployment).await;
-        if pods.is_empty() && !controller {
+    let kind = w.setup.kind.api();
+    wait_for(&format!("no pod and no {kind} left"), SETTLE, || async {
+        let pods = w.pods(id).await;
+        let there = w.controller_exists(controller).await;
+        if pods.is_empty() && !there {
             Check::Done(())
         } else {
-            Check::NotYet(format!(
-                "pods {:?}, Deployment there: {controller}",
-                pods.keys()
-            ))
+            Check::NotYet(format!("pods {:?}, {kind} there: {there}", pods.keys()))
         }
     })
     .await;
@@ -67,6 +57,26 @@ async fn returning_every_deployment_host_hostfactory_knows_after_a_loss_leaves_n
         templates["templates"][0]["availableNumber"], 3,
         "the template's capacity is back: {templates}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn returning_every_deployment_host_hostfactory_knows_after_a_loss_leaves_nothing() {
+    let mut w = World::new("ret-leak", Setup::new(Kind::Deployment).max_number(3)).await;
+    let id = w.request(3);
+    let (known, deployment) = three_running(&w, &id).await;
+    assert_eq!(known.len(), 3, "{known:?}");
+
+    // A pod lost outside orb (after the acquire ended; the ReplicaSet replaces it) and the
+    // status reads that follow the finished acquire record the loss and the replacement.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    w.delete_pod(&known[0]).await;
+    w.wait_status(&id, "the loss and its replacement recorded", |v| {
+        machine_ids(v).len() == 4 && status_of(v, &known[0]) == "terminated" && running(v) == 3
+    })
+    .await;
+
+    returning_known_leaves_nothing(&mut w, &id, &known, &deployment).await;
 }
 
 /// The same after a node drain (cordon, evictions honouring PDBs): every host on the drained
@@ -80,21 +90,7 @@ async fn returning_every_deployment_host_after_a_drain_leaves_nothing() {
         .on_node_with_room(3);
     let mut w = World::new("ret-drain", setup).await;
     let id = w.request(3);
-    let view = w
-        .wait_status(&id, "3 running machines, the request complete", |v| {
-            v["request"]["status"] == "complete"
-                && machine_ids(v)
-                    .iter()
-                    .filter(|m| status_of(v, m) == "running")
-                    .count()
-                    == 3
-        })
-        .await;
-    let known = machine_ids(&view);
-    let deployment = view["request"]["resource_ids"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (known, deployment) = three_running(&w, &id).await;
     let pods = w.pods(&id).await;
     let node = pods
         .values()
@@ -111,30 +107,7 @@ async fn returning_every_deployment_host_after_a_drain_leaves_nothing() {
     })
     .await;
 
-    let mut args = vec!["machines", "return"];
-    args.extend(known.iter().map(String::as_str));
-    let ret = w.json(&args);
-    let ret_id = ret["request"]["request_id"].as_str().unwrap().to_string();
-    let done = w.wait_finished(&ret_id).await;
-    assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
-    wait_for("no pod and no Deployment left", SETTLE, || async {
-        let pods = w.pods(&id).await;
-        let controller = w.controller_exists(&deployment).await;
-        if pods.is_empty() && !controller {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!(
-                "pods {:?}, Deployment there: {controller}",
-                pods.keys()
-            ))
-        }
-    })
-    .await;
-    let templates = w.script("getAvailableTemplates.sh", &json!({}));
-    assert_eq!(
-        templates["templates"][0]["availableNumber"], 3,
-        "{templates}"
-    );
+    returning_known_leaves_nothing(&mut w, &id, &known, &deployment).await;
 }
 
 /// A StatefulSet recreates a lost pod under the same name: the machine HostFactory knows
@@ -144,22 +117,7 @@ async fn returning_every_deployment_host_after_a_drain_leaves_nothing() {
 async fn returning_every_statefulset_host_after_a_loss_leaves_nothing() {
     let mut w = World::new("ret-sts", Setup::new(Kind::StatefulSet).max_number(3)).await;
     let id = w.request(3);
-    let running = |v: &serde_json::Value| {
-        machine_ids(v)
-            .iter()
-            .filter(|m| status_of(v, m) == "running")
-            .count()
-    };
-    let view = w
-        .wait_status(&id, "3 running machines, the request complete", |v| {
-            v["request"]["status"] == "complete" && running(v) == 3
-        })
-        .await;
-    let known = machine_ids(&view);
-    let statefulset = view["request"]["resource_ids"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (known, statefulset) = three_running(&w, &id).await;
     let uid = w.pods(&id).await[&known[1]].metadata.uid.clone();
     w.delete_pod(&known[1]).await;
     wait_for("the lost host back under its name", SETTLE, || async {
@@ -177,28 +135,5 @@ async fn returning_every_statefulset_host_after_a_loss_leaves_nothing() {
     })
     .await;
 
-    let mut args = vec!["machines", "return"];
-    args.extend(known.iter().map(String::as_str));
-    let ret = w.json(&args);
-    let ret_id = ret["request"]["request_id"].as_str().unwrap().to_string();
-    let done = w.wait_finished(&ret_id).await;
-    assert_eq!(done["request"]["status"], "complete", "{}", summary(&done));
-    wait_for("no pod and no StatefulSet left", SETTLE, || async {
-        let pods = w.pods(&id).await;
-        let controller = w.controller_exists(&statefulset).await;
-        if pods.is_empty() && !controller {
-            Check::Done(())
-        } else {
-            Check::NotYet(format!(
-                "pods {:?}, StatefulSet there: {controller}",
-                pods.keys()
-            ))
-        }
-    })
-    .await;
-    let templates = w.script("getAvailableTemplates.sh", &json!({}));
-    assert_eq!(
-        templates["templates"][0]["availableNumber"], 3,
-        "{templates}"
-    );
+    returning_known_leaves_nothing(&mut w, &id, &known, &statefulset).await;
 }
