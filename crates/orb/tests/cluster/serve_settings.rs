@@ -12,12 +12,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 
 use crate::support::accounts::token_for;
-use crate::support::serve_process::spawn_listening;
+use crate::support::serve_process::{ServedNamespace, Server, install, spawn_listening};
 use crate::support::{init_local_control_plane, orb};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
+use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
 use kube_fixture::identity::Managed;
-use kube_fixture::{TestCluster, TestNamespace};
+use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
 
 /// An orb root written by `orb init --local-control-plane` for a fresh namespace, with
@@ -29,11 +30,15 @@ async fn orb_root(
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace(prefix).await;
     let root = init_local_control_plane(&cluster, &ns).await;
+    edit_config(&root, |config| edit(config, ns.name()));
+    (root, ns, cluster)
+}
+
+fn edit_config(root: &tempfile::TempDir, edit: impl FnOnce(&mut Value)) {
     let file = root.path().join("config/config.json");
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    edit(&mut config, ns.name());
+    edit(&mut config);
     std::fs::write(&file, config.to_string()).unwrap();
-    (root, ns, cluster)
 }
 
 /// For the tests that turn inbound auth on: orb's identity gets the TokenReview rule too.
@@ -184,10 +189,9 @@ async fn the_environment_variable_turns_auth_on_and_alone_makes_callers_viewers(
 
     // Seed 001's cheat sheet sets ORB_K8S_INBOUND_AUTH_ENABLED and nothing else: no role
     // mapping at all. orb serve starts, says so, and every authenticated caller is a viewer.
-    let file = root.path().join("config/config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    config.as_object_mut().unwrap().remove("serve");
-    std::fs::write(&file, config.to_string()).unwrap();
+    edit_config(&root, |config| {
+        config.as_object_mut().unwrap().remove("serve");
+    });
     let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns.name());
     let anyone = token_for(&accounts, "anyone").await;
     let mut command = orb(root.path());
@@ -304,10 +308,7 @@ async fn metrics_enabled_false_turns_the_metrics_off() {
 }
 
 /// `/readyz` of `orb serve`, polled until `done` holds for it (or 90 s pass); the last answer.
-async fn readyz_until(
-    server: &crate::support::serve_process::Server,
-    done: impl Fn(u16, &Value) -> bool,
-) -> (u16, Value) {
+async fn readyz_until(server: &Server, done: impl Fn(u16, &Value) -> bool) -> (u16, Value) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     loop {
         let (code, ready) = server.call("GET", "/readyz", None);
@@ -318,26 +319,40 @@ async fn readyz_until(
     }
 }
 
+/// A fault proxy in front of the apiserver that answers 500 to every request `only` matches.
+async fn failing(cluster: &TestCluster, only: RequestMatch) -> FaultProxy {
+    let proxy = FaultProxy::start(cluster).await;
+    proxy.set_plan(FaultPlan {
+        server_error_rate: 1.0,
+        only,
+        ..FaultPlan::default()
+    });
+    proxy
+}
+
+/// Once `proxy` lets everything through, `server` becomes ready by itself, its watch cache
+/// too; the `/readyz` answer.
+async fn ready_once_the_faults_stop(server: &Server, proxy: &FaultProxy) -> Value {
+    proxy.set_plan(FaultPlan::default());
+    let (code, ready) = readyz_until(server, |code, _| code == 200).await;
+    assert_eq!(code, 200, "{ready}\n{}", server.log());
+    assert_eq!(ready["checks"]["watch_cache"]["status"], "ok", "{ready}");
+    ready
+}
+
 /// The apiserver answers, but every call on the leader Lease fails (a fault proxy answers
 /// 500): `orb serve` answers HTTP yet is never ready, names the Lease on `/readyz` and in the
 /// log, and keeps retrying; once the Lease can be used it becomes ready without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn serve_is_not_ready_while_its_lease_fails_and_recovers_by_itself() {
-    use crate::support::serve_process::{Server, install};
-    use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-lease").await;
     let managed = Managed::Namespaces(vec![ns.name().to_string()]);
     let identity = cluster
         .broker_identity_for(&ns, managed, &["leader_election"])
         .await;
-    let proxy = FaultProxy::start(&cluster).await;
-    proxy.set_plan(FaultPlan {
-        server_error_rate: 1.0,
-        only: RequestMatch::path("/leases"),
-        ..FaultPlan::default()
-    });
+    let proxy = failing(&cluster, RequestMatch::path("/leases")).await;
     let through = identity.through(proxy.kubeconfig_path());
     let root = install(&ns, "kube", &through, json!({}));
     let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
@@ -368,11 +383,8 @@ async fn serve_is_not_ready_while_its_lease_fails_and_recovers_by_itself() {
     );
     assert!(background(&ready).contains(&lease), "{ready}");
 
-    proxy.set_plan(FaultPlan::default());
-    let (code, ready) = readyz_until(&server, |code, _| code == 200).await;
-    assert_eq!(code, 200, "{ready}\n{}", server.log());
+    let ready = ready_once_the_faults_stop(&server, &proxy).await;
     assert_eq!(ready["checks"]["background"]["status"], "ok", "{ready}");
-    assert_eq!(ready["checks"]["watch_cache"]["status"], "ok", "{ready}");
     let log = server.log();
     assert!(
         log.contains("orb serve is not ready") && log.contains("retrying in"),
@@ -383,19 +395,16 @@ async fn serve_is_not_ready_while_its_lease_fails_and_recovers_by_itself() {
 
 /// The first line of `server`'s log holding `needle`, waited for up to 10 s (its stderr is
 /// read by another thread).
-async fn logged_line(server: &crate::support::serve_process::Server, needle: &str) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+async fn logged_line(server: &Server, needle: &str) -> String {
+    let what = format!("a line with {needle:?} logged");
+    wait_for(&what, std::time::Duration::from_secs(10), || async {
         let log = server.log();
-        if let Some(line) = log.lines().find(|l| l.contains(needle)) {
-            return line.to_string();
+        match log.lines().find(|l| l.contains(needle)) {
+            Some(line) => Check::Done(line.to_string()),
+            None => Check::NotYet(log),
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no line with {needle:?} logged:\n{log}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// A return through `orb serve` deletes a running machine's pod, and its log says so at the
@@ -403,50 +412,31 @@ async fn logged_line(server: &crate::support::serve_process::Server, needle: &st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_return_through_serve_logs_each_machine_it_deletes() {
-    use crate::support::serve_process::{Server, install};
-    let cluster = TestCluster::connect().await;
-    let ns = cluster.namespace("serve-log").await;
-    let identity = cluster.broker_identity(&ns).await;
-    let root = install(&ns, "kube", &identity.kubeconfig, json!({}));
-    let server = Server::start(root.path(), None);
-    let (code, view) = server.call(
-        "POST",
-        "/api/v1/machines/request",
-        Some(&json!({"template_id": "worker", "count": 1})),
-    );
-    assert_eq!(code, 202, "{view}");
-    let id = view["request"]["request_id"].as_str().unwrap().to_string();
-    let done = server
-        .wait_finished(&id, std::time::Duration::from_secs(90))
-        .await;
-    assert_eq!(done["request"]["status"], "complete", "{done}");
-    let machine = done["machines"][0]["machine_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let served = ServedNamespace::start("serve-log", json!({})).await;
+    let server = &served.server;
+    let done = server.acquire_workers(1).await;
+    let id = done["request"]["request_id"].as_str().unwrap();
+    let machine = done["machines"][0]["machine_id"].as_str().unwrap();
     let (code, body) = server.call(
         "POST",
         "/api/v1/machines/return",
         Some(&json!({"request_id": id})),
     );
     assert!(code == 200 || code == 202, "{code}: {body}");
-    let return_id = body["request"]["request_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let return_id = body["request"]["request_id"].as_str().unwrap_or_default();
     let finished = server
-        .wait_finished(&return_id, std::time::Duration::from_secs(90))
+        .wait_finished(return_id, std::time::Duration::from_secs(90))
         .await;
     assert_eq!(finished["request"]["status"], "complete", "{finished}");
-    let line = logged_line(&server, "given back by a return").await;
+    let line = logged_line(server, "given back by a return").await;
     assert!(
         line.contains(" INFO ")
-            && line.contains(&machine)
-            && line.contains(&id)
-            && line.contains(&return_id),
+            && line.contains(machine)
+            && line.contains(id)
+            && line.contains(return_id),
         "{line}"
     );
-    server.stop();
+    served.server.stop();
 }
 
 /// A cancel through `orb serve` deletes the request's objects, and its log says so at the
@@ -454,33 +444,19 @@ async fn a_return_through_serve_logs_each_machine_it_deletes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_cancel_through_serve_logs_the_objects_it_deletes() {
-    use crate::support::serve_process::{Server, install};
-    let cluster = TestCluster::connect().await;
-    let ns = cluster.namespace("serve-cancel-log").await;
-    let identity = cluster.broker_identity(&ns).await;
     // No node carries this label: the pod stays Pending and the request unfinished.
-    let root = install(
-        &ns,
-        "kube",
-        &identity.kubeconfig,
-        json!({"default_node_selector": {"orb-test/no-such-node": "true"}}),
-    );
-    let server = Server::start(root.path(), None);
-    let (code, view) = server.call(
-        "POST",
-        "/api/v1/machines/request",
-        Some(&json!({"template_id": "worker", "count": 1})),
-    );
-    assert_eq!(code, 202, "{view}");
-    let id = view["request"]["request_id"].as_str().unwrap().to_string();
+    let pending = json!({"default_node_selector": {"orb-test/no-such-node": "true"}});
+    let served = ServedNamespace::start("serve-cancel-log", pending).await;
+    let server = &served.server;
+    let id = server.request_workers(1);
     let (code, body) = server.call("POST", &format!("/api/v1/requests/{id}/cancel"), None);
     assert!(code == 200 || code == 202, "{code}: {body}");
-    let line = logged_line(&server, "deleted the objects of a cancelled request").await;
+    let line = logged_line(server, "deleted the objects of a cancelled request").await;
     assert!(
         line.contains(" INFO ") && line.contains(&id) && line.contains("orb-"),
         "{line}"
     );
-    server.stop();
+    served.server.stop();
 }
 
 /// The apiserver answers, but every read of pods fails (a fault proxy answers 500), so the
@@ -489,19 +465,12 @@ async fn a_cancel_through_serve_logs_the_objects_it_deletes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn serve_is_not_ready_while_its_watch_cache_cannot_list() {
-    use crate::support::serve_process::{Server, install};
-    use kube_fixture::fault_proxy::{FaultPlan, FaultProxy, RequestMatch};
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("serve-blind").await;
     let identity = cluster.broker_identity(&ns).await;
-    let proxy = FaultProxy::start(&cluster).await;
     let mut pod_reads = RequestMatch::path("/pods");
     pod_reads.methods = vec![axum::http::Method::GET];
-    proxy.set_plan(FaultPlan {
-        server_error_rate: 1.0,
-        only: pod_reads,
-        ..FaultPlan::default()
-    });
+    let proxy = failing(&cluster, pod_reads).await;
     let through = identity.through(proxy.kubeconfig_path());
     let root = install(&ns, "kube", &through, json!({}));
     let server = Server::start(root.path(), None);
@@ -518,9 +487,6 @@ async fn serve_is_not_ready_while_its_watch_cache_cannot_list() {
         .unwrap_or_default();
     assert!(detail.starts_with("not serving"), "{ready}");
 
-    proxy.set_plan(FaultPlan::default());
-    let (code, ready) = readyz_until(&server, |code, _| code == 200).await;
-    assert_eq!(code, 200, "{ready}\n{}", server.log());
-    assert_eq!(ready["checks"]["watch_cache"]["status"], "ok", "{ready}");
+    ready_once_the_faults_stop(&server, &proxy).await;
     server.stop();
 }

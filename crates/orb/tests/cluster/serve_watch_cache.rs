@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use crate::support::serve_process::{Server, install};
-use kube_fixture::{Check, TestCluster, wait_for};
+use crate::support::serve_process::{ServedNamespace, Server};
+use kube_fixture::{Check, wait_for};
 use serde_json::{Value, json};
 
 /// The value of the first sample line of `/metrics` that starts with `series`.
@@ -27,18 +27,15 @@ fn metrics(server: &Server) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
-    let cluster = TestCluster::connect().await;
-    let ns = cluster.namespace("serve-cache").await;
-    let identity = cluster.broker_identity(&ns).await;
-    let root = install(&ns, "kube", &identity.kubeconfig, json!({}));
-    let server = Server::start(root.path(), None);
+    let served = ServedNamespace::start("serve-cache", json!({})).await;
+    let server = &served.server;
     // Pods that exist when the cache's first LIST runs arrive in that LIST, not as watch
     // events; the cache must serve before the request so all three are watch events.
     wait_for(
         "the watch cache to serve",
         Duration::from_secs(30),
         || async {
-            match sample(&metrics(&server), "orb_k8s_cache_serving ") {
+            match sample(&metrics(server), "orb_k8s_cache_serving ") {
                 Some(1.0) => Check::Done(()),
                 other => Check::NotYet(format!("orb_k8s_cache_serving {other:?}")),
             }
@@ -46,22 +43,14 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
     )
     .await;
 
-    let (code, view) = server.call(
-        "POST",
-        "/api/v1/machines/request",
-        Some(&json!({"template_id": "worker", "count": 3})),
-    );
-    assert_eq!(code, 202, "{view}");
-    let id = view["request"]["request_id"].as_str().unwrap().to_string();
-    let done = server.wait_finished(&id, Duration::from_secs(90)).await;
-    assert_eq!(done["request"]["status"], "complete", "{done}");
+    server.acquire_workers(3).await;
 
     // The cache holds exactly this namespace's three managed pods.
     let text = wait_for(
         "the cache to hold the 3 pods",
         Duration::from_secs(30),
         || async {
-            let text = metrics(&server);
+            let text = metrics(server);
             match sample(&text, "orb_k8s_cache_pods ") {
                 Some(3.0) => Check::Done(text),
                 other => Check::NotYet(format!("orb_k8s_cache_pods {other:?}")),
@@ -95,7 +84,7 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
             .contains("served from the watch cache (3 pods)"),
         "{ready}"
     );
-    server.stop();
+    served.server.stop();
 }
 
 /// `watch_enabled=false`: no watch cache runs, every status read LISTs, and `/readyz`
@@ -103,26 +92,10 @@ async fn status_comes_from_the_watch_cache_and_the_metrics_say_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn watch_enabled_false_runs_no_cache_and_status_still_works() {
-    let cluster = TestCluster::connect().await;
-    let ns = cluster.namespace("serve-nowatch").await;
-    let identity = cluster.broker_identity(&ns).await;
-    let root = install(
-        &ns,
-        "kube",
-        &identity.kubeconfig,
-        json!({"watch_enabled": false}),
-    );
-    let server = Server::start(root.path(), None);
-    let (code, view) = server.call(
-        "POST",
-        "/api/v1/machines/request",
-        Some(&json!({"template_id": "worker", "count": 2})),
-    );
-    assert_eq!(code, 202, "{view}");
-    let id = view["request"]["request_id"].as_str().unwrap().to_string();
-    let done = server.wait_finished(&id, Duration::from_secs(90)).await;
-    assert_eq!(done["request"]["status"], "complete", "{done}");
-    let text = metrics(&server);
+    let served = ServedNamespace::start("serve-nowatch", json!({"watch_enabled": false})).await;
+    let server = &served.server;
+    server.acquire_workers(2).await;
+    let text = metrics(server);
     assert_eq!(sample(&text, "orb_k8s_cache_serving "), Some(0.0), "{text}");
     assert_eq!(
         sample(&text, "orb_k8s_status_reads_total{reason=\"cache\"}"),
@@ -135,5 +108,5 @@ async fn watch_enabled_false_runs_no_cache_and_status_still_works() {
         .unwrap_or_default()
         .to_string();
     assert!(detail.starts_with("off (watch_enabled=false)"), "{ready}");
-    server.stop();
+    served.server.stop();
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use kube_fixture::identity::BrokerIdentity;
 use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
 
@@ -63,6 +64,32 @@ pub fn install(
     )
     .unwrap();
     root
+}
+
+/// `orb serve` for a fresh namespace `prefix`-*, run as orb's shipped identity on an
+/// [`install`] with `extra`; the namespace and the identity live as long as this.
+pub struct ServedNamespace {
+    pub server: Server,
+    _root: tempfile::TempDir,
+    _identity: BrokerIdentity,
+    pub ns: TestNamespace,
+    pub cluster: TestCluster,
+}
+
+impl ServedNamespace {
+    pub async fn start(prefix: &str, extra: Value) -> ServedNamespace {
+        let cluster = TestCluster::connect().await;
+        let ns = cluster.namespace(prefix).await;
+        let identity = cluster.broker_identity(&ns).await;
+        let root = install(&ns, "kube", &identity.kubeconfig, extra);
+        ServedNamespace {
+            server: Server::start(root.path(), None),
+            _root: root,
+            _identity: identity,
+            ns,
+            cluster,
+        }
+    }
 }
 
 /// A running `orb serve`, its address and everything it wrote to stderr so far; stopped
@@ -166,6 +193,26 @@ impl Server {
         body: Option<&Value>,
     ) -> (u16, Value) {
         http_with(&self.addr, method, path, body, Some(token))
+    }
+
+    /// Asks for `count` machines of the `worker` template [`install`] writes; the request id
+    /// of the accepted request.
+    pub fn request_workers(&self, count: u32) -> String {
+        let (code, view) = self.call(
+            "POST",
+            "/api/v1/machines/request",
+            Some(&json!({"template_id": "worker", "count": count})),
+        );
+        assert_eq!(code, 202, "{view}");
+        view["request"]["request_id"].as_str().unwrap().to_string()
+    }
+
+    /// [`Self::request_workers`], waited for (90 s at most) to complete; its view.
+    pub async fn acquire_workers(&self, count: u32) -> Value {
+        let id = self.request_workers(count);
+        let done = self.wait_finished(&id, Duration::from_secs(90)).await;
+        assert_eq!(done["request"]["status"], "complete", "{done}");
+        done
     }
 
     /// Polls a request's status (asking the provider) until it is finished; its view.
