@@ -157,19 +157,25 @@ pub fn rfc3339(t: Timestamp) -> String {
 
 /// Whether `pdb` is managed by us for the workload with `owner_uid`.
 pub fn is_owned_by(pdb: &PodDisruptionBudget, owner_uid: &str) -> bool {
-    let labelled = pdb
-        .metadata
+    labelled_ours(pdb) && controllers(pdb).any(|o| o.uid == owner_uid)
+}
+
+/// Whether `pdb` carries the label managed-by=pdb-operator.
+fn labelled_ours(pdb: &PodDisruptionBudget) -> bool {
+    pdb.metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(keys::MANAGED_BY))
-        .is_some_and(|v| v == keys::OPERATOR_NAME);
-    let controlled = pdb
-        .metadata
+        .is_some_and(|v| v == keys::OPERATOR_NAME)
+}
+
+/// The owner references of `pdb` that are its controller.
+fn controllers(pdb: &PodDisruptionBudget) -> impl Iterator<Item = &OwnerReference> {
+    pdb.metadata
         .owner_references
         .iter()
         .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == owner_uid);
-    labelled && controlled
+        .filter(|o| o.controller == Some(true))
 }
 
 /// Whether a PDB's selector covers a pod with `labels` (a missing selector covers nothing, an
@@ -187,19 +193,7 @@ pub fn pdb_selector(pdb: &PodDisruptionBudget) -> Option<Selector> {
 /// Whether `pdb` is one of the operator's (any owner): labelled managed-by=pdb-operator and
 /// controlled by a workload.
 fn is_operators(pdb: &PodDisruptionBudget) -> bool {
-    let labelled = pdb
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(keys::MANAGED_BY))
-        .is_some_and(|v| v == keys::OPERATOR_NAME);
-    labelled
-        && pdb
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true))
+    labelled_ours(pdb) && controllers(pdb).next().is_some()
 }
 
 /// Between two of the operator's PDBs over the same pods, whether `mine` is the one to keep:
