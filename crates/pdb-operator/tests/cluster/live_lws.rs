@@ -49,15 +49,9 @@ fn lws_crd() -> CustomResourceDefinition {
     .unwrap()
 }
 
-/// Creates LeaderWorkerSet `name` (label `app=<name>`) of `groups` groups of `size`, and the
-/// pods `<name>-<group>-<worker>` the LWS controller would create for it. Returns the object.
-async fn create_lws_with_pods(
-    c: &Client,
-    n: &str,
-    name: &str,
-    groups: u32,
-    size: u32,
-) -> DynamicObject {
+/// Creates LeaderWorkerSet `name` (label `app=<name>`) of `groups` groups of `size`, without
+/// pods. Returns the object.
+async fn create_lws(c: &Client, n: &str, name: &str, groups: u32, size: u32) -> DynamicObject {
     let ar = pdb_operator::controller::lws::lws_resource();
     let lws_api: Api<DynamicObject> = Api::namespaced_with(c.clone(), n, &ar);
     let lws: DynamicObject = serde_json::from_value(json!({
@@ -66,10 +60,22 @@ async fn create_lws_with_pods(
         "spec": {"replicas": groups, "leaderWorkerTemplate": {"size": size}}
     }))
     .unwrap();
-    let created = lws_api
+    lws_api
         .create(&PostParams::default(), &lws)
         .await
-        .unwrap_or_else(|e| panic!("create LeaderWorkerSet {name}: {e}"));
+        .unwrap_or_else(|e| panic!("create LeaderWorkerSet {name}: {e}"))
+}
+
+/// [`create_lws`], and the pods `<name>-<group>-<worker>` the LWS controller would create for
+/// it. Returns the object.
+async fn create_lws_with_pods(
+    c: &Client,
+    n: &str,
+    name: &str,
+    groups: u32,
+    size: u32,
+) -> DynamicObject {
+    let created = create_lws(c, n, name, groups, size).await;
     for g in 0..groups {
         for w in 0..size {
             create_pod(
@@ -288,22 +294,9 @@ fn explain(cluster: &TestCluster, target: &str, n: &str) -> String {
     text
 }
 
-/// Gang pods labelled `leaderworkerset.sigs.k8s.io/name` are the LeaderWorkerSet path's only
-/// when that LeaderWorkerSet exists: without it the Workload protects them; with it but without
-/// its PDB a Warning says so; once it has its PDB the Workload writes none, so no pod is ever
-/// selected by two PDBs. `explain` says which of these holds.
-#[tokio::test]
-#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
-async fn gang_pods_labelled_for_a_leader_worker_set_are_never_left_unprotected_silently() {
-    let _crd = LWS_CRD.lock().await;
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    install_crd(&cluster.client, &lws_crd()).await;
-    let ns = cluster.namespace("pdbop-lws-gang").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
-    strict_policy(c, n, "p-mesh", "standard", "mesh").await;
+/// Workload `mesh` (label `app=mesh`): 2 all-or-nothing gangs of 2 pods, the pods labelled
+/// as LeaderWorkerSet `lws`'s.
+async fn create_mesh_gangs_labelled_for(c: &Client, n: &str, lws: &str) {
     create_workload(
         c,
         n,
@@ -321,11 +314,30 @@ async fn gang_pods_labelled_for_a_leader_worker_set_are_never_left_unprotected_s
                 n,
                 &format!("mesh-{g}-{w}"),
                 Some(&group),
-                json!({"app": "mesh", "leaderworkerset.sigs.k8s.io/name": "ghost"}),
+                json!({"app": "mesh", "leaderworkerset.sigs.k8s.io/name": lws}),
             )
             .await;
         }
     }
+}
+
+/// Gang pods labelled `leaderworkerset.sigs.k8s.io/name` are the LeaderWorkerSet path's only
+/// when that LeaderWorkerSet exists: without it the Workload protects them; with it but without
+/// its PDB a Warning says so; once it has its PDB the Workload writes none, so no pod is ever
+/// selected by two PDBs. `explain` says which of these holds.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn gang_pods_labelled_for_a_leader_worker_set_are_never_left_unprotected_silently() {
+    let _crd = LWS_CRD.lock().await;
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    install_crd(&cluster.client, &lws_crd()).await;
+    let ns = cluster.namespace("pdbop-lws-gang").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let _op = start_operator(&cluster, n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "p-mesh", "standard", "mesh").await;
+    create_mesh_gangs_labelled_for(c, n, "ghost").await;
     // No LeaderWorkerSet "ghost": the Workload's PDB covers the pods (2 groups of 2, standard:
     // ceil(0.5 × 2) = 1 group → 2).
     wait_pdb(&pdbs, "mesh-pdb", "minAvailable 2", |p| {
@@ -340,17 +352,7 @@ async fn gang_pods_labelled_for_a_leader_worker_set_are_never_left_unprotected_s
 
     // The LeaderWorkerSet appears, unconfigured: it writes no PDB, so the Workload says why it
     // writes none either (noticed at the Workload's 30 s re-check).
-    let ar = pdb_operator::controller::lws::lws_resource();
-    let lws: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "ghost", "labels": {"app": "ghost"}},
-        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2}}
-    }))
-    .unwrap();
-    Api::<DynamicObject>::namespaced_with(c.clone(), n, &ar)
-        .create(&PostParams::default(), &lws)
-        .await
-        .unwrap();
+    create_lws(c, n, "ghost", 2, 2).await;
     let note = wait_event(c, n, "mesh", "WorkloadLeaderWorkerSetUncovered").await;
     assert!(note.contains("LeaderWorkerSet ghost"), "{note}");
     wait_no_pdb(&pdbs, "mesh-pdb").await;
@@ -390,41 +392,10 @@ async fn a_leader_worker_set_created_after_the_gangs_pdb_takes_over_within_secon
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
     strict_policy(c, n, "p-mesh", "standard", "mesh").await;
     strict_policy(c, n, "p-late", "standard", "late").await;
-    create_workload(
-        c,
-        n,
-        "mesh",
-        json!({"app": "mesh"}),
-        json!([gang_template("workers", 2, "all")]),
-    )
-    .await;
-    for g in 0..2 {
-        let group = format!("mesh-workers-{g}");
-        create_pod_group(c, n, "mesh", "workers", &group, 2, "all").await;
-        for w in 0..2 {
-            create_pod(
-                c,
-                n,
-                &format!("mesh-{g}-{w}"),
-                Some(&group),
-                json!({"app": "mesh", "leaderworkerset.sigs.k8s.io/name": "late"}),
-            )
-            .await;
-        }
-    }
+    create_mesh_gangs_labelled_for(c, n, "late").await;
     wait_pdb(&pdbs, "mesh-pdb", "the gang's PDB", |_| true).await;
 
-    let ar = pdb_operator::controller::lws::lws_resource();
-    let lws: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "late", "labels": {"app": "late"}},
-        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2}}
-    }))
-    .unwrap();
-    Api::<DynamicObject>::namespaced_with(c.clone(), n, &ar)
-        .create(&PostParams::default(), &lws)
-        .await
-        .unwrap();
+    create_lws(c, n, "late", 2, 2).await;
     wait_pdb(&pdbs, "late-pdb", "the LeaderWorkerSet's PDB", |_| true).await;
     wait_for(
         "the gang's PDB gone within 5 s of the LeaderWorkerSet's",
