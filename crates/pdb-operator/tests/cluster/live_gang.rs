@@ -12,35 +12,10 @@ use kube::{Api, Client, ResourceExt};
 use kube_fixture::{Check, TestCluster, wait_for};
 use serde_json::json;
 
-/// Seed 003 in namespace `n`: strict mission-critical policy on `app=trainer`, Workload
-/// `trainer` (gang minCount 2, all mode), 4 PodGroups of 2 pods; returns once all 8 are Ready
-/// and the PDB allows its 2 evictions.
+/// [`create_trainer_gang`] in namespace `n`; returns once the PDB allows its 2 evictions.
 async fn seed_gang(c: &Client, n: &str) -> PodDisruptionBudget {
-    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
-    strict_policy(c, n, "training-critical", "mission-critical", "trainer").await;
-    create_workload(
-        c,
-        n,
-        "trainer",
-        json!({"app": "trainer"}),
-        json!([gang_template("workers", 2, "all")]),
-    )
-    .await;
-    create_gang(
-        c,
-        n,
-        Gang {
-            name: "trainer",
-            app: "trainer",
-            groups: 4,
-            per_group: 2,
-            min_count: 2,
-            mode: "all",
-        },
-    )
-    .await;
-    wait_ready_pods(&pods, "app=trainer", 8).await;
+    create_trainer_gang(c, n).await;
     // Scenario 46: ceil(0.9 × 4) = 4 → clamped to 3 groups → minAvailable 3 × 2 = 6, over the
     // labels every member shares (role differs).
     let pdb = wait_pdb(

@@ -10,38 +10,11 @@ use crate::common::*;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
-use kube_fixture::{Check, TestCluster, wait_for};
+use kube_fixture::{Check, wait_for};
 use pdb_operator::names::keys;
 use serde_json::json;
-
-/// Single mode, one PodGroup `<name>-workers-0` of 6 pods, minCount 3, strict `standard`:
-/// minAvailable max(ceil(0.5 × 6), 6 - 3) = 3.
-async fn gang_of_six(c: &Client, n: &str, name: &str) {
-    strict_policy(c, n, &format!("p-{name}"), "standard", name).await;
-    create_workload(
-        c,
-        n,
-        name,
-        json!({"app": name}),
-        json!([gang_template("workers", 3, "single")]),
-    )
-    .await;
-    create_gang(
-        c,
-        n,
-        Gang {
-            name,
-            app: name,
-            groups: 1,
-            per_group: 6,
-            min_count: 3,
-            mode: "single",
-        },
-    )
-    .await;
-}
 
 /// Evicts the first three pods of group 0: the drain reaches minCount and waits.
 async fn drain_to_min_count(pods: &Api<Pod>, pdbs: &Api<PodDisruptionBudget>, name: &str) {
@@ -85,15 +58,11 @@ fn watch_for_gaps(
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn adding_a_pod_group_keeps_a_single_mode_pdb_at_every_moment() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-addgroup").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
-    gang_of_six(c, n, "grow").await;
-    drain_to_min_count(&pods, &pdbs, "grow").await;
+    let t = OperatorNamespace::start("pdbop-addgroup").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let (pods, pdbs) = (&t.pods, &t.pdbs);
+    single_mode_gang(c, n, "grow", 6, "standard").await;
+    drain_to_min_count(pods, pdbs, "grow").await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let (gaps, watcher) = watch_for_gaps(pdbs.clone(), "grow-pdb".into(), stop.clone());
@@ -110,9 +79,9 @@ async fn adding_a_pod_group_keeps_a_single_mode_pdb_at_every_moment() {
         )
         .await;
     }
-    wait_ready_pods(&pods, "app=grow", 7).await;
+    wait_ready_pods(pods, "app=grow", 7).await;
     // Settled: sizes 6 (remembered) and 4, slack min(3, 1) = 1, max(ceil(0.5 × 10), 10 - 1) = 9.
-    wait_pdb(&pdbs, "grow-pdb", "minAvailable 9 with both groups", |p| {
+    wait_pdb(pdbs, "grow-pdb", "minAvailable 9 with both groups", |p| {
         // Group 0 is short since the drain (`@<unix seconds>`); group 1 is whole.
         let sizes = p
             .metadata
@@ -129,7 +98,7 @@ async fn adding_a_pod_group_keeps_a_single_mode_pdb_at_every_moment() {
     watcher.await.unwrap();
     assert_eq!(gaps.load(Ordering::SeqCst), 0, "grow-pdb was missing");
     assert_eq!(occurrences(c, n, "grow", "WorkloadSkipped").await, 0);
-    let (code, message) = evict(&pods, "grow-0-3")
+    let (code, message) = evict(pods, "grow-0-3")
         .await
         .expect_err("group 0 is at minCount 3");
     assert_eq!(code, 429, "{message}");
@@ -142,16 +111,12 @@ async fn adding_a_pod_group_keeps_a_single_mode_pdb_at_every_moment() {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn lowering_min_count_lets_a_drain_go_on_within_one_resync() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-shrink").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
-    gang_of_six(c, n, "shrink").await;
-    drain_to_min_count(&pods, &pdbs, "shrink").await;
-    let (code, message) = evict(&pods, "shrink-0-3")
+    let t = OperatorNamespace::start("pdbop-shrink").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let (pods, pdbs) = (&t.pods, &t.pdbs);
+    single_mode_gang(c, n, "shrink", 6, "standard").await;
+    drain_to_min_count(pods, pdbs, "shrink").await;
+    let (code, message) = evict(pods, "shrink-0-3")
         .await
         .expect_err("the drain waits at minCount 3");
     assert_eq!(code, 429, "{message}");
@@ -179,7 +144,7 @@ async fn lowering_min_count_lets_a_drain_go_on_within_one_resync() {
     // Size 3 (the live pods), slack 1: max(ceil(0.5 × 3), 3 - 1) = 2, one eviction allowed.
     let resync = Duration::from_secs(35);
     wait_for("the 4th eviction allowed", resync, || async {
-        match evict(&pods, "shrink-0-3").await {
+        match evict(pods, "shrink-0-3").await {
             Ok(()) => Check::Done(()),
             Err((code, message)) => Check::NotYet(format!("{code} {message}")),
         }
@@ -223,15 +188,11 @@ async fn lowering_min_count_lets_a_drain_go_on_within_one_resync() {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_finished_pod_with_the_gangs_labels_leaves_the_pdb_in_place() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-finished").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
-    gang_of_six(c, n, "done").await;
-    wait_pdb(&pdbs, "done-pdb", "minAvailable 3", |p| {
+    let t = OperatorNamespace::start("pdbop-finished").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let (pods, pdbs) = (&t.pods, &t.pdbs);
+    single_mode_gang(c, n, "done", 6, "standard").await;
+    wait_pdb(pdbs, "done-pdb", "minAvailable 3", |p| {
         min_available(p) == Some(json!(3))
     })
     .await;
@@ -245,19 +206,7 @@ async fn a_finished_pod_with_the_gangs_labels_leaves_the_pdb_in_place() {
         json!({"pod-container-running-failed.stage.kwok.x-k8s.io": "true"}),
     )
     .await;
-    wait_for("earlier-run Failed", WAIT, || async {
-        let phase = pods
-            .get("earlier-run")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .and_then(|s| s.phase);
-        match phase.as_deref() {
-            Some("Failed") => Check::Done(()),
-            other => Check::NotYet(format!("phase {other:?}")),
-        }
-    })
-    .await;
+    wait_failed(pods, "earlier-run").await;
     let stop = Arc::new(AtomicBool::new(false));
     let (gaps, watcher) = watch_for_gaps(pdbs.clone(), "done-pdb".into(), stop.clone());
     pods.patch(

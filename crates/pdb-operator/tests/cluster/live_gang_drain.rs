@@ -17,32 +17,6 @@ use pdb_operator::crd::PDBPolicy;
 use pdb_operator::names::keys;
 use serde_json::json;
 
-/// Single mode, 1 PodGroup of `pods` pods, minCount 3, under a strict `class` policy.
-async fn single_mode_gang(c: &kube::Client, n: &str, name: &str, pods: usize, class: &str) {
-    strict_policy(c, n, &format!("p-{name}"), class, name).await;
-    create_workload(
-        c,
-        n,
-        name,
-        json!({"app": name}),
-        json!([gang_template("workers", 3, "single")]),
-    )
-    .await;
-    create_gang(
-        c,
-        n,
-        Gang {
-            name,
-            app: name,
-            groups: 1,
-            per_group: pods,
-            min_count: 3,
-            mode: "single",
-        },
-    )
-    .await;
-}
-
 /// Evicts `pod` (which must be allowed), waits until it is gone and the operator looked again.
 async fn evict_and_settle(pods: &Api<Pod>, addr: std::net::SocketAddr, pod: &str) {
     let before = reconciles(addr, "workload-pdb").await;
@@ -117,13 +91,9 @@ async fn a_single_mode_pdb_holds_when_a_drain_reaches_min_count() {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_failed_member_does_not_count() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-failed").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let t = OperatorNamespace::start("pdbop-failed").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let (pods, pdbs) = (&t.pods, &t.pdbs);
     create_workload(
         c,
         n,
@@ -152,19 +122,7 @@ async fn a_failed_member_does_not_count() {
         json!({"app": "job", "pod-container-running-failed.stage.kwok.x-k8s.io": "true"}),
     )
     .await;
-    wait_for("job-0-4 Failed", WAIT, || async {
-        let phase = pods
-            .get("job-0-4")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .and_then(|s| s.phase);
-        match phase.as_deref() {
-            Some("Failed") => Check::Done(()),
-            other => Check::NotYet(format!("phase {other:?}")),
-        }
-    })
-    .await;
+    wait_failed(pods, "job-0-4").await;
     let running = pods
         .list(&ListParams::default().labels("app=job"))
         .await
@@ -176,11 +134,11 @@ async fn a_failed_member_does_not_count() {
     assert_eq!(running, 4);
     strict_policy(c, n, "p-job", "mission-critical", "job").await;
     // ceil(0.9 × 4) = 4 → clamped to 3 (BudgetClamped); floor 4 - (4 - 3) = 3.
-    wait_pdb(&pdbs, "job-pdb", "minAvailable 3", |p| {
+    wait_pdb(pdbs, "job-pdb", "minAvailable 3", |p| {
         min_available(p) == Some(json!(3))
     })
     .await;
-    wait_disruptions(&pdbs, "job-pdb", 4, 1).await;
+    wait_disruptions(pdbs, "job-pdb", 4, 1).await;
     let note = wait_event(c, n, "job", "BudgetClamped").await;
     assert!(note.contains("one pod can be drained"), "{note}");
     assert_eq!(
@@ -197,12 +155,9 @@ async fn a_failed_member_does_not_count() {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_starting_gang_does_not_flap() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-start").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let t = OperatorNamespace::start("pdbop-start").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let pdbs = &t.pdbs;
     strict_policy(c, n, "p-rise", "standard", "rise").await;
     create_workload(
         c,
@@ -226,7 +181,7 @@ async fn a_starting_gang_does_not_flap() {
         .await;
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
-    let pdb = wait_pdb(&pdbs, "rise-pdb", "minAvailable 3", |p| {
+    let pdb = wait_pdb(pdbs, "rise-pdb", "minAvailable 3", |p| {
         min_available(p) == Some(json!(3))
     })
     .await;
@@ -338,11 +293,8 @@ fn captured_logs() -> &'static Captured {
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_skip_is_logged() {
     let captured = captured_logs();
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-skiplog").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
+    let t = OperatorNamespace::start("pdbop-skiplog").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
     strict_policy(c, n, "p-solo", "mission-critical", "solo").await;
     create_workload(
         c,

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use kube_fixture::{Check, TestCluster, wait_for};
+use kube_fixture::{Check, wait_for};
 use pdb_operator::crd::PDBPolicy;
 use pdb_operator::pdb::pdb_selects;
 use serde_json::{Value, json};
@@ -126,12 +126,9 @@ fn deployment(name: &str, replicas: i32, pod_spec_extra: Value) -> Deployment {
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_users_pdb_after_the_deployments_makes_the_operator_yield_and_take_over_again() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-yield-deploy").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    let t = OperatorNamespace::start("pdbop-yield-deploy").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let pdbs = &t.pdbs;
     strict_policy(c, n, "web-standard", "standard", "web").await;
     let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
     deployments
@@ -139,7 +136,7 @@ async fn a_users_pdb_after_the_deployments_makes_the_operator_yield_and_take_ove
         .await
         .unwrap();
     wait_ready_pods(&Api::namespaced(c.clone(), n), "app=web", 3).await;
-    wait_pdb(&pdbs, "web-pdb", "minAvailable 50%", |p| {
+    wait_pdb(pdbs, "web-pdb", "minAvailable 50%", |p| {
         min_available(p) == Some(json!("50%"))
     })
     .await;
@@ -173,7 +170,7 @@ async fn a_users_pdb_after_the_deployments_makes_the_operator_yield_and_take_ove
     // `explain` shows why there is no PDB of ours.
     let out = assert_cmd::Command::cargo_bin("pdb-operator")
         .unwrap()
-        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("KUBECONFIG", &t.cluster.kubeconfig)
         .args(["explain", "deployment/web", "-n", n])
         .output()
         .unwrap();
@@ -186,7 +183,7 @@ async fn a_users_pdb_after_the_deployments_makes_the_operator_yield_and_take_ove
     pdbs.delete("team-pdb", &DeleteParams::default())
         .await
         .unwrap();
-    wait_pdb(&pdbs, "web-pdb", "back after team-pdb left", |p| {
+    wait_pdb(pdbs, "web-pdb", "back after team-pdb left", |p| {
         min_available(p) == Some(json!("50%"))
     })
     .await;
@@ -197,32 +194,11 @@ async fn a_users_pdb_after_the_deployments_makes_the_operator_yield_and_take_ove
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_users_pdb_after_the_gangs_makes_the_operator_yield_and_take_over_again() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-yield-gang").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
-    strict_policy(c, n, "training-critical", "mission-critical", "trainer").await;
-    create_workload(
-        c,
-        n,
-        "trainer",
-        json!({"app": "trainer"}),
-        json!([gang_template("workers", 2, "all")]),
-    )
-    .await;
-    let gang = Gang {
-        name: "trainer",
-        app: "trainer",
-        groups: 4,
-        per_group: 2,
-        min_count: 2,
-        mode: "all",
-    };
-    create_gang(c, n, gang).await;
-    wait_ready_pods(&Api::namespaced(c.clone(), n), "app=trainer", 8).await;
-    wait_pdb(&pdbs, "trainer-pdb", "minAvailable 6", |p| {
+    let t = OperatorNamespace::start("pdbop-yield-gang").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let pdbs = &t.pdbs;
+    create_trainer_gang(c, n).await;
+    wait_pdb(pdbs, "trainer-pdb", "minAvailable 6", |p| {
         min_available(p) == Some(json!(6))
     })
     .await;
@@ -237,18 +213,15 @@ async fn a_users_pdb_after_the_gangs_makes_the_operator_yield_and_take_over_agai
     pdbs.delete("team-pdb", &DeleteParams::default())
         .await
         .unwrap();
-    wait_pdb(&pdbs, "trainer-pdb", "back after team-pdb left", |_| true).await;
+    wait_pdb(pdbs, "trainer-pdb", "back after team-pdb left", |_| true).await;
     wait_only_pdb(c, n, "app=trainer", "trainer-pdb").await;
 }
 
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn one_policy_over_a_workload_and_the_deployment_of_its_pods_leaves_one_pdb() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-overlap").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
+    let t = OperatorNamespace::start("pdbop-overlap").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
     // The Deployment's pods are the members of a single-mode gang: PodGroup mix-workers-0 of
     // Workload mix-gang. One policy (app=mix) comes to match both.
     create_workload(
@@ -308,11 +281,8 @@ async fn one_policy_over_a_workload_and_the_deployment_of_its_pods_leaves_one_pd
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn two_deployments_over_the_same_pods_matched_at_once_end_with_one_pdb() {
-    let cluster = TestCluster::connect().await;
-    install_policy_crds(&cluster.client).await;
-    let ns = cluster.namespace("pdbop-race").await;
-    let (c, n) = (&cluster.client, ns.name());
-    let _op = start_operator(&cluster, n);
+    let t = OperatorNamespace::start("pdbop-race").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
     let deployments: Api<Deployment> = Api::namespaced(c.clone(), n);
     for part in ["a", "b"] {
         let d: Deployment = serde_json::from_value(json!({

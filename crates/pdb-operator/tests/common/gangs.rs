@@ -5,7 +5,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::create_pod;
+use super::{create_pod, strict_policy, wait_ready_pods};
 
 pub async fn create_workload(
     client: &Client,
@@ -97,4 +97,59 @@ pub async fn create_gang(client: &Client, ns: &str, gang: Gang<'_>) {
             .await;
         }
     }
+}
+
+/// Single mode, 1 PodGroup `<name>-workers-0` of `pods` pods, minCount 3, under a strict
+/// `class` policy.
+pub async fn single_mode_gang(c: &Client, n: &str, name: &str, pods: usize, class: &str) {
+    strict_policy(c, n, &format!("p-{name}"), class, name).await;
+    create_workload(
+        c,
+        n,
+        name,
+        json!({"app": name}),
+        json!([gang_template("workers", 3, "single")]),
+    )
+    .await;
+    create_gang(
+        c,
+        n,
+        Gang {
+            name,
+            app: name,
+            groups: 1,
+            per_group: pods,
+            min_count: 3,
+            mode: "single",
+        },
+    )
+    .await;
+}
+
+/// Seed 003 in namespace `n`: strict mission-critical policy on `app=trainer`, Workload
+/// `trainer` (gang minCount 2, all mode), 4 PodGroups of 2 pods; returns once all 8 are Ready.
+pub async fn create_trainer_gang(c: &Client, n: &str) {
+    strict_policy(c, n, "training-critical", "mission-critical", "trainer").await;
+    create_workload(
+        c,
+        n,
+        "trainer",
+        json!({"app": "trainer"}),
+        json!([gang_template("workers", 2, "all")]),
+    )
+    .await;
+    create_gang(
+        c,
+        n,
+        Gang {
+            name: "trainer",
+            app: "trainer",
+            groups: 4,
+            per_group: 2,
+            min_count: 2,
+            mode: "all",
+        },
+    )
+    .await;
+    wait_ready_pods(&Api::namespaced(c.clone(), n), "app=trainer", 8).await;
 }

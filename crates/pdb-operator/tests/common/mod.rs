@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::PostParams;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use kube_fixture::{Check, TestCluster, wait_for};
+use kube_fixture::{Check, TestCluster, TestNamespace, wait_for};
 use pdb_operator::crd::{ClusterPDBPolicy, PDBPolicy};
 use pdb_operator::runtime::{RunOptions, run};
 use serde_json::{Value, json};
@@ -187,6 +187,32 @@ pub fn start_operator(cluster: &TestCluster, ns: &str) -> Operator {
     start_operator_with(cluster, ns, |_| {})
 }
 
+/// A test's own namespace `prefix`-*, with the policy CRDs installed and the operator scoped
+/// to it (stopped before the namespace goes).
+pub struct OperatorNamespace {
+    pub pods: Api<Pod>,
+    pub pdbs: Api<PodDisruptionBudget>,
+    _op: Operator,
+    pub ns: TestNamespace,
+    pub cluster: TestCluster,
+}
+
+impl OperatorNamespace {
+    pub async fn start(prefix: &str) -> OperatorNamespace {
+        let cluster = TestCluster::connect().await;
+        install_policy_crds(&cluster.client).await;
+        let ns = cluster.namespace(prefix).await;
+        let (c, n) = (&cluster.client, ns.name());
+        OperatorNamespace {
+            pods: Api::namespaced(c.clone(), n),
+            pdbs: Api::namespaced(c.clone(), n),
+            _op: start_operator(&cluster, n),
+            ns,
+            cluster,
+        }
+    }
+}
+
 /// Starts the operator scoped to `ns` serving `/metrics`; returns it and the address.
 pub fn start_operator_with_metrics(
     cluster: &TestCluster,
@@ -306,6 +332,23 @@ pub async fn wait_event(client: &Client, ns: &str, object: &str, reason: &str) -
         }
     })
     .await
+}
+
+/// Waits until pod `name` has failed.
+pub async fn wait_failed(pods: &Api<Pod>, name: &str) {
+    wait_for(&format!("{name} Failed"), WAIT, || async {
+        let phase = pods
+            .get(name)
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .and_then(|s| s.phase);
+        match phase.as_deref() {
+            Some("Failed") => Check::Done(()),
+            other => Check::NotYet(format!("phase {other:?}")),
+        }
+    })
+    .await;
 }
 
 pub fn is_ready(p: &Pod) -> bool {
