@@ -99,37 +99,30 @@ fn pods_outside_the_known_groups_do_not_break_the_selector(
     #[case] group: Option<&str>,
     #[case] age_secs: i64,
 ) {
-    let mut all = pods(&[2, 2, 2, 2]);
     let mut other = with_gang_labels("other");
     other.inactive = inactive;
     other.pod_group_name = group.map(String::from);
     other.created = Some(now() - jiff::SignedDuration::from_secs(age_secs));
-    all.push(other);
     assert_eq!(
-        min_available(decide(
-            &gang(2, "all"),
-            &groups(4, 2),
-            &all,
-            "mission-critical"
-        )),
+        min_available(decide_four_gangs_of_two_and(other)),
         Some(IntOrString::Int(6))
     );
 }
 
 #[test]
 fn a_pod_whose_pod_group_never_shows_up_is_a_stranger_after_a_while() {
-    let mut all = pods(&[2, 2, 2, 2]);
     let mut other = with_gang_labels("other");
     other.pod_group_name = Some("nowhere".into());
     other.created = Some(now() - jiff::SignedDuration::try_from(GROUP_WAIT).unwrap());
-    all.push(other);
     assert_eq!(
-        reason(decide(
-            &gang(2, "all"),
-            &groups(4, 2),
-            &all,
-            "mission-critical"
-        )),
+        reason(decide_four_gangs_of_two_and(other)),
         Some(reasons::WORKLOAD_SELECTOR_UNRESOLVABLE)
     );
+}
+
+/// The decision for 4 all-mode groups of 2 (minCount 2, mission-critical) and `other`.
+fn decide_four_gangs_of_two_and(other: PodView) -> Decision {
+    let mut all = pods(&[2, 2, 2, 2]);
+    all.push(other);
+    decide(&gang(2, "all"), &groups(4, 2), &all, "mission-critical")
 }
