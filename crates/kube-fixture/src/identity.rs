@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::serde::Serialize;
@@ -225,6 +226,7 @@ impl TestCluster {
                 binding,
             )
             .await;
+            granted(&self.client, sa_ns, Some(&namespace), &rules[0]).await;
         }
         if !cluster_rules.is_empty() {
             let role = json!({"metadata": owned(name.clone()), "rules": cluster_rules});
@@ -234,6 +236,7 @@ impl TestCluster {
                 bind("ClusterRole", &name),
             )
             .await;
+            granted(&self.client, sa_ns, None, &cluster_rules[0]).await;
         }
         // Longer than any test runs; the apiserver refuses less than 10 minutes.
         let request: TokenRequest =
@@ -273,6 +276,41 @@ impl TestCluster {
             _dir: dir,
         }
     }
+}
+
+/// Waits until the apiserver's authorizer grants the ServiceAccount of `sa_ns` the first verb of
+/// `rule` (in `namespace`, or in every namespace): a new binding reaches the RBAC authorizer
+/// through its informer, which a loaded machine can leave behind the test's first call.
+async fn granted(admin: &Client, sa_ns: &str, namespace: Option<&str>, rule: &Value) {
+    let first = |key: &str| rule[key][0].as_str().unwrap_or_default().to_string();
+    let resource = first("resources");
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, sub)) => (r.to_string(), Some(sub.to_string())),
+        None => (resource, None),
+    };
+    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
+        "user": format!("system:serviceaccount:{sa_ns}:{SERVICE_ACCOUNT}"),
+        "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{sa_ns}"), "system:authenticated"],
+        "resourceAttributes": {"group": first("apiGroups"), "resource": resource,
+            "subresource": subresource, "verb": first("verbs"), "namespace": namespace},
+    }}))
+    .expect("a SubjectAccessReview");
+    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
+    crate::wait_for(
+        &format!("the authorizer to grant {rule} to {SERVICE_ACCOUNT} in {namespace:?}"),
+        std::time::Duration::from_secs(60),
+        || {
+            let (reviews, review) = (reviews.clone(), review.clone());
+            async move {
+                match reviews.create(&PostParams::default(), &review).await {
+                    Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => crate::Check::Done(()),
+                    Ok(r) => crate::Check::NotYet(format!("not yet: {:?}", r.status)),
+                    Err(e) => crate::Check::NotYet(format!("error: {e}")),
+                }
+            }
+        },
+    )
+    .await;
 }
 
 async fn create<K>(api: &Api<K>, object: Value)

@@ -227,19 +227,24 @@ async fn a_crash_loop_reads_failed_while_it_lasts_and_running_once_recovered() {
     );
 }
 
-/// The pod timeout applies only to units that never started. With a 2 s timeout (the
-/// template's, so the test need not wait 300 s), a host that ran and lost its readiness
-/// past it is never timed out or deleted, even by a read that knows nothing stored of it.
+/// The pod timeout applies only to units that never started. With an 8 s timeout (the
+/// template's, so the test need not wait 300 s; long enough for a pod to start on a loaded
+/// machine), a host that ran and lost its readiness past it is never timed out or deleted,
+/// even by a read that knows nothing stored of it.
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_machine_that_ran_is_never_timed_out_past_a_short_pod_timeout() {
     let h = harness("truth-timeout", json!({})).await;
+    let mut hosts = Vec::new();
     for kind in KINDS {
         let mut t = host(kind);
-        t.provider_config = Some(json!({"pod_timeout_seconds": 2}));
+        t.provider_config = Some(json!({"pod_timeout_seconds": 8}));
         let host = Host::acquire(&h, &t).await;
         let uid = host.live_uid(&h).await;
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        hosts.push((kind, host, uid));
+    }
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    for (kind, host, uid) in hosts {
         host.kubelet(&h).set_ready(false).await;
         for _ in 0..2 {
             let read = host.read(&h, None).await;
