@@ -423,13 +423,18 @@ impl K8sProvider {
         let missing = expected.minus(&SortedNames::new(
             machines.iter().map(|m| m.machine_id.as_str()),
         ));
-        let removed_earlier = SortedNames::new(
-            input
-                .machines
-                .iter()
-                .filter(|m| removed_by_orb(&m.provider_data))
-                .map(|m| m.machine().machine_id.as_str()),
-        );
+        // Built only when a pod is missing: most reads of a large request miss none.
+        let removed_earlier = if missing.is_empty() {
+            SortedNames::new(std::iter::empty())
+        } else {
+            SortedNames::new(
+                input
+                    .machines
+                    .iter()
+                    .filter(|m| removed_by_orb(&m.provider_data))
+                    .map(|m| m.machine().machine_id.as_str()),
+            )
+        };
         for name in missing.iter() {
             let mut gone = MachineObservation::new(name, MachineStatus::Terminated);
             gone.status_reason = Some(if removed_earlier.contains(name) {
