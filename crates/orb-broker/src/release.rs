@@ -481,11 +481,15 @@ impl Broker {
                             now,
                         )?;
                     } else {
-                        // The return goes on for the rest and is judged on them alone.
+                        // The return goes on for the rest and ends `partial` (HostFactory:
+                        // complete_with_error), naming what it could not give back: a caller
+                        // told `complete` would count those hosts as gone.
                         request
                             .machine_ids
                             .retain(|id| !outcome.failed.iter().any(|f| &f.machine_id == id));
-                        request.requested_count = request.machine_ids.len() as u32;
+                        if let Some(data) = request.provider_data.as_object_mut() {
+                            data.insert(NOT_RELEASED.into(), why.clone().into());
+                        }
                     }
                     note = Some(why);
                 }
@@ -580,6 +584,33 @@ fn is_only_replacements(kept: &[Machine], finished: Option<jiff::Timestamp>) -> 
         && kept.iter().all(|m| {
             m.provider_api == Some(orb_core::ProviderApi::Deployment) && m.created_at > finished
         })
+}
+
+/// The key of a return's provider data naming the machines it could not release.
+const NOT_RELEASED: &str = "not_released";
+
+/// A provider's verdict on a return, judged with what the release left out: a return that
+/// could not release some named machines is `partial` once the rest are gone, never
+/// `complete`, and its message says which and why.
+pub(super) fn judge_return(
+    request: &Request,
+    verdict: Verdict,
+    message: Option<String>,
+) -> (Verdict, Option<String>) {
+    let left_out = request
+        .provider_data
+        .get(NOT_RELEASED)
+        .and_then(|v| v.as_str());
+    match (verdict, left_out) {
+        (Verdict::Fulfilled, Some(left_out)) => {
+            let message = match message {
+                Some(m) => format!("{m}; {left_out}"),
+                None => left_out.to_string(),
+            };
+            (Verdict::Partial { is_final: true }, Some(message))
+        }
+        (verdict, _) => (verdict, message),
+    }
 }
 
 /// What a return says while the cluster keeps it from releasing.

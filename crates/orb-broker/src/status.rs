@@ -265,13 +265,23 @@ impl Broker {
                         changed_flags = fold_report(&request, &mut machines, &report, now);
                         stale = report.note.clone();
                         if !follow_up {
+                            let (verdict, message) = match request.request_type {
+                                RequestType::Return => crate::release::judge_return(
+                                    &request,
+                                    report.verdict.clone(),
+                                    report.message.clone(),
+                                ),
+                                RequestType::Acquire => {
+                                    (report.verdict.clone(), report.message.clone())
+                                }
+                            };
                             lifecycle::apply(
                                 &mut request,
                                 LifecycleEvent::ProviderVerdict {
-                                    verdict: report.verdict.clone(),
+                                    verdict,
                                     fulfilled: report.fulfilled,
                                     failed: report.failed,
-                                    message: report.message.clone(),
+                                    message,
                                 },
                                 now,
                             )?;
