@@ -88,6 +88,7 @@ pub(crate) async fn give_back(soak: &Soak, hosts: &[String]) {
     let sending = format!("sending {}", uuid::Uuid::new_v4());
     let record = ReturnRecord {
         names: hosts.iter().cloned().collect(),
+        started: Instant::now(),
         finished: None,
     };
     soak.returns.lock().unwrap().insert(sending.clone(), record);

@@ -308,6 +308,13 @@ fn check_removals(soak: &Soak, now: &Sample, before: Option<&Sample>, checks: &m
             ));
             continue;
         }
+        if lost_to_a_scale_down(soak, &returns, before, pod) {
+            soak.note(format!(
+                "{name} lost its readiness while a sibling's return scaled the Deployment down, \
+                 and the ReplicaSet took it instead (a known limit, docs/handlers.md)"
+            ));
+            continue;
+        }
         let (stored, reported) = (before.stored.get(name), before.reported.get(name));
         let stored = stored.map(|m| m["status"].clone());
         let what = format!(
@@ -316,6 +323,34 @@ fn check_removals(soak: &Soak, now: &Sample, before: Option<&Sample>, checks: &m
         );
         soak.violate(&format!("unnamed-removal {name}"), what);
     }
+}
+
+/// Whether `pod` is a Deployment's pod whose readiness the loop flapped within the last
+/// 10 s, while a return of another pod of the same request began: the ReplicaSet ranks a
+/// not-Ready pod before any deletion cost, so a scale-down that lands in that instant takes
+/// it (docs/handlers.md, "Known limits").
+fn lost_to_a_scale_down(
+    soak: &Soak,
+    returns: &BTreeMap<String, super::ReturnRecord>,
+    before: &Sample,
+    pod: &Pod,
+) -> bool {
+    const WINDOW: Duration = Duration::from_secs(10);
+    let label = |p: &Pod, key: &str| p.metadata.labels.as_ref()?.get(key).cloned();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let flapped = soak.flapped.lock().unwrap().get(&name).copied();
+    if label(pod, "orb.io/provider-api").as_deref() != Some("Deployment")
+        || flapped.is_none_or(|at| at.elapsed() > WINDOW)
+    {
+        return false;
+    }
+    let request = label(pod, "orb.io/request-id");
+    returns
+        .values()
+        .filter(|r| r.started.elapsed() < WINDOW)
+        .flat_map(|r| &r.names)
+        .filter_map(|n| before.pods.get(n))
+        .any(|sibling| label(sibling, "orb.io/request-id") == request)
 }
 
 /// A finished return must leave no host held: a return refused because a host is "already
@@ -335,8 +370,9 @@ pub(crate) async fn check_held(soak: &Soak, id: &str, message: &str) {
     }
 }
 
-/// Gives back every live machine orb stores, again until none is left and no orb object
-/// remains (or two minutes pass); whether it got there, and what is left if not.
+/// Gives back every live machine orb stores and every host getReturnRequests lists, again
+/// until none is left and no orb object remains (or two minutes pass); whether it got there,
+/// and what is left if not.
 pub(crate) async fn return_everything(soak: &Soak) -> Result<(), String> {
     let until = Instant::now() + Duration::from_secs(120);
     let mut left = String::new();
@@ -356,7 +392,20 @@ pub(crate) async fn return_everything(soak: &Soak) -> Result<(), String> {
             return Ok(());
         }
         left = format!("live machines {live:?}, orb objects {objects:?}");
-        give_back(soak, &live).await;
+        // As HostFactory does: the live hosts, and whatever getReturnRequests lists (the lost
+        // hosts of a Job that failed take the Job with them).
+        let mut hosts = live;
+        if let Some(listed) = soak.hf("getReturnRequests", json!({})).await {
+            let listed = listed["requests"].as_array().cloned().unwrap_or_default();
+            hosts.extend(
+                listed
+                    .iter()
+                    .filter_map(|r| r["machine"].as_str().map(String::from)),
+            );
+        }
+        hosts.sort();
+        hosts.dedup();
+        give_back(soak, &hosts).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     Err(left)

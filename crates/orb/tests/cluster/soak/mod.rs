@@ -64,6 +64,7 @@ impl Rng {
 #[derive(Clone, Debug)]
 pub(crate) struct ReturnRecord {
     pub names: BTreeSet<String>,
+    pub started: Instant,
     pub finished: Option<(Instant, String)>,
 }
 
@@ -86,6 +87,8 @@ pub(crate) struct Soak {
     pub checks: AtomicU64,
     /// Pods the loop deleted, evicted or crash-looped: orb may lose them without a return.
     pub disrupted: Mutex<BTreeSet<String>>,
+    /// When the loop last flapped each pod's readiness.
+    pub flapped: Mutex<BTreeMap<String, Instant>>,
     pub acquires: Mutex<BTreeSet<String>>,
     /// Every host a client's own polls of its acquire named: what HostFactory knows of.
     pub known: Mutex<BTreeSet<String>>,
@@ -272,6 +275,7 @@ async fn disruption_soak() {
         blind_until: Mutex::new(Instant::now()),
         log: Mutex::default(),
         applied: Mutex::default(),
+        flapped: Mutex::default(),
         violations: Mutex::default(),
         checks: AtomicU64::new(0),
         disrupted: Mutex::default(),
@@ -447,6 +451,10 @@ async fn misbehave_once(soak: &Soak, rng: &mut Rng) {
     let choice = rng.range(0, 5);
     let kind = ["flap", "restart", "crash-loop", "delete", "evict", "oom"][choice as usize];
     soak.event(kind, name.clone());
+    if kind == "flap" {
+        let mut flapped = soak.flapped.lock().unwrap();
+        flapped.insert(name.clone(), Instant::now());
+    }
     if matches!(kind, "delete" | "evict" | "crash-loop") {
         mark_disrupted(soak, pod, kind != "crash-loop");
     }
