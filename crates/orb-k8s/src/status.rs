@@ -22,7 +22,7 @@ use crate::fulfilment::{
     AcquireFacts, PodTimeoutPolicy, StatusDecision, decide_acquire, decide_return,
     removed_job_state,
 };
-use crate::handlers::{Victims, handler_for};
+use crate::handlers::{Victims, deleted_or_gone, handler_for};
 use crate::kept::Kept;
 use crate::pod_read::PodRead;
 use crate::provider::K8sProvider;
@@ -418,6 +418,29 @@ impl K8sProvider {
                 if removed {
                     mark_removed(&mut machines, &timed_out);
                 }
+            }
+        }
+        // A failed Job runs nothing any more (its controller stopped its pods), and HostFactory,
+        // told the request failed, returns none of it: orb deletes it, as it deletes the pods
+        // it timed out, so nothing with orb's labels is left behind.
+        if kind == ProviderApi::Job
+            && let (Some(job), Some(failure)) = (
+                resource_id.as_deref(),
+                controller.as_ref().and_then(|c| c.failure.as_deref()),
+            )
+        {
+            let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
+                kube::Api::namespaced(client.clone(), &record.namespace);
+            cx.status_cache.invalidate("Job", &record.namespace, job);
+            match deleted_or_gone(
+                jobs.delete(job, &kube::api::DeleteParams::background())
+                    .await,
+            ) {
+                Ok(()) => {
+                    tracing::info!(request_id = %record.request_id, job, "deleted the failed Job ({failure})");
+                    notes.push(format!("orb deleted the failed Job {job}"));
+                }
+                Err(e) => notes.push(format!("the failed Job {job} was not deleted: {e}")),
             }
         }
         let missing = expected.minus(&SortedNames::new(

@@ -197,6 +197,54 @@ async fn a_job_removed_after_it_finished_is_complete_when_every_pod_was_seen_exi
     );
 }
 
+/// A Job that lost a pod outside orb fails (backoffLimit 0) and its controller stops the
+/// others: HostFactory, told the request failed, returns none of it, so orb deletes the Job
+/// itself rather than leave it with orb's labels for ever.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_job_that_failed_after_losing_a_pod_is_deleted_by_orb() {
+    let h = harness("job-lost", json!({})).await;
+    let t = template("batch", Some(ProviderApi::Job));
+    let (req, outcome) = acquire(&h, &t, 2).await;
+    let name = outcome.resource_ids[0].clone();
+    let input = status_input(&req, &t, 2, &outcome);
+    let running = wait_for("both Job pods running", WAIT, || async {
+        match h.provider.status(input.clone()).await {
+            Ok(r)
+                if r.machines.len() == 2
+                    && r.machines
+                        .iter()
+                        .all(|m| m.status == MachineStatus::Running) =>
+            {
+                Check::Done(r)
+            }
+            other => Check::NotYet(format!("{other:?}")),
+        }
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    pods.delete(&running.machines[0].machine_id, &Default::default())
+        .await
+        .unwrap();
+
+    let failed = wait_verdict(&h, &input, "failed").await;
+    let message = failed.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("deleted the failed Job {name}")),
+        "{message}"
+    );
+    let jobs: Api<Job> = Api::namespaced(h.cluster.client.clone(), h.ns.name());
+    wait_for("the failed Job gone", WAIT, || async {
+        match jobs.get_opt(&name).await {
+            Ok(None) => Check::Done(()),
+            Ok(Some(j)) if j.metadata.deletion_timestamp.is_some() => Check::Done(()),
+            other => Check::NotYet(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_live_pods(&h, &req, &[]).await;
+}
+
 const WAITING_REASON: &str = "kwok.orb-rs.io/waiting-reason";
 
 fn reason_has(m: &orb_core::provider::MachineObservation, word: &str) -> bool {
