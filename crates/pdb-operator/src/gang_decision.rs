@@ -165,6 +165,22 @@ fn stranger_candidates<'p>(facts: &GangFacts<'p>, now: Timestamp) -> Vec<&'p Pod
         .collect()
 }
 
+/// How long a gang's budget may allow no eviction, with members missing, before a drain waiting
+/// on it counts as stuck and `WorkloadDrainBlocked` says so. A normal drain reaches "no eviction
+/// allowed" at every step until the owner recreates the evicted pod (seconds to a minute or two);
+/// a member still missing after this is not coming back soon. Between this and [`MEMBER_WAIT`]
+/// the drain waits with a reason; after it the missing members are counted out.
+pub const DRAIN_STUCK_AFTER: Duration = Duration::from_secs(5 * 60);
+
+/// Time left before members missing since `since` make a drain stuck; `None` once they do.
+fn stuck_in(since: Timestamp, now: Timestamp) -> Option<Duration> {
+    let waited = Duration::try_from(now.duration_since(since)).unwrap_or_default();
+    DRAIN_STUCK_AFTER
+        .checked_sub(waited)
+        .filter(|left| !left.is_zero())
+        .map(|left| left.max(Duration::from_secs(1)))
+}
+
 /// Desired PDB for a Workload: unconfigured → `WorkloadUnmanaged`; basic only → nothing
 /// (silent); several gang or composite templates → `WorkloadUnsupported`; still starting and
 /// no PDB yet → wait (silent); no live pods → `WorkloadPDBDeferred` (retry 30 s); pods of an
@@ -172,8 +188,8 @@ fn stranger_candidates<'p>(facts: &GangFacts<'p>, now: Timestamp) -> Vec<&'p Pod
 /// `WorkloadLeaderWorkerSetUncovered`; no exact selector → `WorkloadSelectorUnresolvable` (retry
 /// 30 s); a single-mode gang below minCount that never had a PDB → `WorkloadPDBDeferred` (it
 /// has not formed); no possible budget → `WorkloadSkipped`; otherwise the PDB, with `BudgetClamped` when
-/// the drain clamp lowered it and `WorkloadDrainBlocked` when the gang is short of pods so the
-/// budget allows no eviction.
+/// the drain clamp lowered it and `WorkloadDrainBlocked` when the budget has allowed no eviction
+/// for [`DRAIN_STUCK_AFTER`] because members are missing.
 pub fn desired_pdb_for_gang(
     workload: &GangWorkloadView,
     facts: &GangFacts<'_>,
@@ -433,13 +449,21 @@ pub fn desired_pdb_for_gang(
         .filter(|g| observed.iter().any(|o| o.name == g.name))
         .map(|g| g.live)
         .sum();
-    let blocked = (live <= min_available).then(|| {
+    // A drain stuck on this gang: no eviction allowed, and a member missing for DRAIN_STUCK_AFTER
+    // (a normal drain's evicted pods are recreated well before). Until then, look again then.
+    let missing_since = sizes.remember.values().filter_map(|r| r.short_since).min();
+    let stuck_in = (live <= min_available)
+        .then(|| stuck_in(missing_since.unwrap_or(now), now))
+        .flatten();
+    let blocked = (live <= min_available && stuck_in.is_none()).then(|| {
         let total: u32 = observed.iter().map(|g| g.pods).sum();
         EventNote::warning(
             reasons::WORKLOAD_DRAIN_BLOCKED,
             format!(
-                "Workload {name} has {live} of its {total} gang pods live (short: {}); the PDB keeps minAvailable {min_available}, so no pod can be evicted until the missing ones are back. To shrink the gang on purpose, lower its minCount: the size then follows the pods that exist",
+                "Workload {name} has {live} of its {total} gang pods live (short: {}) and no eviction has been allowed for {}m or more: a drain is stuck on it until the missing pods are back, or until they are counted out {}m after they went. To shrink the gang on purpose, lower its minCount: the size then follows the pods that exist",
                 short_groups(&now_groups, &observed).join(", "),
+                DRAIN_STUCK_AFTER.as_secs() / 60,
+                MEMBER_WAIT.as_secs() / 60,
             ),
         )
     });
@@ -477,6 +501,9 @@ pub fn desired_pdb_for_gang(
             && !want.window.open
         {
             want.events.push(note);
+        }
+        if let Some(left) = stuck_in {
+            want.requeue_after = want.requeue_after.min(left);
         }
     }
     decision
