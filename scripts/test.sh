@@ -95,11 +95,14 @@ echo "--- tests" >&2
 # binary of its own, and cargo runs binaries one after another (docs/tests.md).
 # They (and the helm chart tests) are #[ignore]d so plain `cargo test` passes without a cluster;
 # here every service is up, so --include-ignored runs them with the rest.
-# The disruption soak (crates/orb/tests/cluster/soak, bench/soak.sh) is left out: it still finds
-# violations on some seeds (Job objects left after an outside delete, a non-tail StatefulSet
-# return reported complete, stale states; listed in docs/tests.md), and a red suite lands nothing.
+# The disruption soak runs on its own afterwards, on a calm machine: its invariants have
+# seconds of grace, which other tests running beside it would eat.
 cargo test --workspace --locked --no-fail-fast -- --include-ignored --skip soak:: --test-threads="${ORB_TEST_THREADS:-4}"
 echo "tests done in $(( $(date +%s) - t0 )) s from the start" >&2
+echo "--- disruption soak (bench/soak.sh): 90 s at a fixed seed, 90 s at a random one it prints" >&2
+ORB_SOAK_SECONDS=90 ORB_SOAK_SEED=51 bench/soak.sh
+ORB_SOAK_SECONDS=90 ORB_SOAK_SEED=random bench/soak.sh
+echo "soak done in $(( $(date +%s) - t0 )) s from the start" >&2
 echo "--- bench smoke: every bench of bench/run.sh and bench/scale.sh at a tiny size (BENCH_SMOKE=1)" >&2
 t_smoke=$(date +%s)
 BENCH_SMOKE=1 bench/run.sh
