@@ -87,49 +87,92 @@ pub struct Remembered {
     pub short_since: Option<Timestamp>,
 }
 
-/// Parses `g0=2/2,g1=3,g2=4/2@1765130000`. An entry that does not parse is dropped (someone
-/// edited the annotation): that group then starts again from what is live.
+/// Parses `g0=2/2,g1=3,g2=4/2@1765130000` and its compact form (see [`render_sizes`]). An
+/// entry that does not parse is dropped (someone edited the annotation): that group then starts
+/// again from what is live, and so do the entries after it that build on its name or value.
 pub fn parse_sizes(text: &str) -> BTreeMap<String, Remembered> {
-    text.split(',')
-        .filter_map(|entry| {
-            let (name, value) = entry.trim().split_once('=')?;
-            let (value, since) = match value.split_once('@') {
-                Some((v, t)) => (
-                    v,
-                    Some(Timestamp::from_second(t.trim().parse().ok()?).ok()?),
-                ),
-                None => (value, None),
-            };
-            let (n, m) = match value.split_once('/') {
-                Some((n, m)) => (n, Some(m.trim().parse().ok()?)),
-                None => (value, None),
-            };
-            let entry = Remembered {
-                size: n.trim().parse().ok()?,
-                min_count: m,
-                short_since: since,
-            };
-            (!name.trim().is_empty()).then(|| (name.trim().to_string(), entry))
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    let mut previous: Option<(String, Remembered)> = None;
+    for entry in text.split(',') {
+        previous = parse_entry(entry.trim(), previous.as_ref());
+        if let Some((name, r)) = &previous {
+            out.insert(name.clone(), r.clone());
+        }
+    }
+    out
 }
 
-/// The annotation value for `sizes`, in PodGroup name order.
+fn parse_entry(
+    entry: &str,
+    previous: Option<&(String, Remembered)>,
+) -> Option<(String, Remembered)> {
+    let (name, value) = match entry.split_once('=') {
+        Some((n, v)) => (n.trim(), Some(v.trim())),
+        None => (entry, None),
+    };
+    let name = match name.split_once('~') {
+        Some((shared, suffix)) => {
+            let shared: usize = shared.parse().ok()?;
+            format!("{}{suffix}", previous?.0.get(..shared)?)
+        }
+        None => name.to_string(),
+    };
+    let Some(value) = value else {
+        // Only a shortened name may leave out its value: a bare word is an edit, dropped.
+        let same = previous.filter(|_| entry.contains('~'))?.1.clone();
+        return (!name.is_empty()).then_some((name, same));
+    };
+    let (value, since) = match value.split_once('@') {
+        Some((v, t)) => (
+            v,
+            Some(Timestamp::from_second(t.trim().parse().ok()?).ok()?),
+        ),
+        None => (value, None),
+    };
+    let (n, m) = match value.split_once('/') {
+        Some((n, m)) => (n, Some(m.trim().parse().ok()?)),
+        None => (value, None),
+    };
+    let entry = Remembered {
+        size: n.trim().parse().ok()?,
+        min_count: m,
+        short_since: since,
+    };
+    (!name.is_empty()).then_some((name, entry))
+}
+
+/// The annotation value for `sizes`, in PodGroup name order. Compact so that the record of a
+/// gang of 10,000 PodGroups fits the 256 KiB annotation limit: a name sharing more than two
+/// leading characters with the previous one is written `<shared>~<rest>` (PodGroup names never
+/// hold `~`), and such an entry leaves out `=<value>` when it is the previous entry's value.
+/// `gang-0=2/2,gang-1=2/2,gang-10=3/3` is written `gang-0=2/2,5~1,6~0=3/3`.
 pub fn render_sizes(sizes: &BTreeMap<String, Remembered>) -> String {
-    sizes
-        .iter()
-        .map(|(g, r)| {
-            let mut e = format!("{g}={}", r.size);
+    let mut out = String::new();
+    let mut previous: Option<(&str, &Remembered)> = None;
+    for (g, r) in sizes {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        let shared = previous.map_or(0, |(p, _)| {
+            p.bytes().zip(g.bytes()).take_while(|(a, b)| a == b).count()
+        });
+        if shared > 2 {
+            out += &format!("{shared}~{}", &g[shared..]);
+        } else {
+            out += g;
+        }
+        if shared <= 2 || previous.is_none_or(|(_, p)| p != r) {
+            out += &format!("={}", r.size);
             if let Some(m) = r.min_count {
-                e += &format!("/{m}");
+                out += &format!("/{m}");
             }
             if let Some(t) = r.short_since {
-                e += &format!("@{}", t.as_second());
+                out += &format!("@{}", t.as_second());
             }
-            e
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+        }
+        previous = Some((g, r));
+    }
+    out
 }
 
 /// One PodGroup of the gang as observed now.
@@ -432,7 +475,42 @@ mod tests {
         assert_eq!(sizes["g"].short_since, Some(t0()));
         assert_eq!(
             render_sizes(&sizes),
-            "g=4/2@1796644800,trainer-workers-0=2/2,trainer-workers-1=3"
+            "g=4/2@1796644800,trainer-workers-0=2/2,16~1=3"
+        );
+        assert_eq!(parse_sizes(&render_sizes(&sizes)), sizes);
+    }
+
+    // Issue #52: the record of a gang of 10,000 PodGroups fits the 256 KiB annotation limit,
+    // half of its groups short since a drain, and reads back the same.
+    #[test]
+    fn the_record_of_ten_thousand_pod_groups_fits_an_annotation() {
+        let sizes: BTreeMap<String, Remembered> = (0..10_000)
+            .map(|i| {
+                let mut r = kept(8, 4);
+                if i % 2 == 0 {
+                    r.short_since = Some(t0());
+                }
+                (format!("trainer-0123456789-workers-{i}"), r)
+            })
+            .collect();
+        let text = render_sizes(&sizes);
+        // 135 KB; the uncompacted form was 470 KB. What is left is for the PDB's other annotations.
+        assert!(text.len() < 192 * 1024, "{} bytes", text.len());
+        assert_eq!(parse_sizes(&text), sizes);
+        assert_eq!(
+            parse_sizes("gang-0=2/2,5~1,6~0=3/3"),
+            BTreeMap::from([
+                ("gang-0".into(), kept(2, 2)),
+                ("gang-1".into(), kept(2, 2)),
+                ("gang-10".into(), kept(3, 3)),
+            ])
+        );
+        assert_eq!(
+            parse_sizes("g-0=2/2,9~1,g-2=1,2~3")
+                .keys()
+                .collect::<Vec<_>>(),
+            ["g-0", "g-2", "g-3"],
+            "a name that does not build on its predecessor is dropped"
         );
     }
 

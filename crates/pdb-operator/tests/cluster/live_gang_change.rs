@@ -13,6 +13,7 @@ use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_fixture::{Check, wait_for};
+use pdb_operator::gang_record::parse_sizes;
 use pdb_operator::names::keys;
 use serde_json::json;
 
@@ -89,8 +90,11 @@ async fn adding_a_pod_group_keeps_a_single_mode_pdb_at_every_moment() {
             .as_ref()
             .and_then(|a| a.get(keys::GANG_SIZES));
         min_available(p) == Some(json!(9))
-            && sizes.is_some_and(|s| {
-                s.starts_with("grow-workers-0=6/3@") && s.ends_with(",grow-workers-1=4/3")
+            && sizes.map(|s| parse_sizes(s)).is_some_and(|s| {
+                s.get("grow-workers-0")
+                    .is_some_and(|g| (g.size, g.short_since.is_some()) == (6, true))
+                    && s.get("grow-workers-1")
+                        .is_some_and(|g| (g.size, g.min_count, g.short_since) == (4, Some(3), None))
             })
     })
     .await;
