@@ -1,33 +1,17 @@
 //! Finding high-risk pod fields in a workload body. Every pod spec in the body is inspected:
 //! `spec` of a Pod, `spec.template.spec` of a Deployment, StatefulSet or Job (and
 //! `spec.jobTemplate.spec.template.spec`, should a CronJob body ever pass through), at pod
-//! level and in every container, init container and ephemeral container.
+//! level and in every container, init container and ephemeral container; so are the object's
+//! and the pod template's metadata. The checks themselves are in `pod_checks.rs`.
 
 use serde_json::Value;
 
-/// Capabilities a container may add without a finding: the Pod Security Standards
-/// "baseline" list. Anything else (SYS_ADMIN, NET_ADMIN, NET_RAW, ALL, …) is high-risk.
-pub const SAFE_ADDED_CAPABILITIES: [&str; 13] = [
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
+use super::pod_checks;
+use super::{AuditPolicy, PodSecurityProfile};
 
-const LEGACY_SECCOMP_POD: &str = "seccomp.security.alpha.kubernetes.io/pod";
-const LEGACY_SECCOMP_CONTAINER: &str = "container.seccomp.security.alpha.kubernetes.io/";
-const LEGACY_APPARMOR_CONTAINER: &str = "container.apparmor.security.beta.kubernetes.io/";
-
-/// The kinds of high-risk field.
+/// The kinds of high-risk field. [`HighRiskField::ALL`] is seed 001's list;
+/// [`HighRiskField::BEYOND_SEED`] the Pod Security Standards checks and orb's own rules added
+/// to it (docs/security-audit.md has the table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum HighRiskField {
     HostNetwork,
@@ -42,9 +26,26 @@ pub enum HighRiskField {
     ProcMountUnmasked,
     SeccompUnconfined,
     AppArmorUnconfined,
+    // Pod Security Standards "baseline" checks beyond the seed's list.
+    HostProcess,
+    SeLinuxOptions,
+    UnsafeSysctl,
+    ProbeHost,
+    // Pod Security Standards "restricted" checks (profile `restricted` only).
+    RunAsNonRootUnset,
+    CapabilitiesNotDropped,
+    VolumeType,
+    // orb's own rules, in both profiles.
+    NodeName,
+    TokenAudience,
+    RootGroup,
+    Finalizers,
+    OwnerReferences,
+    ForeignOrbLabel,
 }
 
 impl HighRiskField {
+    /// Seed 001's list.
     pub const ALL: [HighRiskField; 12] = [
         Self::HostNetwork,
         Self::HostPid,
@@ -60,6 +61,23 @@ impl HighRiskField {
         Self::AppArmorUnconfined,
     ];
 
+    /// Everything checked beyond seed 001's list.
+    pub const BEYOND_SEED: [HighRiskField; 13] = [
+        Self::HostProcess,
+        Self::SeLinuxOptions,
+        Self::UnsafeSysctl,
+        Self::ProbeHost,
+        Self::RunAsNonRootUnset,
+        Self::CapabilitiesNotDropped,
+        Self::VolumeType,
+        Self::NodeName,
+        Self::TokenAudience,
+        Self::RootGroup,
+        Self::Finalizers,
+        Self::OwnerReferences,
+        Self::ForeignOrbLabel,
+    ];
+
     /// Why the field is dangerous, in a few words.
     pub fn risk(self) -> &'static str {
         match self {
@@ -71,10 +89,27 @@ impl HighRiskField {
             Self::Privileged => "runs with full access to the node's devices and kernel",
             Self::AllowPrivilegeEscalation => "lets processes gain more privileges (setuid)",
             Self::RunAsRoot => "runs as root (uid 0)",
-            Self::AddedCapability => "adds a Linux capability outside the baseline set",
+            Self::AddedCapability => "adds a Linux capability the profile does not allow",
             Self::ProcMountUnmasked => "exposes the unmasked /proc of the node",
             Self::SeccompUnconfined => "runs without a seccomp filter",
             Self::AppArmorUnconfined => "runs without an AppArmor profile",
+            Self::HostProcess => "runs as a Windows host process, outside any container",
+            Self::SeLinuxOptions => {
+                "chooses an SELinux user, role or type outside the container types"
+            }
+            Self::UnsafeSysctl => "sets a kernel parameter outside the namespaced safe set",
+            Self::ProbeHost => {
+                "makes the kubelet connect to another host (probe or lifecycle hook)"
+            }
+            Self::RunAsNonRootUnset => "may run as root: runAsNonRoot is not true",
+            Self::CapabilitiesNotDropped => "keeps the runtime's default capabilities",
+            Self::VolumeType => "mounts a volume type that reaches the node or the network",
+            Self::NodeName => "pins the pod to a node, past the scheduler and its taints",
+            Self::TokenAudience => "mints a service account token for another audience",
+            Self::RootGroup => "runs with group 0 (root's group)",
+            Self::Finalizers => "sets finalizers that can keep the object from ever being deleted",
+            Self::OwnerReferences => "hands the object to another owner (garbage collection)",
+            Self::ForeignOrbLabel => "carries another orb instance's identity label",
         }
     }
 
@@ -90,13 +125,45 @@ impl HighRiskField {
             Self::AllowPrivilegeEscalation => "set allowPrivilegeEscalation to false",
             Self::RunAsRoot => "run as a non-zero uid (e.g. runAsUser: 1000, runAsNonRoot: true)",
             Self::AddedCapability => {
-                "drop it from capabilities.add (allowed: AUDIT_WRITE, CHOWN, DAC_OVERRIDE, \
-                 FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, \
-                 SETUID, SYS_CHROOT)"
+                "drop it from capabilities.add (profile baseline allows, spelt exactly so: \
+                 AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, \
+                 NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT; profile \
+                 restricted only NET_BIND_SERVICE)"
             }
             Self::ProcMountUnmasked => "remove procMount or set it to Default",
             Self::SeccompUnconfined => "use seccompProfile type RuntimeDefault or Localhost",
             Self::AppArmorUnconfined => "use appArmorProfile type RuntimeDefault or Localhost",
+            Self::HostProcess => "remove windowsOptions.hostProcess or set it to false",
+            Self::SeLinuxOptions => {
+                "leave seLinuxOptions user and role unset and type unset or one of container_t, \
+                 container_init_t, container_kvm_t, container_engine_t"
+            }
+            Self::UnsafeSysctl => {
+                "remove it (allowed: kernel.shm_rmid_forced, net.ipv4.ip_local_port_range, \
+                 net.ipv4.ip_local_reserved_ports, net.ipv4.ip_unprivileged_port_start, \
+                 net.ipv4.ping_group_range, net.ipv4.tcp_syncookies, net.ipv4.tcp_keepalive_time, \
+                 net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, \
+                 net.ipv4.tcp_keepalive_probes, net.ipv4.tcp_rmem, net.ipv4.tcp_wmem, \
+                 net.ipv4.tcp_slow_start_after_idle, net.ipv4.tcp_notsent_lowat)"
+            }
+            Self::ProbeHost => "remove host: probes and hooks then target the pod itself",
+            Self::RunAsNonRootUnset => "set runAsNonRoot: true (pod or container securityContext)",
+            Self::CapabilitiesNotDropped => "set capabilities.drop: [\"ALL\"]",
+            Self::VolumeType => {
+                "use a configMap, secret, downwardAPI, emptyDir, projected, ephemeral, image or \
+                 PVC volume (profile baseline refuses only gitRepo, flexVolume, csi and nfs \
+                 besides hostPath)"
+            }
+            Self::NodeName => "remove nodeName; use a nodeSelector or node affinity",
+            Self::TokenAudience => {
+                "remove the audience (the token is then for the apiserver, like the automatic one)"
+            }
+            Self::RootGroup => "use a non-zero gid for runAsGroup, fsGroup and supplementalGroups",
+            Self::Finalizers => "remove metadata.finalizers; orb deletes what it creates",
+            Self::OwnerReferences => "remove metadata.ownerReferences; orb owns what it creates",
+            Self::ForeignOrbLabel => {
+                "remove the label; orb stamps its own identity labels under its label_prefix"
+            }
         }
     }
 }
@@ -107,7 +174,8 @@ pub struct AuditFinding {
     pub field: HighRiskField,
     /// JSON path in the body, e.g. `spec.template.spec.containers[0].securityContext.privileged`.
     pub path: String,
-    /// The offending value as JSON text (`true`, `0`, `"SYS_ADMIN"`, …).
+    /// The offending value as JSON text (`true`, `0`, `"SYS_ADMIN"`, …), or `(not set)` for
+    /// a field the profile requires.
     pub value: String,
     /// The container it belongs to, when it is container-level.
     pub container: Option<String>,
@@ -123,10 +191,16 @@ impl std::fmt::Display for AuditFinding {
     }
 }
 
-struct Collector(Vec<AuditFinding>);
+pub(super) struct Collector(pub Vec<AuditFinding>);
 
 impl Collector {
-    fn push(&mut self, field: HighRiskField, path: String, value: &Value, container: Option<&str>) {
+    pub fn push(
+        &mut self,
+        field: HighRiskField,
+        path: String,
+        value: &Value,
+        container: Option<&str>,
+    ) {
         self.0.push(AuditFinding {
             field,
             path,
@@ -134,211 +208,37 @@ impl Collector {
             container: container.map(str::to_string),
         });
     }
-}
 
-fn is_true(v: Option<&Value>) -> bool {
-    v.and_then(Value::as_bool) == Some(true)
-}
-
-fn profile_unconfined(v: Option<&Value>) -> bool {
-    v.and_then(|p| p.get("type"))
-        .and_then(Value::as_str)
-        .is_some_and(|t| t.eq_ignore_ascii_case("Unconfined"))
-}
-
-fn is_uid_zero(v: Option<&Value>) -> bool {
-    v.and_then(Value::as_i64) == Some(0)
-}
-
-/// Pod-level and container-level securityContext fields both can hold.
-fn audit_common_security_context(
-    found: &mut Collector,
-    sc: &Value,
-    path: &str,
-    container: Option<&str>,
-) {
-    if is_uid_zero(sc.get("runAsUser")) {
-        found.push(
-            HighRiskField::RunAsRoot,
-            format!("{path}.runAsUser"),
-            &sc["runAsUser"],
-            container,
-        );
-    }
-    if profile_unconfined(sc.get("seccompProfile")) {
-        found.push(
-            HighRiskField::SeccompUnconfined,
-            format!("{path}.seccompProfile.type"),
-            &sc["seccompProfile"]["type"],
-            container,
-        );
-    }
-    if profile_unconfined(sc.get("appArmorProfile")) {
-        found.push(
-            HighRiskField::AppArmorUnconfined,
-            format!("{path}.appArmorProfile.type"),
-            &sc["appArmorProfile"]["type"],
-            container,
-        );
-    }
-}
-
-fn normalized_capability(raw: &str) -> String {
-    let upper = raw.trim().to_ascii_uppercase();
-    upper
-        .strip_prefix("CAP_")
-        .map(str::to_string)
-        .unwrap_or(upper)
-}
-
-fn audit_container(found: &mut Collector, container: &Value, path: &str) {
-    let name = container.get("name").and_then(Value::as_str);
-    if let Some(ports) = container.get("ports").and_then(Value::as_array) {
-        for (i, port) in ports.iter().enumerate() {
-            if port
-                .get("hostPort")
-                .and_then(Value::as_i64)
-                .is_some_and(|p| p != 0)
-            {
-                found.push(
-                    HighRiskField::HostPort,
-                    format!("{path}.ports[{i}].hostPort"),
-                    &port["hostPort"],
-                    name,
-                );
-            }
-        }
-    }
-    let Some(sc) = container.get("securityContext").filter(|v| v.is_object()) else {
-        return;
-    };
-    let sc_path = format!("{path}.securityContext");
-    if is_true(sc.get("privileged")) {
-        found.push(
-            HighRiskField::Privileged,
-            format!("{sc_path}.privileged"),
-            &sc["privileged"],
-            name,
-        );
-    }
-    if is_true(sc.get("allowPrivilegeEscalation")) {
-        found.push(
-            HighRiskField::AllowPrivilegeEscalation,
-            format!("{sc_path}.allowPrivilegeEscalation"),
-            &sc["allowPrivilegeEscalation"],
-            name,
-        );
-    }
-    audit_common_security_context(found, sc, &sc_path, name);
-    if let Some(added) = sc.pointer("/capabilities/add").and_then(Value::as_array) {
-        for (i, cap) in added.iter().enumerate() {
-            let safe = cap.as_str().is_some_and(|c| {
-                SAFE_ADDED_CAPABILITIES.contains(&normalized_capability(c).as_str())
-            });
-            if !safe {
-                found.push(
-                    HighRiskField::AddedCapability,
-                    format!("{sc_path}.capabilities.add[{i}]"),
-                    cap,
-                    name,
-                );
-            }
-        }
-    }
-    if sc.get("procMount").and_then(Value::as_str) == Some("Unmasked") {
-        found.push(
-            HighRiskField::ProcMountUnmasked,
-            format!("{sc_path}.procMount"),
-            &sc["procMount"],
-            name,
-        );
-    }
-}
-
-fn audit_legacy_annotations(found: &mut Collector, metadata: Option<&Value>, path: &str) {
-    let Some(annotations) = metadata
-        .and_then(|m| m.get("annotations"))
-        .and_then(Value::as_object)
-    else {
-        return;
-    };
-    for (key, value) in annotations {
-        let unconfined = value
-            .as_str()
-            .is_some_and(|v| v.eq_ignore_ascii_case("unconfined"));
-        if !unconfined {
-            continue;
-        }
-        let field = if key == LEGACY_SECCOMP_POD || key.starts_with(LEGACY_SECCOMP_CONTAINER) {
-            HighRiskField::SeccompUnconfined
-        } else if key.starts_with(LEGACY_APPARMOR_CONTAINER) {
-            HighRiskField::AppArmorUnconfined
-        } else {
-            continue;
-        };
-        let container = key
-            .rsplit_once('/')
-            .map(|(_, c)| c)
-            .filter(|_| key != LEGACY_SECCOMP_POD);
-        found.push(
+    /// A field the profile requires is missing.
+    pub fn push_unset(&mut self, field: HighRiskField, path: String, container: Option<&str>) {
+        self.0.push(AuditFinding {
             field,
-            format!("{path}.annotations[{key:?}]"),
-            value,
-            container,
-        );
+            path,
+            value: "(not set)".to_string(),
+            container: container.map(str::to_string),
+        });
     }
 }
 
-/// Findings in one pod spec at `path` (e.g. `spec.template.spec`).
-pub fn audit_pod_spec(spec: &Value, path: &str) -> Vec<AuditFinding> {
+/// Findings in one pod spec at `path` (e.g. `spec.template.spec`) under `profile`.
+pub fn audit_pod_spec(spec: &Value, path: &str, profile: PodSecurityProfile) -> Vec<AuditFinding> {
     let mut found = Collector(Vec::new());
-    for (key, field) in [
-        ("hostNetwork", HighRiskField::HostNetwork),
-        ("hostPID", HighRiskField::HostPid),
-        ("hostIPC", HighRiskField::HostIpc),
-    ] {
-        if is_true(spec.get(key)) {
-            found.push(field, format!("{path}.{key}"), &spec[key], None);
-        }
-    }
-    if let Some(sc) = spec.get("securityContext").filter(|v| v.is_object()) {
-        audit_common_security_context(&mut found, sc, &format!("{path}.securityContext"), None);
-    }
-    if let Some(volumes) = spec.get("volumes").and_then(Value::as_array) {
-        for (i, volume) in volumes.iter().enumerate() {
-            if let Some(host_path) = volume.get("hostPath").filter(|v| !v.is_null()) {
-                found.push(
-                    HighRiskField::HostPathVolume,
-                    format!("{path}.volumes[{i}].hostPath"),
-                    host_path,
-                    None,
-                );
-            }
-        }
-    }
-    for list in ["initContainers", "containers", "ephemeralContainers"] {
-        if let Some(containers) = spec.get(list).and_then(Value::as_array) {
-            for (i, container) in containers.iter().enumerate() {
-                audit_container(&mut found, container, &format!("{path}.{list}[{i}]"));
-            }
-        }
-    }
+    pod_checks::check_pod_spec(&mut found, spec, path, profile);
     found.0
 }
 
-/// Findings in every pod spec of a workload body (Pod, Deployment, StatefulSet, Job), plus
-/// the legacy seccomp/AppArmor annotations on the pod metadata.
-pub fn audit_workload_body(body: &Value) -> Vec<AuditFinding> {
-    let mut out = Vec::new();
-    if body.get("kind").and_then(Value::as_str) == Some("Pod")
-        || body.pointer("/spec/containers").is_some()
-    {
+/// Findings in every pod spec of a workload body (Pod, Deployment, StatefulSet, Job), in its
+/// pod metadata (the legacy seccomp/AppArmor annotations) and in the object's own metadata.
+pub fn audit_workload_body(body: &Value, policy: &AuditPolicy) -> Vec<AuditFinding> {
+    let mut found = Collector(Vec::new());
+    pod_checks::check_object_metadata(&mut found, body.get("metadata"), "metadata", policy);
+    let is_pod = body.get("kind").and_then(Value::as_str) == Some("Pod")
+        || body.pointer("/spec/containers").is_some();
+    if is_pod {
         if let Some(spec) = body.get("spec") {
-            out.extend(audit_pod_spec(spec, "spec"));
+            pod_checks::check_pod_spec(&mut found, spec, "spec", policy.profile);
         }
-        let mut c = Collector(Vec::new());
-        audit_legacy_annotations(&mut c, body.get("metadata"), "metadata");
-        out.extend(c.0);
+        pod_checks::check_pod_annotations(&mut found, body.get("metadata"), "metadata");
     }
     for (pointer, path) in [
         ("/spec/template", "spec.template"),
@@ -351,15 +251,16 @@ pub fn audit_workload_body(body: &Value) -> Vec<AuditFinding> {
             continue;
         };
         if let Some(spec) = pod_template.get("spec") {
-            out.extend(audit_pod_spec(spec, &format!("{path}.spec")));
+            pod_checks::check_pod_spec(&mut found, spec, &format!("{path}.spec"), policy.profile);
         }
-        let mut c = Collector(Vec::new());
-        audit_legacy_annotations(
-            &mut c,
+        let metadata_path = format!("{path}.metadata");
+        pod_checks::check_object_metadata(
+            &mut found,
             pod_template.get("metadata"),
-            &format!("{path}.metadata"),
+            &metadata_path,
+            policy,
         );
-        out.extend(c.0);
+        pod_checks::check_pod_annotations(&mut found, pod_template.get("metadata"), &metadata_path);
     }
-    out
+    found.0
 }

@@ -2,15 +2,17 @@
 //! every create, typed or native, after every merge, so no escape hatch bypasses it.
 //! [`audit_workload_body`] finds; [`enforce_audit_policy`] applies the configured mode:
 //! reject (default) fails before any API call listing every finding, warn lets the request
-//! proceed with warnings, off is silent. docs/security-audit.md lists the fields.
+//! proceed with warnings, off is silent. The checks cover the Kubernetes Pod Security
+//! Standards profile the operator chose (`pod_security_profile`: baseline or restricted), seed
+//! 001's list and orb's own rules; docs/security-audit.md lists them with the field each reads.
 
 mod findings;
+mod pod_checks;
 #[cfg(test)]
 mod tests;
 
-pub use findings::{
-    AuditFinding, HighRiskField, SAFE_ADDED_CAPABILITIES, audit_pod_spec, audit_workload_body,
-};
+pub use findings::{AuditFinding, HighRiskField, audit_pod_spec, audit_workload_body};
+pub use pod_checks::SAFE_ADDED_CAPABILITIES;
 
 use serde_json::Value;
 
@@ -28,14 +30,84 @@ pub enum AuditMode {
 }
 
 impl AuditMode {
+    /// The operator's whole audit policy (mode, profile, label prefix): what
+    /// [`enforce_audit_policy`] needs, so a caller passing this on gets the profile too.
+    pub fn from_config(cfg: &K8sProviderConfig) -> AuditPolicy {
+        AuditPolicy::from_config(cfg)
+    }
+}
+
+/// Which Pod Security Standards profile the audit enforces (`pod_security_profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodSecurityProfile {
+    /// The default: the standard's "baseline" checks.
+    #[default]
+    Baseline,
+    /// "baseline" plus the standard's "restricted" checks.
+    Restricted,
+}
+
+impl PodSecurityProfile {
+    pub const NAMES: [&str; 2] = ["baseline", "restricted"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Baseline => "baseline",
+            Self::Restricted => "restricted",
+        }
+    }
+}
+
+impl std::str::FromStr for PodSecurityProfile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "baseline" => Ok(Self::Baseline),
+            "restricted" => Ok(Self::Restricted),
+            other => Err(format!(
+                "{other:?} is not a Pod Security Standards profile orb audits against \
+                 (\"privileged\" is what reject_high_risk_pod_fields=false is for)"
+            )),
+        }
+    }
+}
+
+/// What the audit checks and what it does with findings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPolicy {
+    pub mode: AuditMode,
+    pub profile: PodSecurityProfile,
+    /// orb's own `label_prefix`: identity labels under another prefix are findings.
+    pub label_prefix: String,
+}
+
+impl AuditPolicy {
     pub fn from_config(cfg: &K8sProviderConfig) -> Self {
-        match (
+        let mode = match (
             cfg.audit_high_risk_pod_fields,
             cfg.reject_high_risk_pod_fields,
         ) {
-            (false, _) => Self::Off,
-            (true, false) => Self::Warn,
-            (true, true) => Self::Reject,
+            (false, _) => AuditMode::Off,
+            (true, false) => AuditMode::Warn,
+            (true, true) => AuditMode::Reject,
+        };
+        Self {
+            mode,
+            // The config rules refuse an unknown name before a provider exists.
+            profile: cfg.pod_security_profile.parse().unwrap_or_default(),
+            label_prefix: cfg.label_prefix.clone(),
+        }
+    }
+}
+
+/// A bare mode audits with the defaults: profile baseline, label prefix `orb.io`.
+impl From<AuditMode> for AuditPolicy {
+    fn from(mode: AuditMode) -> Self {
+        let defaults = K8sProviderConfig::default();
+        Self {
+            mode,
+            ..Self::from_config(&defaults)
         }
     }
 }
@@ -57,17 +129,18 @@ pub struct AuditRejection {
     pub findings: Vec<AuditFinding>,
 }
 
-/// Applies `mode` to `body`. `Ok` holds the findings to log as warnings (always empty in
+/// Applies `policy` to `body`. `Ok` holds the findings to log as warnings (always empty in
 /// [`AuditMode::Off`] and [`AuditMode::Reject`]).
 pub fn enforce_audit_policy(
-    mode: AuditMode,
+    policy: impl Into<AuditPolicy>,
     body: &Value,
 ) -> Result<Vec<AuditFinding>, AuditRejection> {
-    if mode == AuditMode::Off {
+    let policy = policy.into();
+    if policy.mode == AuditMode::Off {
         return Ok(Vec::new());
     }
-    let findings = audit_workload_body(body);
-    if mode == AuditMode::Reject && !findings.is_empty() {
+    let findings = audit_workload_body(body, &policy);
+    if policy.mode == AuditMode::Reject && !findings.is_empty() {
         return Err(AuditRejection {
             kind: body
                 .get("kind")

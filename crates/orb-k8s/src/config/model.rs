@@ -56,6 +56,8 @@ pub struct K8sProviderConfig {
     // --- Security audit
     pub audit_high_risk_pod_fields: bool,
     pub reject_high_risk_pod_fields: bool,
+    /// Pod Security Standards profile the audit enforces: `baseline` or `restricted`.
+    pub pod_security_profile: String,
 
     // --- Opt-in features
     pub node_watch_enabled: bool,
@@ -138,6 +140,7 @@ impl Default for K8sProviderConfig {
             controller_status_cache_ttl_seconds: 5.0,
             circuit_breaker_failure_threshold: 5,
             circuit_breaker_reset_timeout: 60,
+            pod_security_profile: "baseline".to_string(),
             max_retries: 3,
             retry_base_delay: 1.0,
             retry_max_delay: 30.0,

@@ -8,6 +8,7 @@ use orb_core::ProviderApi;
 use super::issues::{ConfigIssue, ConfigWarning, FieldOrigin, Origin};
 use super::model::{ALL_NAMESPACES, K8sProviderConfig};
 use super::version::KubernetesVersion;
+use crate::audit::PodSecurityProfile;
 use crate::naming::{self, KindNaming};
 use crate::validation;
 
@@ -312,6 +313,14 @@ fn check_labels_and_pod_defaults(
 }
 
 fn check_timing_and_versions(cfg: &K8sProviderConfig, origins: &Origins<'_>, found: &mut Findings) {
+    if let Err(problem) = cfg.pod_security_profile.parse::<PodSecurityProfile>() {
+        found.issue(
+            origins,
+            "pod_security_profile",
+            problem,
+            "set \"baseline\" (the default) or \"restricted\"",
+        );
+    }
     if let Err(err) = KubernetesVersion::parse(&cfg.min_kubernetes_version) {
         found.issue(
             origins,

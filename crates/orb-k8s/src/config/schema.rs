@@ -106,6 +106,7 @@ pub const FIELDS: &[FieldSpec] = &[
     field("periodic_resync_interval_seconds", SECONDS, WATCH),
     field("audit_high_risk_pod_fields", FieldKind::Bool, AUDIT),
     field("reject_high_risk_pod_fields", FieldKind::Bool, AUDIT),
+    field("pod_security_profile", FieldKind::String, AUDIT),
     field("node_watch_enabled", FieldKind::Bool, OPT_IN),
     field("events_watch_enabled", FieldKind::Bool, OPT_IN),
     field("inbound_auth_enabled", FieldKind::Bool, OPT_IN),

@@ -66,7 +66,7 @@ fn operator_reason(key: &str) -> &'static str {
             "the watch cache, reconciliation and orphan GC select objects by the provider's \
              prefix; objects with another prefix would be invisible to them"
         }
-        "audit_high_risk_pod_fields" | "reject_high_risk_pod_fields" => {
+        "audit_high_risk_pod_fields" | "reject_high_risk_pod_fields" | "pod_security_profile" => {
             "it is the operator's security posture; a template cannot relax its own audit"
         }
         "native_spec_enabled" => {

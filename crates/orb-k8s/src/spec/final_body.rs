@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{BuiltWorkload, SpecError, SpecInputs, build_headless_service, build_workload};
-use crate::audit::{AuditMode, enforce_audit_policy};
+use crate::audit::{AuditPolicy, enforce_audit_policy};
 use crate::config::K8sProviderConfig;
 use crate::error::K8sError;
 use crate::naming::pod_names;
@@ -139,10 +139,10 @@ pub fn final_workload(
             }
         }
     };
-    let mode = AuditMode::from_config(request.config);
+    let policy = AuditPolicy::from_config(request.config);
     let mut findings = Vec::new();
     for body in workload_bodies(&built).0 {
-        match enforce_audit_policy(mode, &body) {
+        match enforce_audit_policy(policy.clone(), &body) {
             Ok(found) => findings.extend(found.iter().map(|f| format!("high-risk pod field: {f}"))),
             Err(rejection) => return Err(fail(rejection.into(), warnings)),
         }
