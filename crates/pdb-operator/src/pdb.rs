@@ -190,6 +190,22 @@ pub fn pdb_selector(pdb: &PodDisruptionBudget) -> Option<Selector> {
     Selector::try_from(sel).ok()
 }
 
+/// Whether `pdb` is one the operator wrote (label and `created-by` annotation) that no workload
+/// controls any more: its workload was deleted with `propagationPolicy: Orphan`, so the garbage
+/// collector stripped the owner reference instead of deleting the PDB (issue #52).
+pub fn is_orphaned(pdb: &PodDisruptionBudget) -> bool {
+    let created_by_us = pdb
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::CREATED_BY))
+        .is_some_and(|v| v == keys::OPERATOR_NAME);
+    labelled_ours(pdb)
+        && created_by_us
+        && controllers(pdb).next().is_none()
+        && pdb.metadata.deletion_timestamp.is_none()
+}
+
 /// Whether `pdb` is one of the operator's (any owner): labelled managed-by=pdb-operator and
 /// controlled by a workload.
 fn is_operators(pdb: &PodDisruptionBudget) -> bool {
@@ -321,6 +337,27 @@ mod tests {
             match_labels: Some(labels(&[("app", v)])),
             match_expressions: None,
         })
+    }
+
+    // Issue #52: only a PDB we wrote (label and created-by) with no controller owner left.
+    #[test]
+    fn an_orphaned_pdb_is_ours_and_controlled_by_no_workload() {
+        let ours = |owner: Option<&str>| {
+            let mut p = pdb("a-pdb", true, owner, app("a"));
+            p.metadata.annotations = Some(labels(&[(keys::CREATED_BY, keys::OPERATOR_NAME)]));
+            p
+        };
+        assert!(is_orphaned(&ours(None)));
+        assert!(!is_orphaned(&ours(Some("u1"))), "still owned");
+        assert!(
+            !is_orphaned(&pdb("a-pdb", true, None, app("a"))),
+            "labelled ours but not created by us: a user's PDB"
+        );
+        let mut going = ours(None);
+        going.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        assert!(!is_orphaned(&going), "already being deleted");
     }
 
     #[test]

@@ -325,6 +325,11 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             sweep_deleted_workloads(&c);
         }
     });
+    let c = ctx.clone();
+    tasks.spawn(async move {
+        crate::controller::orphans::delete_orphaned_pdbs(c).await;
+        Err(RunError::Task("orphaned PDB cleanup ended".into()))
+    });
     update(&health, |h| {
         h.controllers = vec!["pdbpolicy", "deployment-pdb", "statefulset-pdb"];
         h.ready = true;

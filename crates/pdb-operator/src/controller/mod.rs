@@ -9,6 +9,7 @@ pub mod discovery;
 pub mod gang;
 pub mod live;
 pub mod lws;
+pub mod orphans;
 pub mod outcomes;
 pub mod pdb_cache;
 pub mod policies;

@@ -207,3 +207,42 @@ async fn a_finished_pod_with_the_gangs_labels_leaves_the_pdb_in_place() {
         Some(json!(3))
     );
 }
+
+/// Issue #52 defect 7: a Workload deleted with `propagationPolicy: Orphan` leaves its PDB to the
+/// garbage collector, which strips the owner reference instead of deleting it. The operator
+/// deletes the ownerless PDB it wrote as soon as its watch shows it. Before, the PDB stayed for
+/// ever, protecting pods no workload decided about.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_workload_deleted_with_orphan_propagation_takes_its_pdb_along() {
+    let t = OperatorNamespace::start("pdbop-orphan").await;
+    let (c, n) = (&t.cluster.client, t.ns.name());
+    let pdbs = &t.pdbs;
+    single_mode_gang(c, n, "orph", 6, "standard").await;
+    wait_pdb(pdbs, "orph-pdb", "minAvailable 3", |p| {
+        min_available(p) == Some(json!(3))
+    })
+    .await;
+    let workloads: Api<Workload> = Api::namespaced(c.clone(), n);
+    workloads
+        .delete(
+            "orph",
+            &kube::api::DeleteParams {
+                propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    wait_for("orph-pdb deleted", Duration::from_secs(20), || async {
+        match pdbs.get_opt("orph-pdb").await {
+            Ok(None) => Check::Done(()),
+            Ok(Some(p)) => Check::NotYet(format!("owners {:?}", p.metadata.owner_references)),
+            Err(e) => Check::NotYet(e.to_string()),
+        }
+    })
+    .await;
+    println!("orphaned PDB gone {:?} after the delete", started.elapsed());
+    assert!(workloads.get_opt("orph").await.unwrap().is_none());
+}
