@@ -79,6 +79,12 @@ pub struct K8sProviderConfig {
 
     // --- Native spec escape hatch
     pub native_spec_enabled: bool,
+    /// minijinja fuel of one rendering (about one per instruction and per 64 bytes made).
+    pub native_spec_render_fuel: u64,
+    /// Largest text one rendering may produce, in bytes.
+    pub native_spec_render_max_bytes: u64,
+    /// Wall-clock limit of rendering one object, in milliseconds.
+    pub native_spec_render_timeout_ms: u64,
 
     // --- Resource naming
     pub naming: NamingConfig,
@@ -146,6 +152,9 @@ impl Default for K8sProviderConfig {
             retry_max_delay: 30.0,
             metrics_enabled: true,
             native_spec_enabled: false,
+            native_spec_render_fuel: 1_000_000,
+            native_spec_render_max_bytes: 1_048_576,
+            native_spec_render_timeout_ms: 2_000,
             naming: NamingConfig::default(),
         }
     }

@@ -144,6 +144,30 @@ pub const FIELDS: &[FieldSpec] = &[
     field("retry_max_delay", FieldKind::Float { min: 0.0 }, RESILIENCE),
     field("metrics_enabled", FieldKind::Bool, OBSERVABILITY),
     field("native_spec_enabled", FieldKind::Bool, NATIVE_SPEC),
+    field(
+        "native_spec_render_fuel",
+        FieldKind::UInt {
+            min: 10_000,
+            max: 1_000_000_000,
+        },
+        NATIVE_SPEC,
+    ),
+    field(
+        "native_spec_render_max_bytes",
+        FieldKind::UInt {
+            min: 4_096,
+            max: 64 << 20,
+        },
+        NATIVE_SPEC,
+    ),
+    field(
+        "native_spec_render_timeout_ms",
+        FieldKind::UInt {
+            min: 10,
+            max: 600_000,
+        },
+        NATIVE_SPEC,
+    ),
     field("naming.prefix", FieldKind::String, NAMING),
     field(
         "naming.uuid_chars",

@@ -1,11 +1,54 @@
 //! The Jinja engine behind native specs: one strict minijinja environment with Python-style
 //! methods (`.items()`, `.get()`, `.upper()`, …), no auto-escaping (JSON templates write their
 //! own quotes or use `tojson`, as in Jinja2), and errors turned into [`JinjaFailure`] with the
-//! line they point at.
+//! line they point at. Every rendering is bounded ([`RenderLimits`]): template authors are not
+//! trusted to write cheap Jinja.
+
+use std::cell::Cell;
+use std::time::Duration;
 
 use minijinja::value::{Kwargs, Serde};
 use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior};
 use serde_json::Value;
+
+use crate::config::K8sProviderConfig;
+
+/// The bounds of rendering one object (the provider's `native_spec_render_*` settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderLimits {
+    /// minijinja fuel of one rendering: about one per instruction and per 64 bytes of data
+    /// the template creates, so it bounds both time and memory.
+    pub fuel: u64,
+    /// Text all renderings of one object may produce together, in bytes.
+    pub max_bytes: usize,
+    /// Wall-clock time of rendering one object.
+    pub timeout: Duration,
+}
+
+impl RenderLimits {
+    pub fn from_config(config: &K8sProviderConfig) -> Self {
+        Self {
+            fuel: config.native_spec_render_fuel,
+            max_bytes: usize::try_from(config.native_spec_render_max_bytes).unwrap_or(usize::MAX),
+            timeout: Duration::from_millis(config.native_spec_render_timeout_ms),
+        }
+    }
+}
+
+impl Default for RenderLimits {
+    fn default() -> Self {
+        Self::from_config(&K8sProviderConfig::default())
+    }
+}
+
+/// A rendering stopped by one of its [`RenderLimits`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitHit {
+    /// What happened, e.g. `it used up its fuel of 1000000`.
+    pub what: String,
+    /// The provider setting that raises the limit, e.g. `native_spec_render_fuel`.
+    pub setting: &'static str,
+}
 
 /// A rendering failure, before the caller adds which template and file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +59,9 @@ pub struct JinjaFailure {
     pub message: String,
     /// How to fix it.
     pub fix: &'static str,
+    /// Set when a [`RenderLimits`] bound stopped the rendering (then `message` and `fix` are
+    /// minijinja's and not shown).
+    pub limit: Option<LimitHit>,
 }
 
 const UNDEFINED_FIX: &str = "use one of the context variables listed in docs/native-spec.md \
@@ -26,7 +72,11 @@ const SYNTAX_FIX: &str = "fix the Jinja syntax: expressions are {{ … }}, state
 const OTHER_FIX: &str = "check the expression against the context variables listed in \
      docs/native-spec.md";
 
-fn failure(err: &minijinja::Error) -> JinjaFailure {
+fn failure(err: &minijinja::Error, limits: &RenderLimits) -> JinjaFailure {
+    let limit = (err.kind() == ErrorKind::OutOfFuel).then(|| LimitHit {
+        what: format!("it used up its fuel of {}", limits.fuel),
+        setting: "native_spec_render_fuel",
+    });
     let fix = match err.kind() {
         ErrorKind::UndefinedError => UNDEFINED_FIX,
         ErrorKind::SyntaxError | ErrorKind::BadEscape => SYNTAX_FIX,
@@ -40,6 +90,7 @@ fn failure(err: &minijinja::Error) -> JinjaFailure {
         line: err.line(),
         message,
         fix,
+        limit,
     }
 }
 
@@ -57,9 +108,13 @@ fn strict_tojson(
     minijinja::filters::tojson(value, indent, args)
 }
 
-/// Renders native-spec sources against a context.
+/// Renders the native-spec sources of one object against a context, within its
+/// [`RenderLimits`] (fuel per rendering, output size over all renderings of the object; the
+/// time limit is the caller's, see [`run_with_timeout`]).
 pub struct SpecRenderer {
     env: Environment<'static>,
+    limits: RenderLimits,
+    produced: Cell<usize>,
 }
 
 impl Default for SpecRenderer {
@@ -70,7 +125,12 @@ impl Default for SpecRenderer {
 
 impl SpecRenderer {
     pub fn new() -> Self {
+        Self::with_limits(RenderLimits::default())
+    }
+
+    pub fn with_limits(limits: RenderLimits) -> Self {
         let mut env = Environment::new();
+        env.set_fuel(Some(limits.fuel));
         // Strict: a misspelt variable is an error, never an empty string in the cluster.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_auto_escape_callback(|_| AutoEscape::None);
@@ -79,7 +139,32 @@ impl SpecRenderer {
         // The built-in `tojson` writes an undefined value as `null`, which would let a typo
         // through despite strict mode; Jinja2's StrictUndefined refuses it, and so do we.
         env.add_filter("tojson", strict_tojson);
-        Self { env }
+        Self {
+            env,
+            limits,
+            produced: Cell::new(0),
+        }
+    }
+
+    /// Counts `bytes` more output against `max_bytes`.
+    fn produce(&self, bytes: usize) -> Result<(), JinjaFailure> {
+        let total = self.produced.get().saturating_add(bytes);
+        self.produced.set(total);
+        if total <= self.limits.max_bytes {
+            return Ok(());
+        }
+        Err(JinjaFailure {
+            line: None,
+            message: String::new(),
+            fix: OTHER_FIX,
+            limit: Some(LimitHit {
+                what: format!(
+                    "it produced more than {} bytes of text",
+                    self.limits.max_bytes
+                ),
+                setting: "native_spec_render_max_bytes",
+            }),
+        })
     }
 
     /// Renders a whole source text (a default template or an operator's file).
@@ -89,9 +174,12 @@ impl SpecRenderer {
         source: &str,
         context: &Value,
     ) -> Result<String, JinjaFailure> {
-        self.env
+        let text = self
+            .env
             .render_named_str(name, source, Serde(context))
-            .map_err(|e| failure(&e))
+            .map_err(|e| failure(&e, &self.limits))?;
+        self.produce(text.len())?;
+        Ok(text)
     }
 
     /// Renders one string of an inline spec. A string that is exactly one `{{ expression }}`
@@ -102,23 +190,68 @@ impl SpecRenderer {
             return Ok(Value::String(source.to_string()));
         }
         if let Some(expr) = single_expression(source) {
-            let compiled = self.env.compile_expression(expr).map_err(|e| failure(&e))?;
-            let value = compiled.eval(Serde(context)).map_err(|e| failure(&e))?;
+            let fail = |e: minijinja::Error| failure(&e, &self.limits);
+            let value = self
+                .env
+                .compile_expression(expr)
+                .map_err(fail)?
+                .eval(Serde(context))
+                .map_err(fail)?;
             if value.is_undefined() {
                 return Err(JinjaFailure {
                     line: Some(1),
                     message: format!("undefined value: `{}` is undefined", expr.trim()),
                     fix: UNDEFINED_FIX,
+                    limit: None,
                 });
             }
-            return serde_json::to_value(&value).map_err(|e| JinjaFailure {
+            let json = serde_json::to_value(&value).map_err(|e| JinjaFailure {
                 line: Some(1),
                 message: format!("`{}` cannot be written as JSON: {e}", expr.trim()),
                 fix: OTHER_FIX,
-            });
+                limit: None,
+            })?;
+            self.produce(json_size(&json))?;
+            return Ok(json);
         }
         self.render_text("leaf", source, context).map(Value::String)
     }
+}
+
+/// Roughly the bytes `value` takes as JSON, without writing it out.
+fn json_size(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => items.iter().map(json_size).sum::<usize>() + items.len() + 2,
+        Value::Object(fields) => {
+            fields
+                .iter()
+                .map(|(k, v)| k.len() + 4 + json_size(v))
+                .sum::<usize>()
+                + 2
+        }
+        _ => 8,
+    }
+}
+
+/// Runs `work` on a thread of its own and waits at most `timeout` for it, so a slow
+/// rendering never holds the caller (an async worker of `orb serve`, a HostFactory listing)
+/// longer. `None` when the time is up; the thread then finishes on its own, bounded by its
+/// fuel, and its result is dropped.
+pub fn run_with_timeout<T: Send + 'static>(
+    timeout: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    // minijinja recurses on nested expressions; give it the stack of a main thread.
+    std::thread::Builder::new()
+        .name("orb-render".into())
+        .stack_size(8 << 20)
+        .spawn(move || {
+            let _ = done.send(work());
+        })
+        .ok()?;
+    result.recv_timeout(timeout).ok()
 }
 
 /// `Some(expr)` when `source` is exactly `{{ expr }}` (surrounding whitespace allowed).
@@ -189,6 +322,76 @@ mod tests {
             .render_text("f.json", "{{ nope | default(none) | tojson }}", &ctx())
             .unwrap();
         assert_eq!(out, "null");
+    }
+
+    const NESTED_LOOP: &str =
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+    const DOUBLING: &str = "{% set s = namespace(v='x') %}{% for i in range(64) %}\
+        {% set s.v = s.v ~ s.v %}{% endfor %}{{ s.v | length }}";
+
+    #[rstest]
+    #[case::nested_loop(NESTED_LOOP)]
+    #[case::string_doubling(DOUBLING)]
+    #[case::string_repeat("{{ 'x' * 100000000 }}")]
+    #[case::repeat_in_a_leaf("{{ ('x' * 70000000) | length }}")]
+    fn runaway_templates_run_out_of_fuel(#[case] source: &str) {
+        let started = std::time::Instant::now();
+        let renderer = SpecRenderer::new();
+        let err = renderer.render_text("t", source, &ctx()).unwrap_err();
+        let err2 = renderer.render_leaf(source, &ctx()).unwrap_err();
+        for err in [err, err2] {
+            assert_eq!(
+                err.limit,
+                Some(LimitHit {
+                    what: "it used up its fuel of 1000000".into(),
+                    setting: "native_spec_render_fuel",
+                }),
+                "{err:?}"
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn output_over_the_cap_is_refused_over_all_renderings_of_one_object() {
+        let big = "{% for i in range(12000) %}{{ 'y' * 100 }}{% endfor %}";
+        let err = SpecRenderer::new()
+            .render_text("t", big, &ctx())
+            .unwrap_err();
+        assert_eq!(
+            err.limit.map(|l| l.setting),
+            Some("native_spec_render_max_bytes")
+        );
+        // Each leaf is small, together they are not.
+        let renderer = SpecRenderer::with_limits(RenderLimits {
+            max_bytes: 10_000,
+            ..RenderLimits::default()
+        });
+        let leaf = "{{ 'z' * 3000 }}";
+        for _ in 0..3 {
+            renderer.render_leaf(leaf, &ctx()).unwrap();
+        }
+        let err = renderer.render_leaf(leaf, &ctx()).unwrap_err();
+        assert_eq!(
+            err.limit.map(|l| l.what),
+            Some("it produced more than 10000 bytes of text".into())
+        );
+    }
+
+    #[test]
+    fn a_late_result_is_dropped_and_the_caller_goes_on() {
+        let started = std::time::Instant::now();
+        let late = run_with_timeout(Duration::from_millis(20), || {
+            std::thread::sleep(Duration::from_millis(500));
+            1
+        });
+        assert_eq!(late, None);
+        assert!(started.elapsed() < Duration::from_millis(400));
+        assert_eq!(run_with_timeout(Duration::from_secs(5), || 2), Some(2));
     }
 
     #[test]

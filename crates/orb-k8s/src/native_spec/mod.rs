@@ -57,7 +57,7 @@ pub use gate::{
     NativeSpecDecision, NativeSpecSwitches, app_native_spec_enabled, decide_native_spec,
 };
 pub use identity::{api_version_and_kind, stamp_identity};
-pub use jinja::{JinjaFailure, SpecRenderer};
+pub use jinja::{JinjaFailure, LimitHit, RenderLimits, SpecRenderer, run_with_timeout};
 pub use merge::{ListMerge, deep_merge};
 pub use pod_override::{PodSpecOverrideError, apply_pod_spec_override};
 pub use preview::{
@@ -115,6 +115,18 @@ pub enum NativeSpecError {
         fix: &'static str,
     },
     #[error(
+        "template {template_id:?}: rendering {origin} was stopped: {what} ({setting}); make \
+         the template do less work (fewer or smaller loops, shorter strings) or raise {setting} \
+         in the provider config (env ORB_K8S_{})",
+        setting.to_ascii_uppercase()
+    )]
+    RenderLimit {
+        template_id: String,
+        origin: String,
+        what: String,
+        setting: &'static str,
+    },
+    #[error(
         "template {template_id:?}: {origin}{} did not render to valid JSON/YAML: {message}; \
          check quoting around {{{{ … }}}} (strings need quotes, or use `| tojson`)",
         line_text(.line)
@@ -155,10 +167,15 @@ pub enum NativeSpecError {
         found: String,
     },
     #[error(
-        "template {template_id:?}: native_spec_path {path:?} climbs out of the config \
-         directory with '..'; use an absolute path or one below the config directory"
+        "template {template_id:?}: native_spec_path {path:?} is outside the config directory \
+         {base}; put the spec file below {base} and name it relative to it (neither '..' nor \
+         a symlink may lead out)"
     )]
-    PathEscapes { template_id: String, path: String },
+    PathEscapes {
+        template_id: String,
+        path: String,
+        base: String,
+    },
     #[error(
         "template {template_id:?}: native_spec_path {path} cannot be read: {message}; check \
          the path (relative paths are resolved under the config directory)"
@@ -212,12 +229,21 @@ impl NativeSpecError {
         at: Option<&str>,
         failure: JinjaFailure,
     ) -> Self {
+        let origin = match at {
+            Some(path) if !path.is_empty() => format!("{origin} at {path}"),
+            _ => origin.to_string(),
+        };
+        if let Some(LimitHit { what, setting }) = failure.limit {
+            return Self::RenderLimit {
+                template_id: template_id.to_string(),
+                origin,
+                what,
+                setting,
+            };
+        }
         Self::Jinja {
             template_id: template_id.to_string(),
-            origin: match at {
-                Some(path) if !path.is_empty() => format!("{origin} at {path}"),
-                _ => origin.to_string(),
-            },
+            origin,
             line: failure.line,
             message: failure.message,
             fix: failure.fix,
@@ -236,16 +262,77 @@ pub fn load_native_sources(
     })
 }
 
-/// Renders, merges and stamps one body from already-loaded sources. Pure.
+/// Renders, merges and stamps one body from already-loaded sources, on a thread of its own
+/// within the provider's `native_spec_render_timeout_ms` (see [`RenderLimits`]).
 pub fn render_native_body_from(
     api: ProviderApi,
     input: &NativeSpecInput<'_>,
     sources: &NativeSources,
 ) -> Result<Value, NativeSpecError> {
+    let limits = RenderLimits::from_config(input.config);
+    let owned = OwnedInput::of(input);
+    let sources = sources.clone();
+    let rendered = run_with_timeout(limits.timeout, move || {
+        render_body_within(api, &owned.input(), &sources, limits)
+    });
+    rendered.unwrap_or_else(|| {
+        Err(NativeSpecError::RenderLimit {
+            template_id: input.template.template_id.clone(),
+            origin: "the native spec".into(),
+            what: format!("it did not finish within {} ms", limits.timeout.as_millis()),
+            setting: "native_spec_render_timeout_ms",
+        })
+    })
+}
+
+/// [`NativeSpecInput`] with its own copies, for the rendering thread.
+struct OwnedInput {
+    template: Template,
+    config: K8sProviderConfig,
+    request_id: String,
+    name: String,
+    namespace: String,
+    count: u32,
+    config_dir: Option<std::path::PathBuf>,
+}
+
+impl OwnedInput {
+    fn of(input: &NativeSpecInput<'_>) -> Self {
+        Self {
+            template: input.template.clone(),
+            config: input.config.clone(),
+            request_id: input.request_id.to_string(),
+            name: input.name.to_string(),
+            namespace: input.namespace.to_string(),
+            count: input.count,
+            config_dir: input.config_dir.map(Path::to_path_buf),
+        }
+    }
+
+    fn input(&self) -> NativeSpecInput<'_> {
+        NativeSpecInput {
+            template: &self.template,
+            config: &self.config,
+            request_id: &self.request_id,
+            name: &self.name,
+            namespace: &self.namespace,
+            count: self.count,
+            config_dir: self.config_dir.as_deref(),
+        }
+    }
+}
+
+/// Renders, merges and stamps one body, on the caller's thread. Pure.
+fn render_body_within(
+    api: ProviderApi,
+    input: &NativeSpecInput<'_>,
+    sources: &NativeSources,
+    limits: RenderLimits,
+) -> Result<Value, NativeSpecError> {
     let template_id = input.template.template_id.as_str();
     let identity = workload_identity(api, input)?;
     let context = build_context(input, &identity)?;
-    let renderer = SpecRenderer::new();
+    let renderer = SpecRenderer::with_limits(limits);
 
     let default = &sources.default_spec;
     let text = renderer

@@ -33,25 +33,39 @@ impl OperatorSpec {
     }
 }
 
-/// Where `native_spec_path` points: absolute paths as written; relative ones under
-/// `base_dir` (the config directory; the working directory when `None`). A relative path may
-/// not climb out of its base with `..`.
+/// Where `native_spec_path` points, confined to `base_dir` (the config directory; the working
+/// directory when `None`): a relative path resolves under it, an absolute one must lie in it,
+/// and neither may climb out with `..` or through a symlink. Returns the path as written
+/// (resolved under the base) and the canonical path to read. A path outside the base is
+/// refused before it is touched, so the reply says nothing about the file.
 pub fn resolve_native_spec_path(
     template_id: &str,
     raw: &str,
     base_dir: Option<&Path>,
-) -> Result<PathBuf, NativeSpecError> {
+) -> Result<(PathBuf, PathBuf), NativeSpecError> {
+    let base = std::path::absolute(base_dir.unwrap_or(Path::new(".")))
+        .unwrap_or_else(|_| base_dir.unwrap_or(Path::new(".")).to_path_buf());
+    let escapes = || NativeSpecError::PathEscapes {
+        template_id: template_id.to_string(),
+        path: raw.to_string(),
+        base: base.display().to_string(),
+    };
     let path = Path::new(raw);
-    if path.is_absolute() {
-        return Ok(path.to_path_buf());
+    let joined = base.join(path);
+    if path.components().any(|c| matches!(c, Component::ParentDir)) || !joined.starts_with(&base) {
+        return Err(escapes());
     }
-    if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(NativeSpecError::PathEscapes {
-            template_id: template_id.to_string(),
-            path: raw.to_string(),
-        });
+    let unreadable = |e: std::io::Error| NativeSpecError::ReadSpecFile {
+        template_id: template_id.to_string(),
+        path: joined.display().to_string(),
+        message: e.to_string(),
+    };
+    let canonical_base = base.canonicalize().map_err(unreadable)?;
+    let canonical = joined.canonicalize().map_err(unreadable)?;
+    if !canonical.starts_with(&canonical_base) {
+        return Err(escapes());
     }
-    Ok(base_dir.map_or_else(|| path.to_path_buf(), |base| base.join(path)))
+    Ok((joined, canonical))
 }
 
 /// Reads the operator's spec of `template`: `native_spec` when set (then `native_spec_path`
@@ -66,8 +80,8 @@ pub fn load_operator_spec(
     let Some(raw) = template.native_spec_path.as_deref() else {
         return Ok(None);
     };
-    let path = resolve_native_spec_path(&template.template_id, raw, base_dir)?;
-    let text = std::fs::read_to_string(&path).map_err(|e| NativeSpecError::ReadSpecFile {
+    let (path, canonical) = resolve_native_spec_path(&template.template_id, raw, base_dir)?;
+    let text = std::fs::read_to_string(&canonical).map_err(|e| NativeSpecError::ReadSpecFile {
         template_id: template.template_id.clone(),
         path: path.display().to_string(),
         message: e.to_string(),
@@ -123,9 +137,37 @@ pub fn parse_rendered(
     } else {
         serde_saphyr::from_str::<Value>(text).map_err(|e| {
             let line = e.location().and_then(|l| usize::try_from(l.line()).ok());
-            parse_error(line, e.to_string())
+            parse_error(line, yaml_problem(&e))
         })
     }
+}
+
+/// What is wrong with a YAML text, without its content: the parser's snippet of the file is
+/// dropped, and so is anything it quotes, so a reply never shows what a file holds.
+fn yaml_problem(error: &serde_saphyr::Error) -> String {
+    let message = error.without_snippet().to_string();
+    let first = message.lines().next().unwrap_or_default();
+    let mut out = String::with_capacity(first.len());
+    let mut quoted = None;
+    for c in first.chars() {
+        match quoted {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                quoted = None;
+            }
+            Some(_) => {}
+            None if matches!(c, '`' | '\'' | '"') => {
+                out.push(c);
+                quoted = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    if quoted.is_some() {
+        out.push('…');
+    }
+    out
 }
 
 pub(crate) fn kind_name(value: &Value) -> &'static str {
@@ -202,24 +244,78 @@ mod tests {
     use rstest::rstest;
     use serde_json::json;
 
+    /// A config directory with `specs/ml.yaml`, a symlink `specs/out.yaml` to a file beside
+    /// the directory, and that file (`secret.yaml`).
+    fn config_dir() -> (tempfile::TempDir, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let base = root.path().join("config");
+        std::fs::create_dir_all(base.join("specs")).unwrap();
+        std::fs::write(base.join("specs/ml.yaml"), "spec: {}\n").unwrap();
+        std::fs::write(root.path().join("secret.yaml"), "password: hunter2\n").unwrap();
+        std::os::unix::fs::symlink(root.path().join("secret.yaml"), base.join("specs/out.yaml"))
+            .unwrap();
+        (root, base)
+    }
+
     #[rstest]
-    #[case::relative_under_base("specs/ml.yaml", Some("/etc/orb"), Ok("/etc/orb/specs/ml.yaml"))]
-    #[case::relative_without_base("ml.yaml", None, Ok("ml.yaml"))]
-    #[case::absolute_as_written("/srv/ml.yaml", Some("/etc/orb"), Ok("/srv/ml.yaml"))]
-    #[case::climbing_out_refused("../secrets/x.yaml", Some("/etc/orb"), Err(()))]
-    #[case::climbing_inside_refused("a/../../x.yaml", Some("/etc/orb"), Err(()))]
-    fn native_spec_path_resolution(
-        #[case] raw: &str,
-        #[case] base: Option<&str>,
-        #[case] expected: Result<&str, ()>,
-    ) {
-        let got = resolve_native_spec_path("t", raw, base.map(Path::new));
-        match expected {
-            Ok(p) => assert_eq!(got.unwrap(), PathBuf::from(p)),
-            Err(()) => assert!(
-                matches!(got, Err(NativeSpecError::PathEscapes { .. })),
-                "{got:?}"
-            ),
+    #[case::relative_under_base("specs/ml.yaml", true)]
+    #[case::absolute_inside(":base:/specs/ml.yaml", true)]
+    #[case::absolute_outside("/etc/passwd", false)]
+    #[case::absolute_beside(":root:/secret.yaml", false)]
+    #[case::climbing_out("../secret.yaml", false)]
+    #[case::climbing_inside("specs/../../secret.yaml", false)]
+    #[case::absolute_climbing(":base:/../secret.yaml", false)]
+    #[case::symlink_out("specs/out.yaml", false)]
+    fn native_spec_path_stays_in_the_config_directory(#[case] raw: &str, #[case] inside: bool) {
+        let (root, base) = config_dir();
+        let raw = raw
+            .replace(":base:", &base.display().to_string())
+            .replace(":root:", &root.path().display().to_string());
+        match resolve_native_spec_path("t", &raw, Some(&base)) {
+            Ok((_, canonical)) if inside => assert!(canonical.ends_with("config/specs/ml.yaml")),
+            Err(NativeSpecError::PathEscapes { path, .. }) if !inside => assert_eq!(path, raw),
+            other => panic!("{raw}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refused_spec_file_is_not_read_and_its_content_never_shows() {
+        let (_root, base) = config_dir();
+        for raw in [
+            "/etc/passwd",
+            "/proc/self/environ",
+            "specs/out.yaml",
+            "/nonexistent",
+        ] {
+            let template = Template {
+                template_id: "t".into(),
+                native_spec_path: Some(raw.into()),
+                ..Default::default()
+            };
+            let err = load_operator_spec(&template, Some(&base)).unwrap_err();
+            assert!(
+                matches!(err, NativeSpecError::PathEscapes { .. }),
+                "{raw}: {err}"
+            );
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn yaml_errors_carry_the_line_but_none_of_the_text() {
+        for text in [
+            "root:x:0:0:root:/root:/bin/bash\n  daemon: [x:1:1\n",
+            "spec:\n  a: 1\n  b: [unclosed hunter2\n",
+            "a: &x hunter2\nb: *y\n",
+            "!!binary hunter2\n",
+            "{{hunter2: [",
+        ] {
+            let err = parse_rendered("t", "f.yaml", text, false).unwrap_err();
+            let shown = err.to_string();
+            assert!(matches!(err, NativeSpecError::Parse { .. }), "{shown}");
+            for secret in ["hunter2", "root:x", "daemon", "/bin/bash"] {
+                assert!(!shown.contains(secret), "{text:?} shows {secret}: {shown}");
+            }
         }
     }
 

@@ -522,3 +522,38 @@ fn every_has_flag_follows_its_value() {
         assert_eq!(flag, &json!(expected), "has_{name}");
     }
 }
+
+/// A runaway template is refused with the template, where it ran away, the limit and the
+/// setting (and variable) that raises it; the time limit holds even with fuel to spare.
+#[rstest]
+#[case::fuel(
+    K8sProviderConfig::default(),
+    "inline native_spec at spec.x",
+    "it used up its fuel of 1000000 (native_spec_render_fuel)"
+)]
+#[case::time(
+    K8sProviderConfig { native_spec_render_fuel: 3_000_000, native_spec_render_timeout_ms: 10, ..K8sProviderConfig::default() },
+    "the native spec",
+    "it did not finish within 10 ms (native_spec_render_timeout_ms)"
+)]
+fn a_runaway_template_is_refused_naming_the_limit(
+    #[case] cfg: K8sProviderConfig,
+    #[case] origin: &str,
+    #[case] what: &str,
+) {
+    let t = plain_template(json!({"spec": {"x":
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"}}));
+    let started = std::time::Instant::now();
+    let err = render_native_body(ProviderApi::Pod, &input(&t, &cfg, ProviderApi::Pod, None))
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    let setting = what.rsplit_once('(').unwrap().1.trim_end_matches(')');
+    let expected = format!(
+        "template \"t\": rendering {origin} was stopped: {what}; make the template do less \
+         work (fewer or smaller loops, shorter strings) or raise {setting} in the provider \
+         config (env ORB_K8S_{})",
+        setting.to_ascii_uppercase()
+    );
+    assert_eq!(err, expected);
+}
