@@ -18,7 +18,7 @@ mod nodes;
 pub mod pod_sandbox;
 pub mod pod_template;
 
-pub use nodes::{TEST_NODE_KEY, TestNode};
+pub use nodes::{NodeDown, NodeOutage, TEST_NODE_KEY, TestNode};
 
 use std::future::Future;
 use std::path::PathBuf;

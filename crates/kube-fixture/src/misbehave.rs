@@ -63,6 +63,14 @@ impl Kubelet {
         .await
     }
 
+    /// Only the pod's `Ready` condition, without a reason, containers untouched: what the
+    /// node lifecycle controller writes to the pods of a node that stopped reporting, and
+    /// what the kubelet sets back once its node reports again.
+    pub async fn set_ready_condition(&self, ready: bool) -> Pod {
+        self.write(|status| set_condition(status, "Ready", ready, None, None))
+            .await
+    }
+
     /// Readiness that flaps `times` times: not Ready for `period`, then Ready again for
     /// `period`.
     pub async fn flap_readiness(&self, period: Duration, times: u32) {

@@ -8,7 +8,8 @@
 //!   many and however they ended, never fail a pod;
 //! - phase Running and Ready → `running`; Running but not Ready → `pending`, "not ready: …"
 //!   (a pod alone cannot say whether it was ever Ready: the status read, which knows what was
-//!   stored, keeps a machine that ran `running`, see [`crate::fulfilment::PodTimeoutPolicy`]);
+//!   stored, keeps a machine that ran `running`, see [`crate::fulfilment::PodTimeoutPolicy`];
+//!   a pod not Ready only because its node went NotReady or Unknown says so);
 //!   Pending → `pending`;
 //! - Succeeded → `stopped` for Pod and Job (the host exited but its pod is still there, so
 //!   a return or cancel still has something to remove; `terminated` always means gone),
@@ -79,11 +80,27 @@ pub fn pending_reason(pod: &impl PodRead) -> Option<String> {
     })
 }
 
-/// Why a pod in phase Running is not Ready: what [`pending_reason`] finds, else the Ready
-/// condition's reason, and the main container's restarts when it has restarted (a crash loop
-/// between two crashes reads like this).
+/// The node lifecycle controller marks the pods of a node that went NotReady or Unknown not
+/// Ready without a reason and leaves their containers ready; the kubelet never does that (it
+/// gives a reason such as `ContainersNotReady` or `ReadinessGatesNotReady`).
+fn node_not_ready(pod: &impl PodRead) -> bool {
+    pod.condition_true("ContainersReady")
+        && pod.conditions().any(|c| {
+            c.type_ == "Ready" && c.status == "False" && c.reason.is_none_or(str::is_empty)
+        })
+}
+
+/// Why a pod in phase Running is not Ready: what [`pending_reason`] finds, else its node not
+/// being ready, else the Ready condition's reason, and the main container's restarts when it
+/// has restarted (a crash loop between two crashes reads like this).
 fn not_ready_reason(pod: &impl PodRead) -> String {
-    let why = pending_reason(pod).or_else(|| {
+    let node = || {
+        node_not_ready(pod).then(|| {
+            let name = pod.node_name().unwrap_or("unknown");
+            format!("NodeNotReady: its node {name} is not ready")
+        })
+    };
+    let why = pending_reason(pod).or_else(node).or_else(|| {
         pod.conditions()
             .find(|c| c.type_ == "Ready")
             .and_then(|c| match (c.reason, c.message) {
@@ -307,6 +324,29 @@ mod tests {
         assert_eq!(
             pod_machine_status(&p, ProviderApi::Pod).1.as_deref(),
             Some("not ready: ContainersNotReady: containers with unready status: [orb]")
+        );
+    }
+
+    /// As the node lifecycle controller leaves a pod of a node that went NotReady or Unknown:
+    /// Ready False without a reason, containers ready.
+    #[test]
+    fn a_pod_marked_not_ready_for_its_node_says_the_node_is_not_ready() {
+        let containers_ready = json!({"type": "ContainersReady", "status": "True"});
+        let mut p = pod("Running", false, json!({}));
+        let conditions = p.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions.push(serde_json::from_value(containers_ready).unwrap());
+        let (status, why) = pod_machine_status(&p, ProviderApi::Deployment);
+        assert_eq!(status, MachineStatus::Pending);
+        assert_eq!(
+            why.as_deref(),
+            Some("not ready: NodeNotReady: its node kwok-node-0 is not ready")
+        );
+        // A reason on the Ready condition is the kubelet's: that one is given.
+        let ready = &mut p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
+        ready.reason = Some("ReadinessGatesNotReady".into());
+        assert_eq!(
+            pod_machine_status(&p, ProviderApi::Pod).1.as_deref(),
+            Some("not ready: ReadinessGatesNotReady")
         );
     }
 

@@ -1,14 +1,15 @@
 //! Machine truth (issue #51, 2 and 3) on pods that misbehave as production pods do, played by
 //! `kube_fixture::misbehave::Kubelet`: `failed` means failed now, a machine that ran never
-//! goes back to `pending`, and the pod timeout never takes a machine that ran. Default
-//! settings, except where a test says why.
+//! goes back to `pending`, and the pod timeout never takes a machine that ran; nodes that go
+//! NotReady or Unknown, played by `kube_fixture::TestNode::go_down`. Default settings, except
+//! where a test says why.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 use kube_fixture::misbehave::{Exit, Kubelet};
-use kube_fixture::{Check, wait_for};
+use kube_fixture::{Check, NodeDown, wait_for};
 use orb_core::ids::RequestId;
 use orb_core::lifecycle::Verdict;
 use orb_core::machine::MachineStatus;
@@ -264,6 +265,71 @@ async fn a_machine_that_ran_is_never_timed_out_past_a_short_pod_timeout() {
         let read = host.read(&h, Some(&host.running)).await;
         assert_eq!(read.machines[0].status, MachineStatus::Running, "{kind}");
     }
+}
+
+/// A Pod and a Deployment host on a node of their own; the node goes down as `how` says
+/// (the node lifecycle controller marks their pods not Ready) and recovers. Meanwhile both
+/// read `running` with a reason that names the node, and their pods stay.
+async fn a_running_machine_whose_node_goes_down(how: NodeDown) {
+    let h = harness(&format!("truth-{how:?}").to_lowercase(), json!({})).await;
+    let node = h.cluster.node_with_room("truth-node", 2).await;
+    let mut hosts = Vec::new();
+    for kind in [ProviderApi::Pod, ProviderApi::Deployment] {
+        let mut t = host(kind);
+        t.node_selector = Some(serde_json::from_value(node.node_selector()).unwrap());
+        t.tolerations = Some(serde_json::from_value(node.tolerations()).unwrap());
+        let host = Host::acquire(&h, &t).await;
+        let uid = host.live_uid(&h).await;
+        hosts.push((kind, host, uid));
+    }
+    let outage = node.go_down(how).await;
+    let mut last = Vec::new();
+    for (kind, host, uid) in &hosts {
+        let read = host.read(&h, Some(&host.running)).await;
+        let m = &read.machines[0];
+        assert_eq!(m.status, MachineStatus::Running, "{how:?} {kind}: {m:?}");
+        let reason = m.status_reason.as_deref().unwrap_or_default();
+        assert!(
+            reason.contains(&format!("its node {} is not ready", node.name)),
+            "{how:?} {kind}: {reason}"
+        );
+        assert!(delivered(*kind, &read.verdict), "{how:?} {kind}: {read:?}");
+        assert_eq!(
+            host.live_uid(&h).await,
+            *uid,
+            "{how:?} {kind}: the pod stays"
+        );
+        last.push(read);
+    }
+    outage.recover().await;
+    for ((kind, host, uid), last) in hosts.iter().zip(&last) {
+        let read = host.read(&h, Some(last)).await;
+        let m = &read.machines[0];
+        assert_eq!(
+            (m.status, m.status_reason.as_deref()),
+            (MachineStatus::Running, None),
+            "{how:?} {kind}"
+        );
+        assert_eq!(
+            host.live_uid(&h).await,
+            *uid,
+            "{how:?} {kind}: the pod stays"
+        );
+    }
+}
+
+/// The kubelet posts `Ready=False` and goes on renewing its Lease.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_running_machine_whose_node_goes_not_ready_reads_running_with_why_and_keeps_its_pod() {
+    a_running_machine_whose_node_goes_down(NodeDown::NotReady).await;
+}
+
+/// The kubelet goes silent: the controller sets the node `Unknown` after 50 s.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_running_machine_whose_node_goes_unknown_reads_running_with_why_and_keeps_its_pod() {
+    a_running_machine_whose_node_goes_down(NodeDown::Unknown).await;
 }
 
 /// KWOK leaves a Running pod's status as a misbehaviour wrote it (its pod stages match
