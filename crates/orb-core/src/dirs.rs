@@ -44,12 +44,29 @@ pub fn resolve_dirs(flags: &DirFlags, env: &dyn Fn(&str) -> Option<String>, home
         )),
         _ => None,
     };
+    // `--config FILE` (as the reference broker's SDKs start it) makes FILE's directory the
+    // config directory, and the root the one around it: its parent for the usual
+    // `<root>/config/config.json`, else that directory itself, so a config in a scratch
+    // directory keeps work and logs beside it. Explicit directory variables still win.
+    let beside_file = flags.config_file.as_ref().map(|file| {
+        let dir = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let root = match dir.parent() {
+            Some(parent) if dir.file_name().is_some_and(|n| n == "config") => parent.to_path_buf(),
+            _ => dir.clone(),
+        };
+        (dir, root)
+    });
     let root = var("ORB_ROOT_DIR")
         .map(PathBuf::from)
         .or_else(|| {
             var("ORB_CONFIG_DIR").and_then(|d| PathBuf::from(d).parent().map(Path::to_path_buf))
         })
+        .or_else(|| beside_file.as_ref().map(|(_, root)| root.clone()))
         .unwrap_or_else(|| home.join(".orb"));
+    let explicit_root = var("ORB_ROOT_DIR").is_some();
     let pick = |flag: Option<&PathBuf>, chain: Vec<Option<(PathBuf, String)>>, leaf: &str| {
         if let Some(path) = flag {
             return ResolvedPath {
@@ -57,14 +74,24 @@ pub fn resolve_dirs(flags: &DirFlags, env: &dyn Fn(&str) -> Option<String>, home
                 origin: "command line".into(),
             };
         }
+        let default = match (&beside_file, leaf, explicit_root) {
+            (Some((dir, _)), "config", false) => dir.clone(),
+            _ => root.join(leaf),
+        };
+        let origin = match &beside_file {
+            Some(_) if !explicit_root => {
+                format!("beside the --config file ({})", default.display())
+            }
+            _ => format!("default ({})", default.display()),
+        };
         chain
             .into_iter()
             .flatten()
             .next()
             .map(|(path, origin)| ResolvedPath { path, origin })
-            .unwrap_or_else(|| ResolvedPath {
-                path: root.join(leaf),
-                origin: format!("default ({})", root.join(leaf).display()),
+            .unwrap_or(ResolvedPath {
+                path: default,
+                origin,
             })
     };
     let from = |name: &str| var(name).map(|v| (PathBuf::from(v), name.to_string()));
@@ -181,6 +208,30 @@ mod tests {
         assert_eq!(dirs.config_file.path, PathBuf::from("/f/c.json"));
         assert_eq!(dirs.config_dir.origin, "command line");
         assert_eq!(dirs.work_dir.path, PathBuf::from("/fw"));
+    }
+
+    #[rstest]
+    #[case::scratch_dir("/tmp/sdk/config.json", &[], "/tmp/sdk", "/tmp/sdk/work", "/tmp/sdk/logs")]
+    #[case::usual_layout("/r/config/config.json", &[], "/r/config", "/r/work", "/r/logs")]
+    #[case::relative_file("config.json", &[], ".", "./work", "./logs")]
+    #[case::env_dirs_still_win("/tmp/sdk/config.json", &[("ORB_WORK_DIR", "/w"), ("HF_PROVIDER_CONFDIR", "/hc")], "/hc", "/w", "/tmp/sdk/logs")]
+    #[case::root_dir_wins("/tmp/sdk/config.json", &[("ORB_ROOT_DIR", "/r")], "/r/config", "/r/work", "/r/logs")]
+    fn the_config_flag_sets_the_directories_around_its_file(
+        #[case] file: &str,
+        #[case] vars: &[(&str, &str)],
+        #[case] config: &str,
+        #[case] work: &str,
+        #[case] logs: &str,
+    ) {
+        let flags = DirFlags {
+            config_file: Some(file.into()),
+            ..DirFlags::default()
+        };
+        let dirs = resolve(vars, flags);
+        assert_eq!(dirs.config_dir.path, PathBuf::from(config));
+        assert_eq!(dirs.work_dir.path, PathBuf::from(work));
+        assert_eq!(dirs.log_dir.path, PathBuf::from(logs));
+        assert_eq!(dirs.config_file.path, PathBuf::from(file));
     }
 
     #[test]
