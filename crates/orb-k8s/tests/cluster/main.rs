@@ -23,6 +23,7 @@ mod native_acquire;
 mod native_spec;
 mod node_watch;
 mod pod;
+mod pod_security;
 mod protobuf_list;
 mod rbac;
 mod read_ahead;
