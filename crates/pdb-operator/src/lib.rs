@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod names;
 pub mod pdb;
 pub mod plan;
+pub mod rbac;
 pub mod resolve;
 pub mod runtime;
 pub mod status;

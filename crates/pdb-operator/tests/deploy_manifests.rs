@@ -1,6 +1,9 @@
 //! The checked-in manifests must match what the code generates and what the controllers need.
 
+use std::collections::BTreeSet;
+
 use pdb_operator::crd::crds_yaml;
+use pdb_operator::rbac;
 
 const CHECKED_IN_CRDS: &str = include_str!("../deploy/crds.yaml");
 const RBAC: &str = include_str!("../deploy/rbac.yaml");
@@ -46,33 +49,79 @@ fn crds_parse_back_as_custom_resource_definitions() {
     );
 }
 
-#[test]
-fn cluster_role_grants_what_the_gang_controller_needs() {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(RBAC).expect("valid YAML");
-    let role = docs
-        .iter()
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "pdb-operator")
-        .expect("ClusterRole pdb-operator");
-    let grants = |group: &str, resource: &str, verb: &str| {
-        role["rules"].as_array().unwrap().iter().any(|r| {
-            let has = |field: &str, v: &str| r[field].as_array().unwrap().iter().any(|x| x == v);
-            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
-        })
+/// The (group, resource, verb) entries of a list of RBAC rules.
+fn rule_entries(rules: &serde_json::Value) -> BTreeSet<rbac::RuleEntry> {
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect()
     };
-    for (g, r, v) in [
-        ("scheduling.k8s.io", "workloads", "watch"),
-        ("scheduling.k8s.io", "podgroups", "list"),
-        ("scheduling.k8s.io", "workloads/finalizers", "update"),
-        ("", "pods", "watch"),
-        ("policy", "poddisruptionbudgets", "patch"),
-        ("policy", "poddisruptionbudgets", "delete"),
-        ("events.k8s.io", "events", "create"),
-        ("leaderworkerset.x-k8s.io", "leaderworkersets", "watch"),
-        ("availability.pdboperator.io", "pdbpolicies/status", "patch"),
-        ("availability.pdboperator.io", "clusterpdbpolicies", "list"),
-    ] {
-        assert!(grants(g, r, v), "ClusterRole lacks {v} on {g}/{r}");
+    let mut out = BTreeSet::new();
+    for rule in rules.as_array().expect("rules") {
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                for v in strings(&rule["verbs"]) {
+                    out.insert((g.clone(), r.clone(), v));
+                }
+            }
+        }
     }
+    out
+}
+
+/// The `rules:` of the first object of a chart template (the lines from `rules:` on are plain
+/// YAML, up to the next object).
+fn chart_rules(template: &str) -> BTreeSet<rbac::RuleEntry> {
+    let first = template.split("\n---").next().unwrap();
+    let rules = &first[first.find("\nrules:").expect("rules:")..];
+    let rules = rules
+        .lines()
+        .take_while(|l| !l.starts_with("{{"))
+        .collect::<Vec<_>>();
+    let doc: serde_json::Value = serde_saphyr::from_str(&rules.join("\n")).expect("valid YAML");
+    rule_entries(&doc["rules"])
+}
+
+// Issue #52: the shipped RBAC grants exactly what the operator calls (src/rbac.rs), no more.
+#[test]
+fn shipped_rbac_is_exactly_the_operators_table() {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(RBAC).expect("valid YAML");
+    let rules = |kind: &str, name: &str| {
+        let d = docs
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} in deploy/rbac.yaml"));
+        rule_entries(&d["rules"])
+    };
+    let cluster = rbac::entries(rbac::CLUSTER_GRANTS);
+    let lease = rbac::entries(rbac::LEASE_GRANTS);
+    assert_eq!(
+        rules("ClusterRole", "pdb-operator"),
+        cluster,
+        "deploy/rbac.yaml"
+    );
+    assert_eq!(
+        rules("Role", "pdb-operator-leader-election"),
+        lease,
+        "deploy/rbac.yaml"
+    );
+    let chart = "deploy/helm/pdb-operator/templates";
+    assert_eq!(
+        chart_rules(include_str!(
+            "../deploy/helm/pdb-operator/templates/clusterrole.yaml"
+        )),
+        cluster,
+        "{chart}/clusterrole.yaml"
+    );
+    assert_eq!(
+        chart_rules(include_str!(
+            "../deploy/helm/pdb-operator/templates/leader-election-role.yaml"
+        )),
+        lease,
+        "{chart}/leader-election-role.yaml"
+    );
 }
 
 #[test]
