@@ -39,6 +39,9 @@ pub struct WorkloadIdentity {
     pub restart_policy: &'static str,
     /// Label keys no template may set (see [`LabelKeys::reserved`]).
     pub reserved_label_keys: Vec<String>,
+    /// A StatefulSet's `volumeClaimTemplates` from the template's typed field, kept when the
+    /// native body sets none (its pods' volumeMounts name them).
+    pub volume_claim_templates: Option<Value>,
 }
 
 pub fn workload_identity(
@@ -81,6 +84,10 @@ pub fn workload_identity(
         replicas: input.count,
         restart_policy: restart_policy(api, input.template)?,
         reserved_label_keys: keys.reserved().to_vec(),
+        volume_claim_templates: (api == ProviderApi::StatefulSet)
+            .then(|| crate::spec::workloads::template_volume_claim_templates(input.template))
+            .flatten()
+            .cloned(),
     })
 }
 

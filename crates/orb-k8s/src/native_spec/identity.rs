@@ -5,7 +5,10 @@
 //! Before stamping, the typed builders' invariants are checked on the merged body: the pods'
 //! `restartPolicy`, and for a Job `parallelism = completions = count` and `backoffLimit 0`.
 //! A body (operator spec or default override) that sets one of them to anything else is
-//! refused with the field's path; one that leaves it out gets the typed value.
+//! refused with the field's path; one that leaves it out gets the typed value. So is a body
+//! that breaks seed 000's handler contracts: a Job's `podFailurePolicy`, `successPolicy`,
+//! `suspend: true` or another `managedBy`, a StatefulSet's `ordinals.start` other than 0.
+//! A StatefulSet keeps the template's typed `volumeClaimTemplates` unless it sets its own.
 
 use std::collections::BTreeMap;
 
@@ -88,6 +91,32 @@ const RESTART_WHY: &str = "the handlers rely on it (a bare Pod restarts only as 
 const JOB_SIZE_WHY: &str = "a Job request makes exactly one pod per requested machine";
 const BACKOFF_WHY: &str = "orb owns retries at the request level; the Job controller must not \
      restart failed pods";
+/// Seed 000's handler contracts: a Job runs one pod per machine until orb deletes it, and a
+/// StatefulSet's machines are its ordinals from 0. Each of these fields breaks that silently
+/// (a returned host keeps running, or a failed one is never reported).
+const JOB_CONTRACT: [(&str, &str); 4] = [
+    (
+        "podFailurePolicy",
+        "a pod failure must fail the Job (backoffLimit 0) so orb reports the machine failed; \
+         a policy can ignore it and start a replacement orb never asked for",
+    ),
+    (
+        "successPolicy",
+        "the Job must not complete while machines orb handed out still run; a success policy \
+         ends it early and terminates them",
+    ),
+    (
+        "suspend",
+        "a suspended Job deletes its running pods and starts none, behind orb's back",
+    ),
+    (
+        "managedBy",
+        "the Job controller must run the Job; another controller's view of it is not one \
+         orb can read",
+    ),
+];
+const ORDINALS_WHY: &str = "orb names and returns StatefulSet machines by ordinal from 0 (the \
+     highest ordinals first)";
 
 fn check_field(
     parent: &Map<String, Value>,
@@ -107,7 +136,11 @@ fn check_field(
                 api: identity.api,
                 path: path.to_string(),
                 found: found.to_string(),
-                expected: expected.to_string(),
+                expected: if expected.is_null() {
+                    "the field unset".to_string()
+                } else {
+                    expected.to_string()
+                },
                 why,
             },
         ))),
@@ -156,6 +189,28 @@ pub fn check_invariants(
             "spec.backoffLimit",
             &json!(0),
             BACKOFF_WHY,
+            identity,
+            template_id,
+        )?;
+        for (key, why) in JOB_CONTRACT {
+            let allowed = match key {
+                "suspend" => json!(false),
+                "managedBy" => json!("kubernetes.io/job-controller"),
+                _ => Value::Null,
+            };
+            let path = format!("spec.{key}");
+            check_field(spec, key, &path, &allowed, why, identity, template_id)?;
+        }
+    }
+    if identity.api == ProviderApi::StatefulSet
+        && let Some(Value::Object(ordinals)) = body.pointer("/spec/ordinals")
+    {
+        check_field(
+            ordinals,
+            "start",
+            "spec.ordinals.start",
+            &json!(0),
+            ORDINALS_WHY,
             identity,
             template_id,
         )?;
@@ -210,6 +265,11 @@ pub fn stamp_identity(
             if let Some(selector) = &identity.selector {
                 spec.insert("selector".into(), json!({ "matchLabels": selector }));
             }
+            if let Some(claims) = &identity.volume_claim_templates
+                && spec.get("volumeClaimTemplates").is_none_or(Value::is_null)
+            {
+                spec.insert("volumeClaimTemplates".into(), claims.clone());
+            }
         }
         ProviderApi::Job => {
             spec.insert("parallelism".into(), json!(identity.replicas));
@@ -239,4 +299,84 @@ pub fn stamp_identity(
     let pod_spec = object_at(pod_template, "spec", "spec.template.spec", template_id)?;
     pod_spec.insert("restartPolicy".into(), json!(identity.restart_policy));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use orb_core::template::Template;
+    use rstest::rstest;
+
+    use super::*;
+    use crate::config::K8sProviderConfig;
+    use crate::native_spec::{NativeSpecInput, render_native_body};
+
+    fn render(api: ProviderApi, template: &Template) -> Result<Value, NativeSpecError> {
+        let config = K8sProviderConfig::default();
+        let input = NativeSpecInput {
+            template,
+            config: &config,
+            request_id: "req-1",
+            name: "orb-req-1",
+            namespace: "orb",
+            count: 2,
+            config_dir: None,
+        };
+        render_native_body(api, &input)
+    }
+
+    fn native(native_spec: Value) -> Template {
+        Template {
+            template_id: "t".into(),
+            container_image: Some("busybox:1.36".into()),
+            native_spec: Some(native_spec),
+            ..Template::default()
+        }
+    }
+
+    #[rstest]
+    #[case::pod_failure_policy(ProviderApi::Job,
+        json!({"podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}}),
+        "spec.podFailurePolicy")]
+    #[case::success_policy(ProviderApi::Job,
+        json!({"successPolicy": {"rules": [{"succeededCount": 1}]}}), "spec.successPolicy")]
+    #[case::suspend(ProviderApi::Job, json!({"suspend": true}), "spec.suspend")]
+    #[case::managed_by(ProviderApi::Job, json!({"managedBy": "example.com/queue"}), "spec.managedBy")]
+    #[case::ordinals(ProviderApi::StatefulSet, json!({"ordinals": {"start": 5}}), "spec.ordinals.start")]
+    fn a_native_body_that_breaks_a_handler_contract_is_refused_with_the_reason(
+        #[case] api: ProviderApi,
+        #[case] spec: Value,
+        #[case] path: &str,
+    ) {
+        let err = render(api, &native(json!({ "spec": spec }))).unwrap_err();
+        assert!(
+            matches!(&err, NativeSpecError::Invariant(b) if b.path == path),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&format!("remove {path}")), "{err}");
+    }
+
+    #[rstest]
+    #[case::job_defaults(ProviderApi::Job, json!({"suspend": false, "managedBy": "kubernetes.io/job-controller"}))]
+    #[case::ordinal_zero(ProviderApi::StatefulSet, json!({"ordinals": {"start": 0}}))]
+    fn the_contracts_own_values_pass(#[case] api: ProviderApi, #[case] spec: Value) {
+        render(api, &native(json!({ "spec": spec }))).unwrap();
+    }
+
+    #[test]
+    fn a_native_statefulset_keeps_the_templates_volume_claim_templates_unless_it_sets_its_own() {
+        let claim = json!([{"metadata": {"name": "scratch"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]);
+        let mut template = native(json!({"spec": {"podManagementPolicy": "Parallel"}}));
+        template
+            .extra
+            .insert("volumeClaimTemplates".into(), claim.clone());
+        let body = render(ProviderApi::StatefulSet, &template).unwrap();
+        assert_eq!(body["spec"]["volumeClaimTemplates"], claim);
+
+        let own = json!([{"metadata": {"name": "own"}, "spec": {"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "2Gi"}}}}]);
+        template.native_spec = Some(json!({"spec": {"volumeClaimTemplates": own}}));
+        let body = render(ProviderApi::StatefulSet, &template).unwrap();
+        assert_eq!(body["spec"]["volumeClaimTemplates"], own);
+    }
 }

@@ -8,6 +8,7 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use orb_core::ProviderApi;
+use orb_core::template::Template;
 use serde_json::Value;
 
 use super::{SpecError, SpecInputs, build_pod_template, object_labels, pod_fields};
@@ -121,14 +122,20 @@ pub fn build_deployment(inputs: &SpecInputs<'_>) -> Result<Deployment, SpecError
     })
 }
 
+/// The template's `volumeClaimTemplates` (or `volume_claim_templates`) as written: the typed
+/// StatefulSet parses them, a native one keeps them unless its own spec sets the field.
+pub fn template_volume_claim_templates(template: &Template) -> Option<&Value> {
+    let extra = &template.extra;
+    extra
+        .get("volumeClaimTemplates")
+        .or_else(|| extra.get("volume_claim_templates"))
+        .filter(|v| !v.is_null())
+}
+
 fn volume_claim_templates(
     inputs: &SpecInputs<'_>,
 ) -> Result<Option<Vec<PersistentVolumeClaim>>, SpecError> {
-    let extra = &inputs.template.extra;
-    let raw = extra
-        .get("volumeClaimTemplates")
-        .or_else(|| extra.get("volume_claim_templates"));
-    match raw {
+    match template_volume_claim_templates(inputs.template) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(items)) => {
             pod_fields::parse_list(inputs.template, "volumeClaimTemplates", Some(items))

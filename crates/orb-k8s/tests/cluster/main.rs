@@ -20,6 +20,7 @@ mod lifecycle;
 mod machine_truth;
 mod namespace_modes;
 mod native_acquire;
+mod native_contracts;
 mod native_spec;
 mod node_watch;
 mod pod;
