@@ -206,6 +206,21 @@ pub fn is_orphaned(pdb: &PodDisruptionBudget) -> bool {
         && pdb.metadata.deletion_timestamp.is_none()
 }
 
+/// Whether `pdb` is the operator's PDB of a Workload gang over the pods of LeaderWorkerSet
+/// `lws` (its selector requires `leaderworkerset.sigs.k8s.io/name=<lws>`). Such pods belong to
+/// the LeaderWorkerSet path once the LeaderWorkerSet exists: its controller deletes this PDB
+/// before writing its own, so the two never select a pod at the same moment (issue #52).
+pub fn is_gang_pdb_over_leader_worker_set(pdb: &PodDisruptionBudget, lws: &str) -> bool {
+    let requires_lws = pdb
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .and_then(|s| s.match_labels.as_ref())
+        .and_then(|m| m.get(keys::LWS_NAME))
+        .is_some_and(|v| v == lws);
+    labelled_ours(pdb) && requires_lws && controllers(pdb).any(|o| o.kind == "Workload")
+}
+
 /// Whether `pdb` is one of the operator's (any owner): labelled managed-by=pdb-operator and
 /// controlled by a workload.
 fn is_operators(pdb: &PodDisruptionBudget) -> bool {
@@ -337,6 +352,40 @@ mod tests {
             match_labels: Some(labels(&[("app", v)])),
             match_expressions: None,
         })
+    }
+
+    #[test]
+    fn a_gangs_pdb_over_a_leader_worker_sets_pods_is_recognised() {
+        let gang = |selector: &[(&str, &str)], kind: &str| {
+            let mut p = pdb(
+                "mesh-pdb",
+                true,
+                Some("u1"),
+                Some(LabelSelector {
+                    match_labels: Some(labels(selector)),
+                    match_expressions: None,
+                }),
+            );
+            p.metadata.owner_references.as_mut().unwrap()[0].kind = kind.into();
+            p
+        };
+        let over_late = [("app", "mesh"), (keys::LWS_NAME, "late")];
+        assert!(is_gang_pdb_over_leader_worker_set(
+            &gang(&over_late, "Workload"),
+            "late"
+        ));
+        assert!(!is_gang_pdb_over_leader_worker_set(
+            &gang(&over_late, "Workload"),
+            "other"
+        ));
+        assert!(!is_gang_pdb_over_leader_worker_set(
+            &gang(&[("app", "mesh")], "Workload"),
+            "late"
+        ));
+        assert!(
+            !is_gang_pdb_over_leader_worker_set(&gang(&over_late, "Deployment"), "late"),
+            "only a Workload's PDB gives way"
+        );
     }
 
     // Issue #52: only a PDB we wrote (label and created-by) with no controller owner left.

