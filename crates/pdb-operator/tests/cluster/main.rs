@@ -24,3 +24,4 @@ mod live_overlap;
 mod live_rbac;
 mod live_runtime;
 mod live_scenarios;
+mod soak;

@@ -19,9 +19,12 @@ use pdb_operator::runtime::{RunOptions, run};
 use serde_json::{Value, json};
 
 pub mod gangs;
+pub mod operator_identity;
 pub mod operator_metrics;
 #[allow(unused_imports)]
 pub use gangs::*;
+#[allow(unused_imports)]
+pub use operator_identity::*;
 #[allow(unused_imports)]
 pub use operator_metrics::*;
 
