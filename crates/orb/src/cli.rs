@@ -416,6 +416,20 @@ pub enum ConfigCommand {
         #[arg(long, value_name = "TEMPLATE_ID")]
         template: Option<String>,
     },
+    /// Set one value in config.json and write the file atomically, after the checks `orb
+    /// serve` makes at start: a value orb would not start with is refused and nothing is
+    /// written. A running server keeps its configuration until it is restarted.
+    #[command(
+        after_help = "KEY is the place in config.json, with dots; list items by position.\nVALUE is JSON when it parses as JSON (600, true, {\"a\": 1}), else text.\n\nExamples:\n  orb config set request.default_timeout 600\n  orb config set providers.0.config.namespace batch\n  orb config set serve.ui.enabled false\n  orb --config /etc/orb/config.json config set logging.level INFO"
+    )]
+    Set {
+        /// The place in config.json, e.g. request.default_timeout or
+        /// providers.0.config.namespace.
+        key: String,
+        /// The new value: JSON when it parses (600, true, "text"), else the text itself.
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

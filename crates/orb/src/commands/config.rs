@@ -7,12 +7,16 @@ use orb_k8s::config::{OutputFormat as ProviderFormat, ResolvedConfig, render_eff
 use crate::cli::{ConfigCommand, OutputFormat};
 use crate::context::{self, LoadedConfig};
 use crate::effective_config::{EffectiveConfig, kubernetes_settings};
-use crate::failure::CliResult;
+use crate::failure::{CliResult, Failure};
 use crate::render::{self, Table};
+use crate::serve::config_write::{set_config_value, shown_in, value_from_text};
 use crate::session::{Output, Session};
 
 pub fn run(session: &Session, command: ConfigCommand) -> CliResult<Output> {
-    let ConfigCommand::Show { origin, template } = command;
+    let (origin, template) = match command {
+        ConfigCommand::Show { origin, template } => (origin, template),
+        ConfigCommand::Set { key, value } => return set(session, &key, &value),
+    };
     let effective = EffectiveConfig::capture(session, template.as_deref())?;
     let dirs = &session.dirs;
     let exists = effective.config_exists;
@@ -83,4 +87,45 @@ pub(super) fn effective_provider(
 ) -> CliResult<Option<(ProviderEntry, ResolvedConfig)>> {
     let entry = context::select_provider(&session.global, loaded)?;
     Ok(kubernetes_settings(session, loaded, entry, template_id)?.map(|r| (entry.clone(), r)))
+}
+
+/// `orb config set KEY VALUE`: the same write as `PUT /api/v1/config/{key}`.
+fn set(session: &Session, key: &str, value: &str) -> CliResult<Output> {
+    let file = &session.dirs.config_file.path;
+    let env = std::env::vars()
+        .filter(|(k, _)| k.to_ascii_uppercase().starts_with("ORB_K8S_"))
+        .collect();
+    let set = set_config_value(file, key, value_from_text(value), &env)
+        .map_err(|e| Failure::invalid(e.to_string()))?;
+    let shown = shown_in(&set.after, key).unwrap_or(serde_json::Value::Null);
+    let was = shown_in(&set.before, key);
+    let message = if set.written {
+        format!(
+            "set {key} to {shown} in {} (was {}); orb serve takes it when it next starts (a \
+             running server: orb server stop, then orb server start), other orb commands from \
+             their next run",
+            file.display(),
+            was.map_or_else(|| "not set".to_string(), |v| v.to_string())
+        )
+    } else {
+        format!(
+            "{key} is already {shown} in {}; nothing written",
+            file.display()
+        )
+    };
+    let reply = serde_json::json!({
+        "key": key,
+        "value": shown,
+        "persisted": set.written,
+        "path": file.display().to_string(),
+        "restart_required": set.written,
+        "warnings": set.warnings,
+        "message": message,
+    });
+    let text = render::render(&reply, session.global.output, || {
+        let mut t = Table::new(vec!["MESSAGE"]);
+        t.row(vec![message.clone()]);
+        t
+    })?;
+    Ok(Output::ok(text))
 }

@@ -179,6 +179,9 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     Some(if path.starts_with("/api/v1/admin/") {
         // Store-wide operations (a cleanup removes records of every caller's requests).
         Role::Admin
+    } else if changes_state && path.starts_with("/api/v1/config/") {
+        // Rewriting config.json decides how every later start runs (the reference: admin).
+        Role::Admin
     } else if changes_state {
         Role::Operator
     } else {

@@ -89,7 +89,7 @@ fn call_env(state: &AppState) -> CliResult<BrokerEnv> {
     Ok(BrokerEnv {
         broker: state.shared_broker(),
         warnings: loaded.warnings,
-        catalog_failure: loaded.failure,
+        catalog_failure: loaded.failure.or(loaded.missing),
         written: Some(state.written_machines()),
     })
 }

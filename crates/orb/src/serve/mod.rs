@@ -2,12 +2,14 @@
 //! `/metrics` and a generated OpenAPI document. Handlers are thin: they parse input, call
 //! the same [`Broker`] the command line uses, and turn its answers into JSON or problems.
 
+mod atomic_file;
 pub mod auth;
 pub mod auth_config;
 pub mod background;
 mod cluster_checks;
 pub mod command;
 mod config;
+pub mod config_write;
 pub mod console;
 pub mod daemon;
 mod events;
@@ -33,6 +35,7 @@ mod requests;
 pub mod server;
 pub mod socket;
 pub mod template_file;
+mod template_writes;
 mod templates;
 pub mod token_review;
 pub mod version_gate;
@@ -232,6 +235,7 @@ impl AppState {
             None => template_file::Loaded {
                 warnings: self.inner.broker.catalog.current().notes(),
                 failure: None,
+                missing: None,
             },
         }
     }
@@ -252,6 +256,11 @@ impl AppState {
 
     pub fn template_source(&self) -> Option<&template_file::TemplateSource> {
         self.inner.template_source.get()
+    }
+
+    /// Makes the next call reload the template file (after the API wrote it).
+    pub fn templates_written(&self) {
+        self.inner.template_file.forget();
     }
 
     /// Makes the config routes answer `config` (what the server was started with); without
@@ -340,9 +349,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(purge::purge_request))
         .routes(routes!(purge::cleanup_database))
         .routes(routes!(reload::reload_config))
-        .routes(routes!(reference::create_template))
-        .routes(routes!(reference::update_template))
-        .routes(routes!(reference::delete_template))
+        .routes(routes!(template_writes::create_template))
+        .routes(routes!(template_writes::update_template))
+        .routes(routes!(template_writes::delete_template))
         .routes(routes!(reference::generate_templates))
         .routes(routes!(reference::refresh_templates))
         .routes(routes!(overview::me))
@@ -358,6 +367,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(config::config_sources))
         .routes(routes!(config::config_value))
         .routes(routes!(config::validate_config))
+        .routes(routes!(config_write::set_config))
+        .routes(routes!(config_write::save_config))
         .routes(routes!(hostfactory::hostfactory_call))
         .routes(routes!(probes::livez))
         .routes(routes!(probes::readyz))

@@ -937,8 +937,7 @@ pub async fn list_return_requests(
     list_requests(state, ApiQuery(query)).await
 }
 
-/// A reference route orb answers with a domain error: templates are the template file's
-/// (HostFactory owns it; the server follows edits), and generating templates means
+/// A reference route orb answers with a domain error: generating templates means
 /// discovering cloud images and instance types, which a Kubernetes broker has none of.
 fn not_supported(what: &str, instead: &str) -> Problem {
     Problem::new(
@@ -947,47 +946,6 @@ fn not_supported(what: &str, instead: &str) -> Problem {
         "Not supported by this broker",
         format!("{what} is not supported by orb's Kubernetes provider; {instead}"),
     )
-}
-
-const EDIT_THE_FILE: &str = "edit the template file (the server follows it: GET /api/v1/templates/ shows the change), \
-     and check it with POST /api/v1/templates/validate";
-
-/// Creating a template over REST: refused, templates live in the template file.
-#[utoipa::path(
-    post,
-    path = "/api/v1/templates/",
-    tag = "templates",
-    operation_id = "create_template_api_v1_templates__post",
-    responses((status = 501, description = "Templates are the template file's; edit it", body = Problem, content_type = "application/problem+json"))
-)]
-pub async fn create_template() -> Problem {
-    not_supported("creating a template over REST", EDIT_THE_FILE)
-}
-
-/// Changing a template over REST: refused, templates live in the template file.
-#[utoipa::path(
-    put,
-    path = "/api/v1/templates/{template_id}",
-    tag = "templates",
-    operation_id = "update_template_api_v1_templates__template_id__put",
-    params(("template_id" = String, Path, description = "The template id")),
-    responses((status = 501, description = "Templates are the template file's; edit it", body = Problem, content_type = "application/problem+json"))
-)]
-pub async fn update_template(Path(_id): Path<String>) -> Problem {
-    not_supported("changing a template over REST", EDIT_THE_FILE)
-}
-
-/// Deleting a template over REST: refused, templates live in the template file.
-#[utoipa::path(
-    delete,
-    path = "/api/v1/templates/{template_id}",
-    tag = "templates",
-    operation_id = "delete_template_api_v1_templates__template_id__delete",
-    params(("template_id" = String, Path, description = "The template id")),
-    responses((status = 501, description = "Templates are the template file's; edit it", body = Problem, content_type = "application/problem+json"))
-)]
-pub async fn delete_template(Path(_id): Path<String>) -> Problem {
-    not_supported("deleting a template over REST", EDIT_THE_FILE)
 }
 
 /// Generating templates from cloud images and instance types: refused, Kubernetes has none.

@@ -148,7 +148,7 @@ pub async fn reload_config(
 }
 
 /// config.json as the server read it at start (an empty document when there was none).
-fn running_document(running: &EffectiveConfig) -> Value {
+pub(super) fn running_document(running: &EffectiveConfig) -> Value {
     running
         .loaded
         .as_ref()

@@ -2,14 +2,16 @@
 //! routes, a REST acquire, each HostFactory call) first checks the file's size and mtime, and
 //! on a change reloads it into the broker's catalog. REST and the HostFactory route therefore
 //! always answer from the same catalog, and an edit takes effect on the next call, as it does
-//! for the scripts run directly.
+//! for the scripts run directly. No file at all is an empty catalog (the reference broker's
+//! clients list templates before they create the first one); template writes through the API
+//! replace the file atomically and make the next call reload it.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use orb_broker::Broker;
-use orb_broker::catalog::Catalog;
+use orb_broker::catalog::{Catalog, CatalogError};
 use orb_core::config::ProviderEntry;
 
 use crate::context;
@@ -22,10 +24,10 @@ pub struct TemplateSource {
     pub entry: ProviderEntry,
 }
 
-/// What identifies one version of the file: which file it is, its size and its mtime.
+/// What identifies one version of the file: which file it is (none yet), its size and mtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Stamp {
-    path: PathBuf,
+    path: Option<PathBuf>,
     len: u64,
     modified: Option<SystemTime>,
 }
@@ -37,6 +39,9 @@ pub struct Loaded {
     pub warnings: Vec<String>,
     /// Why the file could not be read; the catalog is then empty.
     pub failure: Option<Failure>,
+    /// Why there is no file at all (the catalog is empty): for HostFactory, whose
+    /// getAvailableTemplates fails then as the script run directly does.
+    pub missing: Option<Failure>,
 }
 
 /// The followed file and what its last load said.
@@ -45,15 +50,39 @@ pub struct TemplateFile {
     last: Mutex<Option<(Option<Stamp>, Loaded)>>,
 }
 
-fn stamp_of(source: &TemplateSource) -> Result<Stamp, Failure> {
-    let path = context::find_template_file(&source.config_dir, &source.entry)?;
+fn stamp_of(source: &TemplateSource) -> Result<(Stamp, Option<Failure>), Failure> {
+    let path = match orb_broker::catalog::find_template_file(&source.config_dir, &source.entry) {
+        Ok(path) => path,
+        Err(missing @ CatalogError::NoTemplateFile { .. }) => {
+            let stamp = Stamp {
+                path: None,
+                len: 0,
+                modified: None,
+            };
+            return Ok((stamp, Some(Failure::from(missing))));
+        }
+        Err(other) => return Err(other.into()),
+    };
     let meta = std::fs::metadata(&path)
         .map_err(|e| Failure::invalid(format!("cannot read {}: {e}", path.display())))?;
-    Ok(Stamp {
+    let stamp = Stamp {
         len: meta.len(),
         modified: meta.modified().ok(),
-        path,
-    })
+        path: Some(path),
+    };
+    Ok((stamp, None))
+}
+
+/// The file a template write replaces: the one the server follows, or when there is none
+/// yet `<provider name>_templates.json` in the config directory (the first name looked for).
+pub fn file_to_write(source: &TemplateSource) -> PathBuf {
+    orb_broker::catalog::find_template_file(&source.config_dir, &source.entry).unwrap_or_else(
+        |_| {
+            source
+                .config_dir
+                .join(format!("{}_templates.json", source.entry.name))
+        },
+    )
 }
 
 impl TemplateFile {
@@ -65,23 +94,24 @@ impl TemplateFile {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if let (Ok(now), Some((Some(seen), loaded))) = (&stamp, last.as_ref())
+        if let (Ok((now, _)), Some((Some(seen), loaded))) = (&stamp, last.as_ref())
             && now == seen
         {
             return loaded.clone();
         }
-        let (catalog, loaded) = match stamp
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|s| context::load_catalog_from(&s.path, &source.entry))
-        {
-            Ok(catalog) => {
+        let loaded_from = stamp.clone().and_then(|(s, missing)| match &s.path {
+            Some(path) => context::load_catalog_from(path, &source.entry).map(|c| (c, None)),
+            None => Ok((Catalog::default(), missing)),
+        });
+        let (catalog, loaded) = match loaded_from {
+            Ok((catalog, missing)) => {
                 let warnings = catalog.notes();
                 (
                     catalog,
                     Loaded {
                         warnings,
                         failure: None,
+                        missing,
                     },
                 )
             }
@@ -90,11 +120,22 @@ impl TemplateFile {
                 Loaded {
                     warnings: vec![failure.message.clone()],
                     failure: Some(failure),
+                    missing: None,
                 },
             ),
         };
         broker.catalog.replace(catalog);
-        *last = Some((stamp.ok(), loaded.clone()));
+        *last = Some((stamp.ok().map(|(s, _)| s), loaded.clone()));
         loaded
+    }
+
+    /// Makes the next [`Self::sync`] reload the file whatever its stamp says (after a write
+    /// that may keep its size within one mtime tick).
+    pub fn forget(&self) {
+        let mut last = match self.last.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *last = None;
     }
 }
