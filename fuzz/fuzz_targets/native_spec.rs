@@ -21,7 +21,10 @@ use std::path::PathBuf;
 use libfuzzer_sys::fuzz_target;
 use orb_core::ProviderApi;
 use orb_core::template::wire::template_from_value;
-use orb_k8s::audit::{AuditMode, audit_pod_spec, audit_workload_body, enforce_audit_policy};
+use orb_k8s::audit::{
+    AuditMode, AuditPolicy, PodSecurityProfile, audit_pod_spec, audit_workload_body,
+    enforce_audit_policy,
+};
 use orb_k8s::config::K8sProviderConfig;
 use orb_k8s::native_spec::{
     ListMerge, NativeSources, NativeSpecInput, NativeSpecSwitches, OperatorSpec, SpecSource,
@@ -32,9 +35,18 @@ use serde_json::{Map, Value};
 
 const REQUEST_ID: &str = "req-fe4cda5c-0194-44bc-981b-0a2b3c4d5e6f";
 
+const PROFILES: [PodSecurityProfile; 2] =
+    [PodSecurityProfile::Baseline, PodSecurityProfile::Restricted];
+
 fn audit_everything(body: &Value) {
-    for finding in audit_workload_body(body) {
-        assert!(!finding.to_string().is_empty());
+    for profile in PROFILES {
+        let policy = AuditPolicy {
+            profile,
+            ..AuditMode::Reject.into()
+        };
+        for finding in audit_workload_body(body, &policy) {
+            assert!(!finding.to_string().is_empty());
+        }
     }
     for mode in [AuditMode::Warn, AuditMode::Reject] {
         if let Err(rejection) = enforce_audit_policy(mode, body) {
@@ -57,7 +69,9 @@ fn merges(envelope: &Map<String, Value>) {
     if let (Some(pod_spec), Some(overlay)) = (envelope.get("pod_spec"), envelope.get("override")) {
         for api in ProviderApi::ALL {
             if let Ok(spec) = apply_pod_spec_override(api, pod_spec, overlay) {
-                let _ = audit_pod_spec(&spec, "spec");
+                for profile in PROFILES {
+                    let _ = audit_pod_spec(&spec, "spec", profile);
+                }
             }
         }
     }
