@@ -103,6 +103,10 @@ echo "--- disruption soak (bench/soak.sh): 90 s at a fixed seed, 90 s at a rando
 ORB_SOAK_SECONDS=90 ORB_SOAK_SEED=51 bench/soak.sh
 ORB_SOAK_SECONDS=90 ORB_SOAK_SEED=random bench/soak.sh
 echo "soak done in $(( $(date +%s) - t0 )) s from the start" >&2
+echo "--- pdb-operator drain soak (bench/operator-soak.sh): 90 s at seed 52, 90 s at a random seed" >&2
+ORB_OPSOAK_SECONDS=90 ORB_OPSOAK_SEED=52 bench/operator-soak.sh
+ORB_OPSOAK_SECONDS=90 ORB_OPSOAK_SEED=random bench/operator-soak.sh
+echo "operator soak done in $(( $(date +%s) - t0 )) s from the start" >&2
 echo "--- bench smoke: every bench of bench/run.sh and bench/scale.sh at a tiny size (BENCH_SMOKE=1)" >&2
 t_smoke=$(date +%s)
 BENCH_SMOKE=1 bench/run.sh

@@ -18,6 +18,17 @@
 //! and the event log to replay it. Run it alone: it installs the LeaderWorkerSet CRD if it is
 //! missing, which `live_lws` deletes and reinstalls.
 //!
+//! **Known finding (open, #52): a forming PodGroup lets a drain take a single-mode group below
+//! minCount.** While a PodGroup added to a single-mode gang forms, the operator leaves it out of
+//! the budget (`minAvailable` over the other groups), but its pods that are already Ready match
+//! the PDB's selector and the disruption controller counts them as healthy: the added group's
+//! pods raise `disruptionsAllowed` by as many, and a drain spends them on one group. Seed 52
+//! (90 s): `gs5-gx7` (5 pods) added at 18.6 s; at 19.3 s `gs5-pdb` had minAvailable 12 over
+//! the sizes of three groups, 17 healthy, 5 allowed, and the drain took `gs5-g0` from 5 to 2
+//! Ready (minCount 3). The soak counts these (`known findings met`) instead of failing, naming
+//! the groups left out; the fix belongs in the gang decision (count a forming group's live pods
+//! into `minAvailable`, or narrow the selector to the formed groups).
+//!
 //! Known limits met by the soak, counted and printed instead of failing it: an eviction
 //! answered 500 or two PDBs over a pod within [`YIELD`] of a user PDB appearing (the operator
 //! cannot yield before it sees the new PDB), and an all-mode gang losing a pod of a second
