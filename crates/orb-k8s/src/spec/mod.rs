@@ -13,6 +13,8 @@ pub mod workloads;
 mod tests;
 #[cfg(test)]
 mod tests_parity;
+#[cfg(test)]
+mod tests_profile;
 
 use std::collections::BTreeMap;
 
