@@ -420,23 +420,6 @@ async fn unknown_query_parameters_are_refused_on_every_route() {
 }
 
 #[tokio::test]
-async fn setting_a_key_stays_refused() {
-    let (env, file) = env_with(&kube_config()).await;
-    let before = std::fs::read(&file).unwrap();
-    let response = env
-        .call(
-            HttpRequest::put("/api/v1/config/provider.namespace")
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(r#"{"value": "other"}"#))
-                .unwrap(),
-        )
-        .await;
-    let got = split(response).await;
-    assert_problem(&got, 405, "method-not-allowed", "does not take that method");
-    assert_eq!(std::fs::read(&file).unwrap(), before);
-}
-
-#[tokio::test]
 async fn a_server_without_its_configuration_says_so() {
     let env = Env::new().await;
     let got = env.get("/api/v1/config/").await;

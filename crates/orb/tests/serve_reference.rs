@@ -541,23 +541,9 @@ async fn me_dashboard_and_providers_describe_the_server() {
 }
 
 #[tokio::test]
-async fn template_writes_and_cloud_generation_are_a_domain_error_and_refresh_lists() {
+async fn cloud_generation_is_a_domain_error_and_refresh_lists() {
     let env = Env::new().await;
     env.seed().await;
-    let body = r#"{"templateId": "new", "imageId": "busybox"}"#;
-    let got = env.post("/api/v1/templates/", body).await;
-    assert_problem(&got, 501, "not-supported", "edit the template file");
-    let put = env
-        .call(
-            HttpRequest::put("/api/v1/templates/worker")
-                .header("content-type", "application/json")
-                .body(Body::from(body))
-                .unwrap(),
-        )
-        .await;
-    assert_problem(&split(put).await, 501, "not-supported", "template file");
-    let got = env.delete("/api/v1/templates/worker").await;
-    assert_problem(&got, 501, "not-supported", "template file");
     let got = env.post("/api/v1/templates/generate", "{}").await;
     assert_problem(&got, 501, "not-supported", "cloud images");
     // Nothing changed: the file still has its three templates, and refresh lists them.
