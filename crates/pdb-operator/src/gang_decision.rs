@@ -22,7 +22,8 @@ use crate::desired::{
 use crate::enforcement::EventNote;
 use crate::gang::{DisruptionMode, GroupBudget, budget_for_gang};
 use crate::gang_record::{
-    GangRecord, GroupNow, MEMBER_WAIT, group_sizes, render_sizes, short_groups,
+    GangRecord, GroupNow, MEMBER_WAIT, group_sizes, of_several_revisions, render_sizes,
+    short_groups,
 };
 use crate::names::{keys, reasons};
 use crate::pdb::Owner;
@@ -377,6 +378,7 @@ pub fn desired_pdb_for_gang(
                 live: members.len() as u32,
                 min_count: g.min_count.map_or(template_min, |m| m.max(0) as u32),
                 settling: left.is_some(),
+                rolling: of_several_revisions(members.iter().map(|p| &p.labels)),
             }
         })
         .collect();

@@ -184,6 +184,28 @@ pub struct GroupNow {
     pub min_count: u32,
     /// The group or one of its pods was created moments ago: a new group may still be filling.
     pub settling: bool,
+    /// Its live pods are of more than one revision ([`REVISION_LABELS`]): its owner is rolling
+    /// them out, and the pods above the group's size are a surge, not a bigger group.
+    pub rolling: bool,
+}
+
+/// The labels that name the revision of a pod's template: the ReplicaSet's, the
+/// StatefulSet's (or DaemonSet's), and the LeaderWorkerSet's.
+pub const REVISION_LABELS: [&str; 3] = [
+    "pod-template-hash",
+    "controller-revision-hash",
+    "leaderworkerset.sigs.k8s.io/template-revision-hash",
+];
+
+/// Whether `pods` (each one's labels) carry more than one template revision.
+pub fn of_several_revisions<'a>(
+    pods: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+) -> bool {
+    let revisions: std::collections::BTreeSet<Vec<Option<&String>>> = pods
+        .into_iter()
+        .map(|labels| REVISION_LABELS.iter().map(|k| labels.get(*k)).collect())
+        .collect();
+    revisions.len() > 1
 }
 
 /// The gang's groups as the budget sees them.
@@ -242,6 +264,18 @@ pub fn group_sizes(
             ));
             continue;
         }
+        // A rollout's surge pods (a new revision's pod before the old one goes) never raise
+        // the size: it stays what it was when the rollout began, the group's declared size.
+        let mut live = g.live;
+        if g.rolling
+            && let Some(s) = seen.filter(|s| g.live > *s)
+        {
+            out.steps.push(step(
+                format!("{} rolling out ({} live)", g.name, g.live),
+                format!("size {s} kept; the pods above it are a surge"),
+            ));
+            live = s;
+        }
         let mut short_since = None;
         if let Some(s) = seen.filter(|s| g.live < *s) {
             let since = record
@@ -257,8 +291,8 @@ pub fn group_sizes(
                 short_since = Some(since);
             }
         }
-        let size = g.live.max(seen.unwrap_or(0)).max(g.min_count);
-        if size != g.live {
+        let size = live.max(seen.unwrap_or(0)).max(g.min_count);
+        if size != live {
             let why = match seen {
                 Some(s) if s == size => format!("{s} seen before"),
                 _ => format!("minCount {}", g.min_count),
@@ -271,7 +305,7 @@ pub fn group_sizes(
         out.remember.insert(
             g.name.clone(),
             Remembered {
-                size: g.live.max(seen.unwrap_or(0)),
+                size: live.max(seen.unwrap_or(0)),
                 min_count: Some(g.min_count),
                 short_since,
             },
@@ -313,7 +347,40 @@ mod tests {
             live,
             min_count,
             settling: false,
+            rolling: false,
         }
+    }
+
+    // Issue #52: a surge (7 live of a remembered 6 while two revisions run) keeps the size at
+    // 6, so the group is whole again, not short, once the old pod goes; 7 live of one revision
+    // is a bigger group.
+    #[rstest]
+    #[case::surge(7, true, 6)]
+    #[case::scaled_up(7, false, 7)]
+    #[case::rolling_below_size(5, true, 6)]
+    fn a_rollout_surge_never_raises_the_size(
+        #[case] live: u32,
+        #[case] rolling: bool,
+        #[case] want: u32,
+    ) {
+        let r = with_min_count(record(&[("g", 6)]), "g", 3);
+        let g = GroupNow {
+            rolling,
+            ..now("g", live, 3)
+        };
+        let sizes = group_sizes(&[g], Some(&r), DisruptionMode::Single, t0());
+        assert_eq!(sizes.observed[0].pods, want);
+        assert_eq!(sizes.remember["g"].size, want);
+    }
+
+    #[test]
+    fn two_template_revisions_are_a_rollout() {
+        let pod = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        let (a, b) = (pod("pod-template-hash", "a"), pod("pod-template-hash", "b"));
+        assert!(of_several_revisions([&a, &b]));
+        assert!(!of_several_revisions([&a, &a.clone()]));
+        let plain = pod("app", "x");
+        assert!(!of_several_revisions([&plain, &plain.clone()]));
     }
 
     fn record(pairs: &[(&str, u32)]) -> GangRecord {

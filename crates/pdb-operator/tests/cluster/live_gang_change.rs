@@ -12,7 +12,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube_fixture::{Check, wait_for};
+use kube_fixture::{Check, TestCluster, wait_for};
 use pdb_operator::gang_record::parse_sizes;
 use pdb_operator::names::keys;
 use serde_json::json;
@@ -245,4 +245,60 @@ async fn a_workload_deleted_with_orphan_propagation_takes_its_pdb_along() {
     .await;
     println!("orphaned PDB gone {:?} after the delete", started.elapsed());
     assert!(workloads.get_opt("orph").await.unwrap().is_none());
+}
+
+/// Issue #52 defect 3: a rollout surge. The owner of a single-mode gang's 6 pods (revision `a`)
+/// adds a pod of revision `b` before it removes an old one, as a rolling update with maxSurge
+/// does. The size stays 6 (what the group had when the rollout began), so once the old pod
+/// goes the group is whole, not short, and a drain may take 3 pods. Before, the surge raised
+/// the size to 7 for good: minAvailable 4, and the group short until counted out 10 min later.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_rollout_surge_does_not_raise_the_gangs_size() {
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-surge").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let (_op, addr) = start_operator_with_metrics(&cluster, n);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "p-roll", "standard", "roll").await;
+    create_workload(
+        c,
+        n,
+        "roll",
+        json!({"app": "roll"}),
+        json!([gang_template("workers", 3, "single")]),
+    )
+    .await;
+    create_pod_group(c, n, "roll", "workers", "roll-workers-0", 3, "single").await;
+    let labels = |revision: &str| json!({"app": "roll", "pod-template-hash": revision});
+    for i in 0..6 {
+        let name = format!("roll-0-{i}");
+        create_pod(c, n, &name, Some("roll-workers-0"), labels("a")).await;
+    }
+    wait_ready_pods(&pods, "app=roll", 6).await;
+    wait_pdb(&pdbs, "roll-pdb", "minAvailable 3", |p| {
+        min_available(p) == Some(json!(3))
+    })
+    .await;
+
+    // The surge pod, then the old pod it replaces.
+    let before = reconciles(addr, "workload-pdb").await;
+    create_pod(c, n, "roll-0-6", Some("roll-workers-0"), labels("b")).await;
+    wait_ready_pods(&pods, "app=roll", 7).await;
+    wait_settled(addr, "workload-pdb", before).await;
+    let before = reconciles(addr, "workload-pdb").await;
+    pods.delete("roll-0-0", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_pod_gone(&pods, "roll-0-0").await;
+    wait_settled(addr, "workload-pdb", before).await;
+
+    let pdb = pdbs.get("roll-pdb").await.unwrap();
+    let sizes = parse_sizes(&pdb.metadata.annotations.clone().unwrap()[keys::GANG_SIZES]);
+    let group = &sizes["roll-workers-0"];
+    assert_eq!((group.size, group.short_since), (6, None), "{sizes:?}");
+    assert_eq!(min_available(&pdb), Some(json!(3)));
+    wait_disruptions(&pdbs, "roll-pdb", 6, 3).await;
 }
