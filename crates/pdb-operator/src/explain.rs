@@ -190,12 +190,12 @@ pub async fn explain(
     render_decision(&mut out, &decision);
     // What the controller checks before writing: another PDB over the same pods wins.
     if matches!(decision, Decision::Apply(_))
-        && let Some(note) = find_pdb_conflict(&uid, &pdb_name(&name), &pod_labels, &pdbs)
+        && let Some(conflict) = find_pdb_conflict(&uid, &pdb_name(&name), &pod_labels, &pdbs)
     {
         let _ = writeln!(
             out,
             "\nPDB conflict, so the operator keeps no PDB for it: {}",
-            note.message
+            conflict.note.message
         );
     }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, namespace);

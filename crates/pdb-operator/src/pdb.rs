@@ -240,6 +240,14 @@ pub fn outranks(mine: &PodDisruptionBudget, other: &PodDisruptionBudget) -> bool
     rank(mine) < rank(other)
 }
 
+/// Why a workload keeps no PDB of its own: the event to post, and the other PDB in force over
+/// its pods, if one is (a PDB merely holding the name may select none of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PdbConflict {
+    pub note: EventNote,
+    pub in_force: Option<String>,
+}
+
 /// A reason for the workload to have no PDB (and to delete the one it owns): its name is held
 /// by someone else, or another PDB selects the workload's pods and takes precedence (two PDBs
 /// over one pod make every eviction of it fail with 500). A PDB the operator does not manage
@@ -252,19 +260,24 @@ pub fn find_pdb_conflict(
     desired_name: &str,
     pod_labels: &[BTreeMap<String, String>],
     existing: &[PodDisruptionBudget],
-) -> Option<EventNote> {
+) -> Option<PdbConflict> {
     let mine = existing
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(desired_name) && is_owned_by(p, owner_uid));
     for pdb in existing.iter().filter(|p| !is_owned_by(p, owner_uid)) {
         let name = pdb.metadata.name.as_deref().unwrap_or("");
         if name == desired_name {
-            return Some(EventNote::warning(
+            let note = EventNote::warning(
                 reasons::PDB_CONFLICT,
                 format!(
                     "PodDisruptionBudget {name} exists and is not owned by this workload; it is left untouched and no second PDB is written (retrying in 30s)"
                 ),
-            ));
+            );
+            let in_force = pod_labels
+                .iter()
+                .any(|l| pdb_selects(pdb, l))
+                .then(|| name.to_string());
+            return Some(PdbConflict { note, in_force });
         }
         if !pod_labels.iter().any(|l| pdb_selects(pdb, l)) {
             continue;
@@ -280,12 +293,16 @@ pub fn find_pdb_conflict(
             Some(_) => format!("{desired_name} is deleted"),
             None => "none is written".to_string(),
         };
-        return Some(EventNote::warning(
+        let note = EventNote::warning(
             reasons::PDB_CONFLICT,
             format!(
                 "PodDisruptionBudget {name} ({whose}) selects this workload's pods; two PDBs over one pod make every eviction fail, so {done} until {name} no longer selects them"
             ),
-        ));
+        );
+        return Some(PdbConflict {
+            note,
+            in_force: Some(name.to_string()),
+        });
     }
     None
 }
@@ -455,8 +472,9 @@ mod tests {
         // Scenario 32: team-pdb (unowned) selects app=a → no a-pdb, PDBConflict.
         let existing = [pdb("team-pdb", false, None, app("a"))];
         let c = find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &existing).unwrap();
-        assert_eq!(c.reason, reasons::PDB_CONFLICT);
-        assert!(c.message.contains("team-pdb"));
+        assert_eq!(c.note.reason, reasons::PDB_CONFLICT);
+        assert!(c.note.message.contains("team-pdb"));
+        assert_eq!(c.in_force.as_deref(), Some("team-pdb"));
         // Once it is gone there is no conflict.
         assert_eq!(
             find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &[]),
@@ -481,10 +499,11 @@ mod tests {
         )
         .unwrap();
         assert!(
-            c.message.contains("not owned by this workload"),
+            c.note.message.contains("not owned by this workload"),
             "{}",
-            c.message
+            c.note.message
         );
+        assert_eq!(c.in_force, None, "it selects none of the workload's pods");
     }
 
     #[test]
@@ -563,7 +582,7 @@ mod tests {
             let got = find_pdb_conflict("u1", "a-pdb", &[labels(&[("app", "a")])], &existing);
             match (expected, got) {
                 (None, None) => {}
-                (Some(text), Some(note)) => {
+                (Some(text), Some(PdbConflict { note, .. })) => {
                     assert_eq!(note.reason, reasons::PDB_CONFLICT, "{case}");
                     assert!(note.message.contains(text), "{case}: {}", note.message);
                 }

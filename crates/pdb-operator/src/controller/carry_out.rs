@@ -219,9 +219,10 @@ async fn apply(
         if let Some(live) = owned {
             delete_owned(ctx, s, api, live, "pdb_conflict").await?;
         }
-        notes.push(conflict);
+        notes.push(conflict.note);
         let outcome = Outcome {
             not_compliant: Some("pdb_conflict".into()),
+            covered_by: conflict.in_force,
             ..base
         };
         record_and_publish(ctx, s, &notes, outcome).await;

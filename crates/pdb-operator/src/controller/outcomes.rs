@@ -38,6 +38,10 @@ pub struct Outcome {
     pub pdb: Option<String>,
     /// Compliance: `None` = compliant (PDB in place); `Some(reason)` otherwise.
     pub not_compliant: Option<String>,
+    /// The PDB in force over the workload's pods when it is not the workload's own: the one it
+    /// yields to (reason `pdb_conflict`). Counted as protecting it, in the compliance gauge
+    /// (1 with that reason) and in the policy's PDBConflict condition.
+    pub covered_by: Option<String>,
     /// Whether the workload is configured at all (unconfigured workloads have no compliance).
     pub configured: bool,
     pub window_open: bool,
@@ -149,8 +153,12 @@ impl Outcomes {
                     out.pdbs_managed.push(format!("{}/{pdb}", w.namespace));
                 }
                 if o.not_compliant.as_deref() == Some("pdb_conflict") {
+                    let to = match &o.covered_by {
+                        Some(pdb) => format!("to {}/{pdb}", w.namespace),
+                        None => "its PDB's name is taken".into(),
+                    };
                     out.yielding
-                        .push(format!("{}/{}/{}", w.namespace, w.kind, w.name));
+                        .push(format!("{}/{}/{} ({to})", w.namespace, w.kind, w.name));
                 }
             }
         }
@@ -205,6 +213,8 @@ fn compliance_labels(w: &WorkloadKey, o: &Outcome) -> Option<(Labels, i64)> {
     }
     let (value, reason) = match &o.not_compliant {
         None => (1, "compliant".to_string()),
+        // Protected all the same, by the PDB it yields to.
+        Some(r) if o.covered_by.is_some() => (1, r.clone()),
         Some(r) => (0, r.clone()),
     };
     let labels = vec![

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use kube_fixture::{Check, wait_for};
+use kube_fixture::{Check, TestCluster, wait_for};
 use pdb_operator::crd::PDBPolicy;
 use pdb_operator::pdb::pdb_selects;
 use serde_json::{Value, json};
@@ -194,9 +194,12 @@ async fn a_users_pdb_after_the_deployments_makes_the_operator_yield_and_take_ove
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn a_users_pdb_after_the_gangs_makes_the_operator_yield_and_take_over_again() {
-    let t = OperatorNamespace::start("pdbop-yield-gang").await;
-    let (c, n) = (&t.cluster.client, t.ns.name());
-    let pdbs = &t.pdbs;
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    let ns = cluster.namespace("pdbop-yield-gang").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let (_op, addr) = start_operator_with_metrics(&cluster, n);
+    let pdbs = &Api::<PodDisruptionBudget>::namespaced(c.clone(), n);
     create_trainer_gang(c, n).await;
     wait_pdb(pdbs, "trainer-pdb", "minAvailable 6", |p| {
         min_available(p) == Some(json!(6))
@@ -208,7 +211,19 @@ async fn a_users_pdb_after_the_gangs_makes_the_operator_yield_and_take_over_agai
     evict_one_not_500(c, n, "app=trainer").await;
     let note = wait_event(c, n, "trainer", "PDBConflict").await;
     assert!(note.contains("team-pdb"), "{note}");
-    wait_policy_conflict(c, n, "training-critical", "True").await;
+    // Issue #52 defect 6: the PDB in force over the gang counts: the policy names it, and the
+    // gang's compliance is 1 (protected, by team-pdb) with reason pdb_conflict.
+    let message = wait_policy_conflict(c, n, "training-critical", "True").await;
+    assert!(
+        message.contains(&format!("{n}/Workload/trainer (to {n}/team-pdb)")),
+        "{message}"
+    );
+    let compliance = metric_sum(
+        &metrics_text(addr).await,
+        "pdb_operator_compliance_status",
+        &[("deployment", "trainer"), ("reason", "pdb_conflict")],
+    );
+    assert_eq!(compliance, 1.0, "the gang is protected by team-pdb");
 
     pdbs.delete("team-pdb", &DeleteParams::default())
         .await
