@@ -689,7 +689,7 @@ impl Provider for K8sProvider {
     }
 
     fn check_acquire(&self, template: &Template, count: u32) -> Result<Vec<String>, ProviderError> {
-        self.final_workload_for(template, crate::native_spec::PREVIEW_REQUEST_ID, count)
+        self.final_workload_for(template, &crate::native_spec::preview_request_id(), count)
             .map(|planned| planned.workload.warnings)
             .map_err(|failure| ProviderError::from(*failure.source))
     }

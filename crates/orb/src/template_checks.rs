@@ -8,16 +8,37 @@
 //! before it stores a request, so a template this calls usable is never refused by an acquire
 //! for a reason visible up front.
 
+use orb_core::ProviderApi;
 use orb_core::template::Template;
 use orb_k8s::K8sProvider;
-use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
+use orb_k8s::native_spec::preview_request_id;
 use orb_k8s::provider::PlannedAcquire;
 use orb_k8s::spec::BodyPath;
 use serde_json::Value;
 
 use crate::context::override_refusal;
 
-use orb_broker::templates::CHECK_COUNT;
+/// Most bare pods a check renders (one body each), as `GET …/render` previews at most.
+pub const MAX_CHECKED_PODS: u32 = 100;
+
+/// What validate's output says about the request it checked.
+pub const PREVIEW_NOTE: &str = "each template is checked as an acquire of its max_number \
+     machines (1 when it sets none; at most 100 for a Pod template) with a fresh preview \
+     request id: a real acquire gets its own id, and the names and request-id labels built \
+     from it";
+
+/// The count a check renders: the most machines one acquire of `template` may ask for, so a
+/// spec that decides on the count is checked as it will be sent.
+pub fn check_count(template: &Template) -> u32 {
+    let most = match template.api() {
+        ProviderApi::Pod => MAX_CHECKED_PODS,
+        _ => i32::MAX as u32,
+    };
+    template
+        .max_machines
+        .filter(|max| *max > 0)
+        .map_or(1, |max| u32::try_from(max).unwrap_or(u32::MAX).min(most))
+}
 
 /// A provider's checks of one template, as the HTTP layer holds them (it does not name the
 /// provider): `|t| check_template(Some(&provider), t)`.
@@ -62,7 +83,8 @@ pub fn check_template(provider: Option<&K8sProvider>, template: &Template) -> Te
     if !verdict.problems.is_empty() {
         return verdict;
     }
-    match provider.final_workload_for(template, PREVIEW_REQUEST_ID, CHECK_COUNT) {
+    let request_id = preview_request_id();
+    match provider.final_workload_for(template, &request_id, check_count(template)) {
         Ok(planned) => {
             verdict.warnings = planned.workload.warnings.clone();
             verdict.planned = Some(planned);
@@ -91,11 +113,16 @@ pub enum Rendering {
     },
 }
 
-/// Renders what an acquire of `count` machines of `template` would send, with the placeholder
-/// request id [`PREVIEW_REQUEST_ID`]. The provider's own acquire planning builds them, so the
-/// output is exactly what an acquire creates.
-pub fn render_bodies(provider: &K8sProvider, template: &Template, count: u32) -> Rendering {
-    match provider.final_workload_for(template, PREVIEW_REQUEST_ID, count) {
+/// Renders what an acquire of `count` machines of `template` would send for `request_id` (a
+/// [`preview_request_id`]). The provider's own acquire planning builds them, so the output is
+/// exactly what an acquire with that id creates.
+pub fn render_bodies(
+    provider: &K8sProvider,
+    template: &Template,
+    count: u32,
+    request_id: &str,
+) -> Rendering {
+    match provider.final_workload_for(template, request_id, count) {
         Ok(planned) => Rendering::Ok(Box::new(RenderedBodies {
             path: planned.workload.path,
             bodies: planned.workload.bodies(),

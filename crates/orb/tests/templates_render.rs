@@ -10,7 +10,17 @@ use std::process::Output;
 use assert_cmd::Command;
 use serde_json::{Value, json};
 
-const PREVIEW_REQUEST_ID: &str = "req-00000000-0000-4000-8000-000000000000";
+/// The preview request id render's note names ("… for request req-… (a fresh preview id)").
+fn preview_id(out: &Output) -> String {
+    let err = stderr(out);
+    let id = err
+        .split("for request ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no preview id in {err}"));
+    assert!(err.contains(&format!("{id} (a fresh preview id)")), "{err}");
+    id.to_string()
+}
 
 /// The local control plane's admin kubeconfig, found as the cluster test fixture finds it.
 fn control_plane_state_dir() -> PathBuf {
@@ -213,8 +223,13 @@ fn render_prints_the_native_body_with_the_operators_fields_and_orbs_identity() {
     );
     let labels = &body["metadata"]["labels"];
     assert_eq!(labels["orb.io/managed"], "true");
-    assert_eq!(labels["orb.io/request-id"], PREVIEW_REQUEST_ID);
+    let id = preview_id(&out);
+    assert_eq!(labels["orb.io/request-id"], id.as_str());
     assert_eq!(labels["orb.io/machine-id"], body["metadata"]["name"]);
+    // Fresh and of the real shape each time, so no spec can tell a preview from an acquire.
+    let again = preview_id(&env.run(&["templates", "render", "ml-worker"]));
+    assert_ne!(again, id);
+    assert!(uuid::Uuid::parse_str(id.strip_prefix("req-").unwrap()).is_ok());
     assert_eq!(body["metadata"]["namespace"], "default");
     assert!(
         stderr(&out).contains("native_spec path"),
@@ -245,12 +260,26 @@ fn render_as_yaml_is_the_same_body() {
     assert_eq!(exit(&yaml_out), Some(0), "{}", stderr(&yaml_out));
     let from_yaml: Value = serde_saphyr::from_str(&stdout(&yaml_out)).unwrap();
     let body = json_of(&json_out);
-    assert_eq!(from_yaml, body);
+    assert_eq!(
+        without_preview_id(&yaml_out, &from_yaml),
+        without_preview_id(&json_out, &body)
+    );
     assert_eq!(body["spec"]["replicas"], 4);
     assert_eq!(
         body["spec"]["strategy"]["rollingUpdate"],
         json!({"maxSurge": "25%", "maxUnavailable": 0})
     );
+}
+
+/// `body` with render's preview id (and the name digits taken from it) written as `ID`.
+fn without_preview_id(out: &Output, body: &Value) -> Value {
+    let id = preview_id(out);
+    let digits: String = id.trim_start_matches("req-").replace('-', "");
+    let text = body
+        .to_string()
+        .replace(&id, "ID")
+        .replace(&digits[..20], "ID");
+    serde_json::from_str(&text).unwrap()
 }
 
 #[test]
@@ -266,12 +295,18 @@ fn render_of_several_pods_prints_a_list_with_one_body_per_pod() {
         .iter()
         .map(|item| item["metadata"]["name"].as_str().unwrap())
         .collect();
+    let hex: String = preview_id(&out)
+        .trim_start_matches("req-")
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(20)
+        .collect();
     assert_eq!(
         names,
         [
-            "orb-00000000000040008000-0000",
-            "orb-00000000000040008000-0001",
-            "orb-00000000000040008000-0002"
+            format!("orb-{hex}-0000"),
+            format!("orb-{hex}-0001"),
+            format!("orb-{hex}-0002")
         ]
     );
     for item in list["items"].as_array().unwrap() {
@@ -296,7 +331,7 @@ fn render_of_a_typed_template_prints_the_typed_builders_body() {
     );
     assert_eq!(
         body["metadata"]["labels"]["orb.io/request-id"],
-        PREVIEW_REQUEST_ID
+        preview_id(&out).as_str()
     );
     assert!(stderr(&out).contains("typed path"), "{}", stderr(&out));
 }
@@ -631,4 +666,62 @@ fn validate_and_render_print_the_provider_configs_warnings() {
     assert_eq!(exit(&out), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains(warning), "{}", stderr(&out));
     assert_eq!(json_of(&out)["metadata"]["namespace"], "batch");
+}
+
+/// Validate checks each template as the acquire it may become: its max_number machines and a
+/// fresh preview request id (said in the output); a spec that branches on the request id is
+/// flagged; a runaway template is refused on its own, quickly, naming the limit, while the
+/// other templates of the file are checked as usual.
+#[test]
+fn validate_checks_the_real_count_flags_request_id_branches_and_bounds_each_template() {
+    let env = Env::new(true);
+    let file = env.file(
+        "checks.json",
+        vec![
+            json!({"template_id": "sized", "provider_api": "Deployment", "image_id": "busybox:1.36",
+                   "max_number": 8,
+                   "native_spec": {"spec": {"template": {"spec": {"hostNetwork":
+                       "{{ replicas > 4 }}"}}}}}),
+            json!({"template_id": "sneaky", "provider_api": "Pod", "image_id": "busybox:1.36",
+                   "native_spec": {"spec": {"serviceAccountName":
+                       "{{ 'ops-admin' if request_id[-1] in '01234567' else 'default' }}"}}}),
+            json!({"template_id": "runaway", "provider_api": "Pod", "image_id": "busybox:1.36",
+                   "native_spec": {"spec": {"hostname":
+                       "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"}}}),
+            json!({"template_id": "plain", "provider_api": "Job", "image_id": "busybox:1.36"}),
+        ],
+    );
+    let started = std::time::Instant::now();
+    let out = env.run(&["templates", "validate", "-f", &file]);
+    let took = started.elapsed();
+    assert_eq!(exit(&out), Some(2), "{}", stderr(&out));
+    let reply = json_of(&out);
+    assert_eq!(reply["valid"], json!(["sneaky", "plain"]), "{reply}");
+    let problems = |id: &str| {
+        reply["invalid"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["template"] == id)
+            .map(|e| e["problems"].to_string())
+            .unwrap_or_else(|| panic!("{id} is not reported: {reply}"))
+    };
+    // Count 1 would render hostNetwork false and pass; the acquire of 8 would not.
+    assert!(problems("sized").contains("hostNetwork"), "{reply}");
+    let runaway = problems("runaway");
+    assert!(
+        runaway.contains("used up its fuel of 1000000 (native_spec_render_fuel)")
+            && runaway.contains("ORB_K8S_NATIVE_SPEC_RENDER_FUEL"),
+        "{runaway}"
+    );
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "warning: template \"sneaky\": inline native_spec at spec.serviceAccountName, line 1, \
+             branches on request_id"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("fresh preview request id"), "{err}");
 }

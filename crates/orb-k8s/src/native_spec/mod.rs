@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod branching;
 pub mod context;
 pub mod defaults;
 mod gate;
@@ -51,6 +52,7 @@ use serde_json::Value;
 use crate::config::K8sProviderConfig;
 use crate::labels::LabelError;
 
+pub use branching::request_id_branches;
 pub use context::{WorkloadIdentity, build_context, workload_identity};
 pub use defaults::{SpecSource, builtin_default_spec, load_default_spec, spec_dir_name};
 pub use gate::{
@@ -60,9 +62,7 @@ pub use identity::{api_version_and_kind, stamp_identity};
 pub use jinja::{JinjaFailure, LimitHit, RenderLimits, SpecRenderer, run_with_timeout};
 pub use merge::{ListMerge, deep_merge};
 pub use pod_override::{PodSpecOverrideError, apply_pod_spec_override};
-pub use preview::{
-    NativeSpecCheck, PREVIEW_REQUEST_ID, PreviewRequest, check_native_spec, object_name,
-};
+pub use preview::{object_name, preview_request_id};
 pub use source::{OperatorSpec, load_operator_spec, render_operator_spec};
 
 /// Everything one rendering needs besides the API.

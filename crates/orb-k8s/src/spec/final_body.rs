@@ -23,7 +23,7 @@ use crate::error::K8sError;
 use crate::naming::pod_names;
 use crate::native_spec::{
     NativeSpecDecision, NativeSpecInput, NativeSpecSwitches, decide_native_spec,
-    load_native_sources, object_name, render_native_body_from,
+    load_native_sources, object_name, render_native_body_from, request_id_branches,
 };
 
 /// Everything that decides the final objects of one request.
@@ -184,6 +184,7 @@ fn native_workload(
         }
     }
     let sources = load_native_sources(kind, &input_for(request, &names[0]))?;
+    warnings.extend(request_id_branches(&sources));
     let mut bodies = Vec::with_capacity(names.len());
     for name in &names {
         bodies.push(render_native_body_from(

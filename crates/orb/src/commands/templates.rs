@@ -8,7 +8,6 @@ use orb_core::template::{ProviderApi, Template};
 use serde_json::{Value, json};
 
 use orb_k8s::dry_run::{Client, DryRunVerdict, server_dry_run};
-use orb_k8s::native_spec::PREVIEW_REQUEST_ID;
 
 use self::bodies::K8sTarget;
 use crate::cli::TemplatesCommand;
@@ -17,7 +16,7 @@ use crate::failure::{CliResult, Failure};
 use crate::hostfactory;
 use crate::render::{self, Table, or_dash};
 use crate::session::{Output, Session};
-use crate::template_checks::check_template;
+use crate::template_checks::{PREVIEW_NOTE, check_template};
 use crate::template_checks::{Rendering, render_bodies};
 use orb_broker::catalog::Catalog;
 
@@ -294,7 +293,10 @@ async fn validate(session: &Session, server: bool) -> CliResult<Output> {
         }
         t
     })?;
-    let stderr: Vec<String> = warnings.iter().map(|w| format!("warning: {w}")).collect();
+    let mut stderr: Vec<String> = warnings.iter().map(|w| format!("warning: {w}")).collect();
+    if provider.is_some() {
+        stderr.push(format!("note: {PREVIEW_NOTE}"));
+    }
     if invalid.is_empty() {
         return Ok(Output {
             stdout,
@@ -302,7 +304,6 @@ async fn validate(session: &Session, server: bool) -> CliResult<Output> {
             exit: 0,
         });
     }
-    let mut stderr = stderr;
     stderr.push(format!(
         "error: {} of {} templates in {} have problems (listed above)",
         invalid.len(),
@@ -342,7 +343,8 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
                 entry.name, entry.provider_type
             ))
         })?;
-    let rendered = match render_bodies(target.provider(), template, count) {
+    let request_id = orb_k8s::native_spec::preview_request_id();
+    let rendered = match render_bodies(target.provider(), template, count, &request_id) {
         Rendering::Ok(rendered) => rendered,
         Rendering::Fails { problems, warnings } => {
             let mut stderr: Vec<String> =
@@ -374,8 +376,8 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
         .map(|w| format!("warning: {w}"))
         .collect();
     stderr.push(format!(
-        "note: {} {} built by the {} path for request {PREVIEW_REQUEST_ID} (a placeholder); \
-         a real request gets its own id and names",
+        "note: {} {} built by the {} path for request {} (a fresh preview id); a real \
+         acquire gets its own id, and the names and request-id labels built from it",
         rendered.bodies.len(),
         if rendered.bodies.len() == 1 {
             "body"
@@ -383,6 +385,7 @@ fn render_template(session: &Session, template_id: &str, count: u32) -> CliResul
             "bodies"
         },
         rendered.path.as_str(),
+        request_id,
     ));
     stderr.extend(rendered.warnings.iter().map(|w| format!("warning: {w}")));
     Ok(Output {

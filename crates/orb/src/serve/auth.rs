@@ -166,9 +166,10 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
         "/api/v1/hostfactory/getRequestStatus",
         "/api/v1/hostfactory/getReturnRequests",
     ];
+    // `POST /api/v1/templates/validate` stores nothing but renders the caller's own Jinja and
+    // reads the spec files it names, so it needs the role that may acquire (issue #53).
     let changes_state = *method != Method::GET
         && *method != Method::HEAD
-        && path != "/api/v1/templates/validate"
         // Checks the config document it is sent; stores and changes nothing.
         && path != "/api/v1/config/validate"
         // Batch status reads (a POST only because it carries the list of ids).
@@ -418,7 +419,7 @@ mod tests {
     #[case(Method::DELETE, "/api/v1/requests/req-1", Some(Role::Operator))]
     #[case(Method::GET, "/api/v1/requests", Some(Role::Viewer))]
     #[case(Method::GET, "/api/v1/requests/req-1/events", Some(Role::Viewer))]
-    #[case(Method::POST, "/api/v1/templates/validate", Some(Role::Viewer))]
+    #[case(Method::POST, "/api/v1/templates/validate", Some(Role::Operator))]
     #[case(Method::POST, "/api/v1/config/validate", Some(Role::Viewer))]
     #[case(Method::GET, "/api/v1/config/provider.namespace", Some(Role::Viewer))]
     #[case(Method::PUT, "/api/v1/config/provider.namespace", Some(Role::Admin))]

@@ -2,6 +2,8 @@
 //! the apiserver has it now (conditions and events, `kubectl describe pod` in JSON), and
 //! the exact bodies an acquire of a template would send (`orb templates render`).
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -13,6 +15,7 @@ use super::AppState;
 use super::extract::ApiQuery;
 use super::problem::Problem;
 use super::reference::find_machine;
+use super::templates::off_the_workers;
 use crate::template_checks::{Rendering, render_bodies};
 
 fn no_kubernetes(what: &str) -> Problem {
@@ -119,8 +122,10 @@ pub struct RenderedTemplate {
     pub bodies: Vec<Value>,
     pub warnings: Vec<String>,
     pub problems: Vec<String>,
-    /// The placeholder request id the names are built from.
+    /// The fresh preview request id the names are built from (see `note`).
     pub request_id: String,
+    /// Says that `request_id` is a preview: a real acquire gets its own id and names.
+    pub note: String,
 }
 
 const MAX_PREVIEW: u32 = 100;
@@ -159,8 +164,12 @@ pub async fn render_template(
     let provider = state
         .kubernetes()
         .ok_or_else(|| no_kubernetes("rendering a template"))?;
-    let request_id = orb_k8s::native_spec::PREVIEW_REQUEST_ID.to_string();
+    let request_id = orb_k8s::native_spec::preview_request_id();
     let mut rendered = RenderedTemplate {
+        note: format!(
+            "{request_id} is a fresh preview request id: a real acquire gets its own id, and \
+             the names and request-id labels built from it"
+        ),
         template_id: template_id.clone(),
         count,
         ok: false,
@@ -177,7 +186,11 @@ pub async fn render_template(
     if !rendered.problems.is_empty() {
         return Ok(Json(rendered));
     }
-    match render_bodies(provider, template, count) {
+    let (provider, template) = (Arc::clone(provider), template.clone());
+    let id = rendered.request_id.clone();
+    let rendering =
+        off_the_workers(move || render_bodies(&provider, &template, count, &id)).await?;
+    match rendering {
         Rendering::Ok(planned) => {
             rendered.ok = true;
             rendered.path = Some(planned.path.as_str().to_string());

@@ -294,6 +294,9 @@ pub struct ValidationReport {
     pub invalid: Vec<InvalidTemplate>,
     /// Spelling and similar warnings that do not stop a template from working.
     pub warnings: Vec<String>,
+    /// How the templates were checked: with their maximum count and a fresh preview request
+    /// id, which a real acquire does not share.
+    pub note: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -12,18 +12,50 @@ use super::extract::ApiJson;
 use super::model::{InvalidTemplate, TemplateInfo, ValidationReport};
 use super::problem::Problem;
 use super::reference::{TemplateDetail, TemplateItem};
-use crate::template_checks::check_template;
+use crate::template_checks::{PREVIEW_NOTE, check_template};
+
+/// Runs `work` (rendering templates: CPU-bound, bounded by the provider's render limits) on
+/// tokio's blocking pool, so the async workers keep answering other calls meanwhile.
+pub(super) async fn off_the_workers<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Problem> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "template-check",
+            "A template check failed",
+            format!("checking the templates stopped: {e}; see the server log"),
+        )
+    })
+}
+
+/// The problems of each template, checked off the async workers.
+async fn problems_of(
+    state: &AppState,
+    templates: Vec<Template>,
+) -> Result<Vec<Vec<String>>, Problem> {
+    let checker = state.template_checker().cloned();
+    off_the_workers(move || {
+        templates
+            .iter()
+            .map(|t| match (&checker, t.problems().is_empty()) {
+                (Some(check), true) => check(t).problems,
+                _ => t.problems().iter().map(ToString::to_string).collect(),
+            })
+            .collect()
+    })
+    .await
+}
 
 async fn describe(state: &AppState, templates: &[&Template]) -> Result<Vec<TemplateInfo>, Problem> {
     let listings = state.broker().templates_with_usage(templates).await?;
+    let all_problems =
+        problems_of(state, listings.iter().map(|l| l.template.clone()).collect()).await?;
     Ok(listings
         .into_iter()
-        .map(|l| {
+        .zip(all_problems)
+        .map(|(l, problems)| {
             let t = &l.template;
-            let problems = match (state.template_checker(), t.problems().is_empty()) {
-                (Some(check), true) => check(t).problems,
-                _ => t.problems().iter().map(ToString::to_string).collect(),
-            };
             TemplateInfo {
                 template_id: t.template_id.clone(),
                 provider_api: t.api().to_string(),
@@ -113,12 +145,31 @@ pub async fn validate_templates(
             e.to_string(),
         )
     })?;
+    let checker = state.template_checker().cloned();
+    let entries = off_the_workers(move || {
+        parsed
+            .entries
+            .into_iter()
+            .map(|entry| {
+                entry.map(|normalized| {
+                    // The same check as `orb templates validate`: load-time refusal, the
+                    // template's problems, then the provider's acquire planning and audit.
+                    let verdict = match &checker {
+                        Some(check) => check(&normalized.template),
+                        None => check_template(None, &normalized.template),
+                    };
+                    (normalized, verdict)
+                })
+            })
+            .collect::<Vec<_>>()
+    })
+    .await?;
     let mut valid = Vec::new();
     let mut invalid = Vec::new();
     let mut warnings = Vec::new();
-    for entry in parsed.entries {
+    for entry in entries {
         match entry {
-            Ok(normalized) => {
+            Ok((normalized, verdict)) => {
                 let template = normalized.template;
                 warnings.extend(
                     normalized
@@ -126,12 +177,6 @@ pub async fn validate_templates(
                         .into_iter()
                         .map(|w| format!("template {:?}: {w}", template.template_id)),
                 );
-                // The same check as `orb templates validate`: load-time refusal, the
-                // template's problems, then the provider's acquire planning and audit.
-                let verdict = match state.template_checker() {
-                    Some(check) => check(&template),
-                    None => check_template(None, &template),
-                };
                 warnings.extend(
                     verdict
                         .warnings
@@ -158,5 +203,6 @@ pub async fn validate_templates(
         valid,
         invalid,
         warnings,
+        note: PREVIEW_NOTE.to_string(),
     }))
 }

@@ -33,6 +33,7 @@ mod serve_kill;
 mod serve_settings;
 mod serve_watch_cache;
 mod soak;
+mod template_bounds;
 mod template_policy;
 
 /// The test cluster has room for 750 pods (3 nodes of 250) and each test that holds this fills
