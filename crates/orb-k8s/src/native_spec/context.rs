@@ -42,6 +42,9 @@ pub struct WorkloadIdentity {
     /// A StatefulSet's `volumeClaimTemplates` from the template's typed field, kept when the
     /// native body sets none (its pods' volumeMounts name them).
     pub volume_claim_templates: Option<Value>,
+    /// The pods' ServiceAccount, as the typed builder sets it: the template's
+    /// `service_account`, else its `machine_role`.
+    pub service_account: Option<String>,
 }
 
 pub fn workload_identity(
@@ -88,6 +91,11 @@ pub fn workload_identity(
             .then(|| crate::spec::workloads::template_volume_claim_templates(input.template))
             .flatten()
             .cloned(),
+        service_account: input
+            .template
+            .service_account
+            .clone()
+            .or_else(|| input.template.machine_role.clone()),
     })
 }
 
@@ -202,8 +210,7 @@ pub fn build_context(
         ProviderApi::StatefulSet => Some(t.service_name.clone().unwrap_or(identity.name.clone())),
         _ => t.service_name.clone(),
     };
-    // As the typed builder: the template's service account, else its machine_role.
-    let service_account = t.service_account.clone().or_else(|| t.machine_role.clone());
+    let service_account = identity.service_account.clone();
     let pull_secret_refs = placement.image_pull_secret_refs();
     let first_pull_secret = placement
         .image_pull_secrets

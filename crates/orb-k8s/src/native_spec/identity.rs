@@ -3,7 +3,7 @@
 //! keys the operator set are dropped first), the controller selector and the replica count.
 //!
 //! Before stamping, the typed builders' invariants are checked on the merged body: the pods'
-//! `restartPolicy`, and for a Job `parallelism = completions = count` and `backoffLimit 0`.
+//! `restartPolicy` and ServiceAccount, and for a Job `parallelism = completions = count` and `backoffLimit 0`.
 //! A body (operator spec or default override) that sets one of them to anything else is
 //! refused with the field's path; one that leaves it out gets the typed value. So is a body
 //! that breaks seed 000's handler contracts: a Job's `podFailurePolicy`, `successPolicy`,
@@ -115,6 +115,9 @@ const JOB_CONTRACT: [(&str, &str); 4] = [
          orb can read",
     ),
 ];
+const SERVICE_ACCOUNT_WHY: &str = "the pods' ServiceAccount is the template's typed \
+     service_account (else machine_role), which listings show and no Jinja can change per \
+     request; set it there";
 const ORDINALS_WHY: &str = "orb names and returns StatefulSet machines by ordinal from 0 (the \
      highest ordinals first)";
 
@@ -168,6 +171,18 @@ pub fn check_invariants(
             identity,
             template_id,
         )?;
+        // `serviceAccount` is the deprecated alias the apiserver still honours.
+        for key in ["serviceAccountName", "serviceAccount"] {
+            check_field(
+                pod_spec,
+                key,
+                &format!("{spec_path}.{key}"),
+                &json!(identity.service_account),
+                SERVICE_ACCOUNT_WHY,
+                identity,
+                template_id,
+            )?;
+        }
     }
     if identity.api == ProviderApi::Job
         && let Some(Value::Object(spec)) = body.get("spec")
@@ -342,6 +357,10 @@ mod tests {
     #[case::suspend(ProviderApi::Job, json!({"suspend": true}), "spec.suspend")]
     #[case::managed_by(ProviderApi::Job, json!({"managedBy": "example.com/queue"}), "spec.managedBy")]
     #[case::ordinals(ProviderApi::StatefulSet, json!({"ordinals": {"start": 5}}), "spec.ordinals.start")]
+    #[case::service_account(ProviderApi::Deployment,
+        json!({"template": {"spec": {"serviceAccountName": "ops-admin"}}}), "spec.template.spec.serviceAccountName")]
+    #[case::deprecated_service_account(ProviderApi::Job,
+        json!({"template": {"spec": {"serviceAccount": "ops-admin"}}}), "spec.template.spec.serviceAccount")]
     fn a_native_body_that_breaks_a_handler_contract_is_refused_with_the_reason(
         #[case] api: ProviderApi,
         #[case] spec: Value,
@@ -360,6 +379,16 @@ mod tests {
     #[case::ordinal_zero(ProviderApi::StatefulSet, json!({"ordinals": {"start": 0}}))]
     fn the_contracts_own_values_pass(#[case] api: ProviderApi, #[case] spec: Value) {
         render(api, &native(json!({ "spec": spec }))).unwrap();
+    }
+
+    #[test]
+    fn a_native_pod_may_restate_the_templates_service_account_only() {
+        let mut template = native(json!({"spec": {"serviceAccountName": "runner"}}));
+        let err = render(ProviderApi::Pod, &template).unwrap_err();
+        assert!(err.to_string().contains("the field unset"), "{err}");
+        template.service_account = Some("runner".into());
+        let body = render(ProviderApi::Pod, &template).unwrap();
+        assert_eq!(body["spec"]["serviceAccountName"], "runner");
     }
 
     #[test]
