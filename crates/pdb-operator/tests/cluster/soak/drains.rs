@@ -222,7 +222,10 @@ fn check_eviction(
                 if left_out.is_empty() {
                     soak.violate(&format!("single-mode:{group}"), what);
                 } else {
-                    soak.known_finding(format!("{what}; left out while forming: {left_out:?}"));
+                    soak.known_finding(
+                        "forming-group-counted-healthy",
+                        format!("{what}; left out while forming: {left_out:?}"),
+                    );
                 }
             }
         }
