@@ -102,28 +102,31 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     }
 }
 
-/// Overall health: `ok`, `degraded` (provider failing; still 200) or `unhealthy` (storage
-/// failing; 503).
+/// Overall health: `healthy`, `degraded` (provider failing; still 200) or `unhealthy`
+/// (storage failing; 503) — the reference broker's words, which its SDKs' managed mode waits
+/// for (`healthy` or `degraded`) before the first call.
 #[utoipa::path(
     get,
     path = "/health",
     tag = "probes",
     responses(
-        (status = 200, description = "ok or degraded", body = HealthReport),
+        (status = 200, description = "healthy or degraded", body = HealthReport),
         (status = 503, description = "unhealthy: storage unavailable", body = HealthReport),
     )
 )]
 pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthReport>) {
     let checks = checks(&state).await;
+    let (code, status) = overall_health(&checks);
+    (code, Json(report(status, checks)))
+}
+
+fn overall_health(checks: &BTreeMap<String, Check>) -> (StatusCode, &'static str) {
     let store_ok = checks.get("store").is_some_and(|c| c.status == OK);
     let all_ok = checks.values().all(|c| c.status == OK);
     match (store_ok, all_ok) {
-        (true, true) => (StatusCode::OK, Json(report(OK, checks))),
-        (true, false) => (StatusCode::OK, Json(report("degraded", checks))),
-        (false, _) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(report("unhealthy", checks)),
-        ),
+        (true, true) => (StatusCode::OK, "healthy"),
+        (true, false) => (StatusCode::OK, "degraded"),
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
     }
 }
 
@@ -156,4 +159,35 @@ pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse,
         )
     })?;
     Ok(([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checks(store: &str, provider: &str) -> BTreeMap<String, Check> {
+        [("store", store), ("provider", provider)]
+            .into_iter()
+            .map(|(name, status)| {
+                let check = Check {
+                    status: status.into(),
+                    detail: None,
+                };
+                (name.to_string(), check)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn health_speaks_the_words_the_reference_sdks_wait_for() {
+        assert_eq!(overall_health(&checks(OK, OK)), (StatusCode::OK, "healthy"));
+        assert_eq!(
+            overall_health(&checks(OK, FAILING)),
+            (StatusCode::OK, "degraded")
+        );
+        assert_eq!(
+            overall_health(&checks(FAILING, OK)),
+            (StatusCode::SERVICE_UNAVAILABLE, "unhealthy")
+        );
+    }
 }
