@@ -525,9 +525,7 @@ impl Broker {
                 self.give_up_return(&request, &mut machines).await;
             }
         }
-        self.store
-            .update_request(&mut request, &mut machines)
-            .await?;
+        self.record_release(&mut request, &mut machines).await?;
         for end in ended {
             self.end_acquire(&end.request_id, &end.reason, &request.request_id)
                 .await?;
@@ -537,6 +535,50 @@ impl Broker {
             machines: machines.into(),
             note,
         })
+    }
+
+    /// Stores what a release did. A machine it took along was in no return when read, so a
+    /// status read of its acquire may have written its row meanwhile: the fresh row takes this
+    /// return's part again (its return, and the reason of a failed release) and the write is
+    /// tried again, for the cluster has changed and the return must be on record.
+    async fn record_release(
+        &self,
+        request: &mut Request,
+        machines: &mut [Machine],
+    ) -> Result<(), BrokerError> {
+        for _ in 0..3 {
+            match self.store.update_request(request, machines).await {
+                Err(orb_store::StoreError::Conflict { entity, .. }) if entity == "machine" => {
+                    let ids: Vec<String> = machines.iter().map(|m| m.machine_id.clone()).collect();
+                    let fresh: HashMap<String, Machine> = self
+                        .store
+                        .find_machines(&ids)
+                        .await?
+                        .into_iter()
+                        .map(|m| (m.machine_id.clone(), m))
+                        .collect();
+                    for m in machines.iter_mut() {
+                        let Some(mut row) = fresh.get(&m.machine_id).cloned() else {
+                            continue;
+                        };
+                        if row.version == m.version {
+                            continue;
+                        }
+                        if m.return_request_id.is_none() {
+                            row.status_reason = m.status_reason.take();
+                        }
+                        row.return_request_id = m.return_request_id.take();
+                        row.updated_at = m.updated_at;
+                        *m = row;
+                    }
+                }
+                other => return other.map_err(BrokerError::from),
+            }
+        }
+        self.store
+            .update_request(request, machines)
+            .await
+            .map_err(BrokerError::from)
     }
 
     /// Closes an acquire a release ended (a returned Job): cancelled with the reason when it

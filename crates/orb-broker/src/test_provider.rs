@@ -32,6 +32,9 @@ pub struct ScriptedProvider {
     /// When set, the next status call first stores a change to its request in this store, as
     /// another process's read at the same moment would: the caller's write then conflicts.
     pub status_writer: Mutex<Option<orb_store::Store>>,
+    /// When set, the next release first stores a change to this machine's row in this store,
+    /// as a status read of its acquire at the same moment would.
+    pub release_writer: Mutex<Option<(orb_store::Store, String)>>,
     /// When set, the next cancel first stores a change to its request in this store, as a
     /// refresh that began before the cancel would: the cancel's write then conflicts.
     pub cancel_writer: Mutex<Option<orb_store::Store>>,
@@ -171,7 +174,14 @@ impl Provider for ScriptedProvider {
         let error = self.release_error.lock().unwrap().take();
         let also_released = std::mem::take(&mut *self.also_released.lock().unwrap());
         let ended = std::mem::take(&mut *self.ended.lock().unwrap());
+        let writer = self.release_writer.lock().unwrap().take();
         Box::pin(async move {
+            if let Some((store, id)) = writer {
+                let mut m = store.find_machines(&[id]).await.unwrap().remove(0);
+                let mut acquire = store.get_request(&m.request_id).await.unwrap().unwrap();
+                m.status_reason = Some("read meanwhile".into());
+                store.update_request(&mut acquire, &mut [m]).await.unwrap();
+            }
             if let Some(error) = error {
                 return Err(error);
             }

@@ -178,6 +178,12 @@ async fn the_last_known_hosts_of_a_deployment_take_its_replacements_along() {
 
     f.broker.return_named(&[a.to_string()]).await.unwrap();
     assert_eq!(f.provider.calls().last().unwrap(), &format!("release {a}"));
+    // A status read of the acquire writes the replacement's row while the release runs
+    // (it was in no return when read): the return still records it, and keeps what the read
+    // wrote. Before, the return's write conflicted and the caller was told it was refused,
+    // though the Deployment had gone.
+    *f.provider.release_writer.lock().unwrap() =
+        Some((f.broker.store.clone(), "replacement".into()));
     let last = f.broker.return_named(&[b.to_string()]).await.unwrap();
     assert_eq!(
         f.provider.calls().last().unwrap(),
@@ -187,4 +193,13 @@ async fn the_last_known_hosts_of_a_deployment_take_its_replacements_along() {
         last.request.machine_ids,
         vec![b.to_string(), "replacement".into()]
     );
+    let replacement = f
+        .stored_machines(&["replacement".to_string()])
+        .await
+        .remove(0);
+    assert_eq!(
+        replacement.return_request_id.as_ref(),
+        Some(&last.request.request_id)
+    );
+    assert_eq!(replacement.status_reason.as_deref(), Some("read meanwhile"));
 }
