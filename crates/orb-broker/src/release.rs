@@ -548,7 +548,9 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         for _ in 0..3 {
             match self.store.update_request(request, machines).await {
-                Err(orb_store::StoreError::Conflict { entity, .. }) if entity == "machine" => {
+                Err(orb_store::StoreError::Conflict {
+                    entity: "machine", ..
+                }) => {
                     let ids: Vec<String> = machines.iter().map(|m| m.machine_id.clone()).collect();
                     let fresh: HashMap<String, Machine> = self
                         .store
