@@ -485,3 +485,87 @@ fn orb_config_set_writes_a_value_orb_starts_with_and_refuses_one_it_would_not() 
         "{help}"
     );
 }
+
+/// The Python of the client venv (`scripts/lib/pyclients.sh`), which `./scripts/test.sh`
+/// exports.
+fn test_python() -> PathBuf {
+    std::env::var_os("ORB_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "ORB_TEST_PYTHON is unset: it names the Python of the client venv; run \
+                 export ORB_TEST_PYTHON=\"$(source scripts/lib/pyclients.sh && py_clients_venv)\""
+            )
+        })
+}
+
+fn run_python(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(test_python()).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+#[ignore = "needs the client venv in ORB_TEST_PYTHON (scripts/lib/pyclients.sh; ./scripts/test.sh exports it)"]
+fn a_client_generated_from_the_served_document_lists_creates_reads_updates_and_deletes_templates() {
+    test_python();
+    let server = Managed::start(sdk_config(), |dir| {
+        vec![
+            "--socket-path".into(),
+            dir.join("orb.sock").display().to_string(),
+        ]
+    });
+    let socket = server.path("orb.sock");
+    wait_until("the socket", || UnixStream::connect(&socket).is_ok());
+    // The document the managed server serves, as the SDKs' generators read it.
+    let (status, document) = on_socket(&socket, "GET", "/openapi.json", None);
+    assert_eq!(status, 200);
+    let generated = tempfile::tempdir().unwrap();
+    let spec = generated.path().join("openapi.json");
+    std::fs::write(&spec, document.to_string()).unwrap();
+    let package = generated.path().join("orb_client");
+    let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients");
+    run_python(&[
+        "-m".as_ref(),
+        "openapi_python_client".as_ref(),
+        "generate".as_ref(),
+        "--path".as_ref(),
+        spec.as_os_str(),
+        "--meta".as_ref(),
+        "none".as_ref(),
+        "--config".as_ref(),
+        clients.join("openapi-python-client.yaml").as_os_str(),
+        "--output-path".as_ref(),
+        package.as_os_str(),
+        "--fail-on-warning".as_ref(),
+    ]);
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients_managed/templates_cycle.py");
+    let stdout = run_python(&[
+        script.as_os_str(),
+        "--socket".as_ref(),
+        socket.as_os_str(),
+        "--client-dir".as_ref(),
+        generated.path().as_os_str(),
+    ]);
+    let result: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .map(|r| serde_json::from_str(r).unwrap())
+        .unwrap_or_else(|| panic!("templates_cycle.py printed no RESULT line:\n{stdout}"));
+    // What the client was told is what is on disk, beside the config file.
+    let templates = server.path("aws-default_templates.json");
+    assert_eq!(result["file"], templates.display().to_string());
+    let written: Value = serde_json::from_slice(&std::fs::read(&templates).unwrap()).unwrap();
+    assert_eq!(written["templates"], json!([]), "created, then deleted");
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(server.path("config.json")).unwrap()).unwrap();
+    assert_eq!(config["request"]["default_timeout"], 600);
+    let mut server = server;
+    server.stop();
+}

@@ -210,7 +210,6 @@ pub fn set_config_value(
 #[serde(deny_unknown_fields)]
 pub struct SetValueBody {
     /// The new value: any JSON.
-    #[schema(value_type = Object)]
     pub value: Value,
 }
 
@@ -222,7 +221,6 @@ pub struct ConfigPersisted {
     pub key: Option<String>,
     /// Its value now, secrets masked (absent for save).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Object)]
     pub value: Option<Value>,
     /// Always true: the value is in the config file (every PUT writes it at once).
     pub persisted: bool,

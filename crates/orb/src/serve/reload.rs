@@ -32,11 +32,10 @@ pub struct ConfigChange {
     /// `providers.0.config.namespace`.
     #[schema(example = "providers.0.config.namespace")]
     pub key: String,
-    /// What the server runs with (absent: not set when it started). Secrets masked.
-    #[schema(value_type = Object)]
+    /// What the server runs with (absent: not set when it started). Secrets masked. Any
+    /// JSON: a number, a string, a list…
     pub running: Option<Value>,
-    /// What the file says now (absent: removed from the file). Secrets masked.
-    #[schema(value_type = Object)]
+    /// What the file says now (absent: removed from the file). Secrets masked. Any JSON.
     pub on_disk: Option<Value>,
 }
 
