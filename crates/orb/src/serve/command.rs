@@ -182,17 +182,6 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
     // Kubernetes config that does not build stops the server here, with every problem
     // (seed 001: the config raises at start-up), instead of serving without its safeguards.
     let kubernetes = kubernetes_provider(session, &loaded, &entry, "orb serve")?;
-    if kubernetes.is_none() {
-        // The reference's SDKs start orb with a provider of their own (`aws`): the server
-        // still answers, and says once why machines cannot be had.
-        tracing::warn!(
-            "provider {:?} has type {:?}, which orb cannot serve (orb runs machines on Kubernetes: type \"k8s\"); templates, config, stored requests and machines answer, while \
-             requesting, returning and refreshing machines answer 503 provider-misconfigured, and \
-             /readyz and GET /api/v1/providers/health name the provider as failing",
-            entry.name,
-            entry.provider_type
-        );
-    }
     if let Some(provider) = &kubernetes {
         for opt_out in provider.security_opt_outs() {
             tracing::warn!("{opt_out}");
@@ -319,6 +308,18 @@ async fn serve(session: &Session, args: ServeArgs) -> CliResult<Output> {
         }
         None => None,
     };
+    if !is_kubernetes(&entry) {
+        // The reference's SDKs start orb with a provider of their own (`aws`): the server
+        // still answers, and says once why machines cannot be had (after the line with its
+        // address, which scripts read first).
+        tracing::warn!(
+            "provider {:?} has type {:?}, which orb cannot serve (orb runs machines on Kubernetes: type \"k8s\"); templates, config, stored requests and machines answer, while \
+             requesting, returning and refreshing machines answer 503 provider-misconfigured, and \
+             /readyz and GET /api/v1/providers/health name the provider as failing",
+            entry.name,
+            entry.provider_type
+        );
+    }
     match listener {
         Some(listener) => {
             super::listener::serve(listener, app, Limits::default(), stopping).await;
