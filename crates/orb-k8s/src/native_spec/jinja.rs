@@ -94,7 +94,12 @@ fn failure(err: &minijinja::Error, limits: &RenderLimits) -> JinjaFailure {
     }
 }
 
+/// Widest `tojson` indent: minijinja writes the whole pretty text before it charges fuel for
+/// it, so a wide indent of a long list would allocate gigabytes first.
+const MAX_TOJSON_INDENT: usize = 8;
+
 fn strict_tojson(
+    state: &minijinja::State<'_, '_>,
     value: &minijinja::Value,
     indent: Option<minijinja::Value>,
     args: Kwargs,
@@ -105,7 +110,21 @@ fn strict_tojson(
             "an undefined variable was passed to tojson",
         ));
     }
-    minijinja::filters::tojson(value, indent, args)
+    let width = match &indent {
+        Some(width) => Some(width.clone()),
+        None => args.peek::<Option<minijinja::Value>>("indent")?,
+    };
+    if let Some(width) = width.and_then(|w| w.as_usize())
+        && width > MAX_TOJSON_INDENT
+    {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson indent {width} is too wide; use at most {MAX_TOJSON_INDENT}"),
+        ));
+    }
+    let json = minijinja::filters::tojson(value, indent, args)?;
+    state.consume_fuel(json.len().unwrap_or(0) as u64 / 64)?;
+    Ok(json)
 }
 
 /// Renders the native-spec sources of one object against a context, within its
@@ -146,6 +165,23 @@ impl SpecRenderer {
         }
     }
 
+    /// A source longer than `max_bytes` is refused unread: its length bounds how deep it can
+    /// nest values (see [`RENDER_STACK`]).
+    fn check_source(&self, source: &str) -> Result<(), JinjaFailure> {
+        if source.len() <= self.limits.max_bytes {
+            return Ok(());
+        }
+        Err(JinjaFailure {
+            line: None,
+            message: String::new(),
+            fix: OTHER_FIX,
+            limit: Some(LimitHit {
+                what: format!("its source has more than {} bytes", self.limits.max_bytes),
+                setting: "native_spec_render_max_bytes",
+            }),
+        })
+    }
+
     /// Counts `bytes` more output against `max_bytes`.
     fn produce(&self, bytes: usize) -> Result<(), JinjaFailure> {
         let total = self.produced.get().saturating_add(bytes);
@@ -174,6 +210,7 @@ impl SpecRenderer {
         source: &str,
         context: &Value,
     ) -> Result<String, JinjaFailure> {
+        self.check_source(source)?;
         let text = self
             .env
             .render_named_str(name, source, Serde(context))
@@ -189,6 +226,7 @@ impl SpecRenderer {
         if !source.contains("{{") && !source.contains("{%") && !source.contains("{#") {
             return Ok(Value::String(source.to_string()));
         }
+        self.check_source(source)?;
         if let Some(expr) = single_expression(source) {
             let fail = |e: minijinja::Error| failure(&e, &self.limits);
             let value = self
@@ -234,6 +272,10 @@ fn json_size(value: &Value) -> usize {
     }
 }
 
+/// Stack of a rendering thread: address space only, touched as deep as a template nests
+/// values (a source of `max_bytes` nests about `max_bytes / 17` levels).
+const RENDER_STACK: usize = 1 << 30;
+
 /// Runs `work` on a thread of its own and waits at most `timeout` for it, so a slow
 /// rendering never holds the caller (an async worker of `orb serve`, a HostFactory listing)
 /// longer. `None` when the time is up; the thread then finishes on its own, bounded by its
@@ -243,10 +285,11 @@ pub fn run_with_timeout<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     let (done, result) = std::sync::mpsc::sync_channel(1);
-    // minijinja recurses on nested expressions; give it the stack of a main thread.
+    // minijinja recurses over nested values (dropping, printing, serialising them), and a
+    // template can nest a list as deep as its source is long: reserve room for that.
     std::thread::Builder::new()
         .name("orb-render".into())
-        .stack_size(8 << 20)
+        .stack_size(RENDER_STACK)
         .spawn(move || {
             let _ = done.send(work());
         })
@@ -379,6 +422,59 @@ mod tests {
         assert_eq!(
             err.limit.map(|l| l.what),
             Some("it produced more than 10000 bytes of text".into())
+        );
+    }
+
+    #[test]
+    fn a_wide_tojson_indent_is_refused_before_it_is_written() {
+        let started = std::time::Instant::now();
+        for source in [
+            "{{ range(100000) | list | tojson(indent=100000) }}",
+            "{{ range(100000) | list | tojson(100000) }}",
+        ] {
+            let err = SpecRenderer::new()
+                .render_text("t", source, &ctx())
+                .unwrap_err();
+            assert!(
+                err.message.contains("tojson indent 100000 is too wide"),
+                "{err:?}"
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let ok = SpecRenderer::new().render_text("t", "{{ [1] | tojson(indent=2) }}", &ctx());
+        assert_eq!(ok.unwrap(), "[\n  1\n]");
+    }
+
+    /// Values nested as deep as a source can make them are dropped and printed on the render
+    /// thread without overflowing its stack (an overflow would abort the whole daemon); a
+    /// longer source is refused unread.
+    #[test]
+    fn deep_nesting_stays_within_the_render_thread() {
+        let nest = |levels: usize| {
+            format!(
+                "{{% set x = [] %}}{}{{{{ x | length }}}}{{{{ x }}}}",
+                "{% set x = [x] %}".repeat(levels)
+            )
+        };
+        let limits = RenderLimits::default();
+        let deepest = nest(limits.max_bytes / 17 - 2);
+        assert!(deepest.len() <= limits.max_bytes);
+        let out = run_with_timeout(Duration::from_secs(60), move || {
+            SpecRenderer::new().render_text("t", &deepest, &json!({}))
+        });
+        assert!(
+            matches!(
+                out,
+                Some(Ok(_)) | Some(Err(JinjaFailure { limit: Some(_), .. }))
+            ),
+            "{out:?}"
+        );
+        let err = SpecRenderer::new()
+            .render_text("t", &nest(limits.max_bytes / 17 + 1), &json!({}))
+            .unwrap_err();
+        assert_eq!(
+            err.limit.map(|l| l.what),
+            Some("its source has more than 1048576 bytes".into())
         );
     }
 
