@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use futures::Stream;
 use jiff::Timestamp;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Preconditions};
-use kube::core::SelectorExt;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Preconditions,
+};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -26,7 +27,7 @@ use crate::desired::{
 use crate::enforcement::EventNote;
 use crate::names::keys;
 use crate::names::reasons;
-use crate::pdb::{is_gang_pdb_over_leader_worker_set, pdb_selector};
+use crate::pdb::is_gang_pdb_over_leader_worker_set;
 use crate::resolve::WorkloadMeta;
 
 /// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet.
@@ -103,11 +104,35 @@ async fn reconcile_lws(o: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
             name: view.meta.name.clone(),
             uid: view.uid.clone(),
             reference: o.object_ref(&ar),
-            pod_labels: vec![lws_pod_labels(&view.meta.name)],
+            pod_labels: pod_label_sets(&ctx, &view.meta.namespace, &view.meta.name).await?,
         };
         carry_out(&ctx, &subject, decision).await
     })
     .await
+}
+
+/// The label sets of LeaderWorkerSet `name`'s pods (one LIST by its label), and the label
+/// itself: a PDB another writes over those pods may select any label they carry, not only the
+/// one the LeaderWorkerSet's own PDB selects (issue #52: a user's PDB on a team label was never
+/// seen, and both PDBs stayed).
+async fn pod_label_sets(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<BTreeMap<String, String>>, Error> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let lp = ListParams::default().labels(&format!("{}={name}", keys::LWS_NAME));
+    let mut sets: Vec<BTreeMap<String, String>> = pods
+        .list_metadata(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.labels)
+        .collect();
+    sets.push(lws_pod_labels(name));
+    sets.sort();
+    sets.dedup();
+    Ok(sets)
 }
 
 /// Deletes the Workload gangs' PDBs over the pods of LeaderWorkerSet `name` before its own PDB
@@ -143,6 +168,10 @@ async fn take_over_from_gangs(
             Err(e) => return Err(e.into()),
         }
         ctx.recent_writes.forget(namespace, &pdb_name);
+        // Gone now, before the watch says so: the overlap check that follows must not yield to it.
+        if let Some(cache) = &ctx.pdbs {
+            cache.apply(&watcher::Event::Delete(pdb.clone()));
+        }
         ctx.metrics
             .pdbs_deleted
             .get_or_create(&vec![
@@ -184,8 +213,8 @@ pub async fn run_leader_worker_sets(
         .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
         .reflect(writer);
     let (kind, queue) = (WorkloadKind::LeaderWorkerSet, ctx.queue.clone());
-    // Its own PDB (not the echo of its own write), and every LeaderWorkerSet whose pods another
-    // PDB selects: it yields to that PDB, and takes over when it goes.
+    // Its own PDB (not the echo of its own write), and every other LeaderWorkerSet of the
+    // namespace for any other PDB: one over its pods makes it yield, one going lets it take over.
     let (for_pdbs, recent) = (store.clone(), ctx.recent_writes.clone());
     let by_pdb = move |pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget| {
         let ns = pdb.namespace();
@@ -199,16 +228,14 @@ pub async fn run_leader_worker_sets(
             .filter(|_| !recent.is_echo(&pdb))
             .map(|o| within(ObjectRef::new_with(o, lws_resource())))
             .collect();
-        if let Some(selector) = pdb_selector(&pdb) {
-            refs.extend(
-                for_pdbs
-                    .state()
-                    .iter()
-                    .filter(|o| o.namespace() == ns && owner.as_deref() != Some(&o.name_any()))
-                    .filter(|o| selector.matches(&lws_pod_labels(&o.name_any())))
-                    .map(|o| ObjectRef::from_obj_with(o.as_ref(), lws_resource())),
-            );
-        }
+        // Its pods may carry any label the PDB selects (few LeaderWorkerSets per namespace).
+        refs.extend(
+            for_pdbs
+                .state()
+                .iter()
+                .filter(|o| o.namespace() == ns && owner.as_deref() != Some(&o.name_any()))
+                .map(|o| ObjectRef::from_obj_with(o.as_ref(), lws_resource())),
+        );
         refs
     };
     let stream = Controller::for_stream_with(

@@ -474,3 +474,58 @@ async fn a_leader_worker_set_created_after_the_gangs_pdb_takes_over_never_two_at
         "a moment with mesh-pdb and late-pdb over the same pods"
     );
 }
+
+/// #52 (found by the drain soak): a user's PDB over a LeaderWorkerSet's pods, on a label the
+/// LeaderWorkerSet's own PDB does not select, makes it yield within seconds, and it takes over
+/// again when the user's goes. Before, the LeaderWorkerSet looked only at its own label: both
+/// PDBs stayed, and every eviction of those pods answered 500.
+#[tokio::test]
+#[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
+async fn a_users_pdb_on_another_label_of_a_leader_worker_sets_pods_makes_it_yield() {
+    let _crd = LWS_CRD.lock().await;
+    let cluster = TestCluster::connect().await;
+    install_policy_crds(&cluster.client).await;
+    install_crd(&cluster.client, &lws_crd()).await;
+    let ns = cluster.namespace("pdbop-lws-yield").await;
+    let (c, n) = (&cluster.client, ns.name());
+    let _op = start_operator(&cluster, n);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), n);
+    strict_policy(c, n, "p-team", "standard", "team").await;
+    create_lws_with_pods(c, n, "team", 2, 2).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), n);
+    for p in pods.list(&Default::default()).await.unwrap().items {
+        let patch = json!({"metadata": {"labels": {"team": "blue"}}});
+        pods.patch(
+            &p.name_any(),
+            &Default::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    }
+    wait_pdb(&pdbs, "team-pdb", "the LeaderWorkerSet's PDB", |_| true).await;
+
+    let user: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "blue-pdb"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"team": "blue"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &user).await.unwrap();
+    let started = std::time::Instant::now();
+    wait_for(
+        "team-pdb gone within 5 s",
+        Duration::from_secs(5),
+        || async {
+            match pdbs.get_opt("team-pdb").await {
+                Ok(None) => Check::Done(()),
+                other => Check::NotYet(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    println!("two PDBs for {:?}", started.elapsed());
+    pdbs.delete("blue-pdb", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_pdb(&pdbs, "team-pdb", "back after blue-pdb left", |_| true).await;
+}
