@@ -36,7 +36,7 @@ pub const CLUSTER_GRANTS: &[Grant] = &[
         "",
         &["pods"],
         &["list", "watch"],
-        "the Workload controller's pod cache",
+        "the Workload controller's pod cache; a LeaderWorkerSet lists its pods' labels",
     ),
     grant(
         "events.k8s.io",
