@@ -445,12 +445,21 @@ pub fn desired_pdb_for_gang(
             );
         }
     };
-    // Pods of forming groups wait for the scheduler; the budget neither counts nor guards them.
-    let live: u32 = now_groups
+    let formed = |g: &&GroupNow| observed.iter().any(|o| o.name == g.name);
+    let live: u32 = now_groups.iter().filter(formed).map(|g| g.live).sum();
+    // The selector covers a forming group's pods too, so once Ready they count towards the PDB's
+    // currentHealthy; held in minAvailable, they cannot pay for evictions from formed groups.
+    let forming_live: u32 = now_groups
         .iter()
-        .filter(|g| observed.iter().any(|o| o.name == g.name))
+        .filter(|g| !formed(g))
         .map(|g| g.live)
         .sum();
+    if forming_live > 0 {
+        steps.push(step(
+            "plus the forming groups' live pods",
+            min_available + forming_live,
+        ));
+    }
     // A drain stuck on this gang: no eviction allowed, and a member missing for DRAIN_STUCK_AFTER
     // (a normal drain's evicted pods are recreated well before). Until then, look again then.
     let missing_since = sizes.remember.values().filter_map(|r| r.short_since).min();
@@ -483,7 +492,7 @@ pub fn desired_pdb_for_gang(
         &owner,
         &workload.meta,
         config,
-        BudgetRule::MinAvailable(BudgetValue::Count(min_available)),
+        BudgetRule::MinAvailable(BudgetValue::Count(min_available + forming_live)),
         selector,
         now,
         (events, steps),

@@ -53,9 +53,11 @@ fn watch_for_gaps(
 }
 
 /// Issue #52 defect 2: a PodGroup added to a single-mode gang whose drain stands at minCount.
-/// The new group is forming while it fills, so the PDB stays at every moment; once it has
-/// settled it joins the budget. Before, it counted at minCount with no slack: WorkloadSkipped,
-/// the PDB and its size record deleted, and the drain free to go on.
+/// The new group is forming while it fills, so the PDB stays at every moment, and its Ready
+/// pods never pay for an eviction from group 0; once it has settled it joins the budget.
+/// Before, it counted at minCount with no slack: WorkloadSkipped, the PDB and its size record
+/// deleted, and the drain free to go on; and then (the drain soak, seed 52) the forming group's
+/// Ready pods let the drain take group 0 below minCount.
 #[tokio::test]
 #[ignore = "needs the local control plane; ./scripts/test.sh runs it (or tools/control-plane/cp up, then cargo test -- --include-ignored)"]
 async fn adding_a_pod_group_keeps_a_single_mode_pdb_at_every_moment() {
@@ -81,6 +83,22 @@ async fn adding_a_pod_group_keeps_a_single_mode_pdb_at_every_moment() {
         .await;
     }
     wait_ready_pods(pods, "app=grow", 7).await;
+    // Forming, group 1 is out of the budget, yet its 4 Ready pods are under the selector and
+    // count as healthy (7); the eviction API must still refuse group 0's 4th pod. Before, the
+    // PDB stayed at minAvailable 3 and allowed 4 evictions, taking group 0 below minCount.
+    let pdb = wait_pdb(pdbs, "grow-pdb", "group 1's pods counted healthy", |p| {
+        let st = p.status.clone().unwrap_or_default();
+        st.current_healthy == Some(7) && st.observed_generation == p.metadata.generation
+    })
+    .await;
+    let refused = evict(pods, "grow-0-3").await;
+    let sizes = &pdb.metadata.annotations.unwrap_or_default()[keys::GANG_SIZES];
+    assert!(
+        !sizes.contains("grow-workers-1"),
+        "group 1 had formed before the eviction, so it tested nothing: {sizes}"
+    );
+    let (code, message) = refused.expect_err("group 0 is at minCount 3 while group 1 forms");
+    assert_eq!(code, 429, "{message}");
     // Settled: sizes 6 (remembered) and 4, slack min(3, 1) = 1, max(ceil(0.5 × 10), 10 - 1) = 9.
     wait_pdb(pdbs, "grow-pdb", "minAvailable 9 with both groups", |p| {
         // Group 0 is short since the drain (`@<unix seconds>`); group 1 is whole.
