@@ -15,7 +15,6 @@ use kube::{Api, ResourceExt};
 use super::world::{GROUP, Shape, UNIT, World, live};
 use super::{Rng, Soak};
 use crate::common::is_ready;
-use pdb_operator::gang_record::GangRecord;
 
 /// How long one drain may wait for the budgets (kubectl drain --timeout).
 const DRAIN_WITHIN: Duration = Duration::from_secs(60);
@@ -208,25 +207,7 @@ fn check_eviction(
                     g.min_count,
                     context()
                 );
-                // Known finding (#52): a group the PDB leaves out while it forms still has
-                // Ready pods, which the disruption controller counts as healthy.
-                let left_out: Vec<&String> = super::invariants::pdbs_over(pdbs, pod)
-                    .into_iter()
-                    .flat_map(|p| {
-                        let record = GangRecord::from_pdb(p).sizes;
-                        u.groups
-                            .keys()
-                            .filter(move |g| ready_in(g) > 0 && !record.contains_key(*g))
-                    })
-                    .collect();
-                if left_out.is_empty() {
-                    soak.violate(&format!("single-mode:{group}"), what);
-                } else {
-                    soak.known_finding(
-                        "forming-group-counted-healthy",
-                        format!("{what}; left out while forming: {left_out:?}"),
-                    );
-                }
+                soak.violate(&format!("single-mode:{group}"), what);
             }
         }
         _ => {}

@@ -82,7 +82,6 @@ pub async fn sample_every_second(soak: Arc<Soak>) {
     // Overlap (pod and the PDBs over it) → when first seen.
     let mut overlaps: BTreeMap<String, Instant> = BTreeMap::new();
     let mut tick = 0u64;
-    let mut known = BTreeSet::new();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         tick += 1;
@@ -114,19 +113,6 @@ pub async fn sample_every_second(soak: Arc<Soak>) {
             let ms = first.elapsed().as_millis() as u64;
             soak.longest_overlap_ms.fetch_max(ms, Ordering::Relaxed);
             if first.elapsed() > YIELD && !soak.operator_gap() {
-                if lws_keeps_its_pdb(&b.items, &over) {
-                    if known.insert(key.clone()) {
-                        soak.known_finding(
-                            "lws-does-not-yield",
-                            format!(
-                                "{key} for {:.0}s: the LeaderWorkerSet's PDB does not yield",
-                                first.elapsed().as_secs_f64()
-                            ),
-                        );
-                    }
-                    now.insert(key);
-                    continue;
-                }
                 soak.violate(
                     &format!("two-pdbs:{}", over.join("+")),
                     format!("{key} for {:.0}s", first.elapsed().as_secs_f64()),
@@ -136,23 +122,6 @@ pub async fn sample_every_second(soak: Arc<Soak>) {
         }
         overlaps.retain(|k, _| now.contains(k));
     }
-}
-
-/// Known finding (module docs): a user's PDB over a LeaderWorkerSet's pods, and the operator's
-/// PDB of that LeaderWorkerSet kept beside it.
-fn lws_keeps_its_pdb(pdbs: &[PodDisruptionBudget], over: &[String]) -> bool {
-    let of = |name: &String| pdbs.iter().find(|p| p.name_any() == *name);
-    let lws = over.iter().filter_map(of).any(|p| {
-        p.owner_references()
-            .iter()
-            .any(|o| o.kind == "LeaderWorkerSet" && o.controller == Some(true))
-    });
-    let users = over
-        .iter()
-        .filter_map(of)
-        .filter(|p| p.labels().get(MANAGED_BY).is_none())
-        .count();
-    lws && users > 0 && over.len() == 2
 }
 
 /// The uids of every live object a managed PDB may belong to.

@@ -18,24 +18,12 @@
 //! and the event log to replay it. Run it alone: it installs the LeaderWorkerSet CRD if it is
 //! missing, which `live_lws` deletes and reinstalls.
 //!
-//! **Known finding (open, #52): a forming PodGroup lets a drain take a single-mode group below
-//! minCount.** While a PodGroup added to a single-mode gang forms, the operator leaves it out of
-//! the budget (`minAvailable` over the other groups), but its pods that are already Ready match
-//! the PDB's selector and the disruption controller counts them as healthy: the added group's
-//! pods raise `disruptionsAllowed` by as many, and a drain spends them on one group. Seed 52
-//! (90 s): `gs5-gx7` (5 pods) added at 18.6 s; at 19.3 s `gs5-pdb` had minAvailable 12 over
-//! the sizes of three groups, 17 healthy, 5 allowed, and the drain took `gs5-g0` from 5 to 2
-//! Ready (minCount 3). The soak counts these (`known findings met`) instead of failing, naming
-//! the groups left out; the fix belongs in the gang decision (count a forming group's live pods
-//! into `minAvailable`, or narrow the selector to the formed groups).
-//!
-//! **Known finding (open, #52): the LeaderWorkerSet's PDB does not yield to a user PDB.** A
-//! user PDB created over a LeaderWorkerSet's pods leaves the operator's `<lws>-pdb` in place
-//! (Deployments and StatefulSets yield within the second); the pods are under two PDBs and
-//! their evictions are answered 500 until the user PDB goes. Seed 52 (90 s): `user-l3` at
-//! 51.7 s, `l3-pdb` kept beside it for 22 s, until the user PDB was removed. Counted as a known
-//! finding (two PDBs where one is a LeaderWorkerSet's and the other a user's; a 500 on an LWS
-//! pod under a user PDB), not failed.
+//! Two findings of its first runs are fixed and fail it again if they come back (#52): a
+//! PodGroup added to a single-mode gang whose Ready pods, counted healthy while it formed, let a
+//! drain take another group below minCount (seed 52 at 19 s: 5 allowed instead of 0; the
+//! forming group's live pods are now held in `minAvailable`), and a LeaderWorkerSet's PDB that
+//! did not yield to a user's PDB over its pods (two PDBs for 22 s, evictions answered 500; fixed
+//! in bfe5e04).
 //!
 //! Known limits met by the soak, counted and printed instead of failing it: an eviction
 //! answered 500 or two PDBs over a pod within [`YIELD`] of a user PDB appearing (the operator
@@ -60,7 +48,6 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kube_fixture::TestCluster;
 use pdb_operator::crd::PDBPolicy;
-use pdb_operator::names::keys::LWS_NAME;
 use serde_json::json;
 
 use crate::common::{install_crd, install_policy_crds, operator_identity, wait_pdb};
@@ -122,7 +109,6 @@ pub(crate) struct Soak {
     violations: Mutex<Vec<String>>,
     checks: AtomicU64,
     races: AtomicU64,
-    known: Mutex<BTreeMap<&'static str, u64>>,
     /// Pods seen under two PDBs, and the longest time one stayed so (sampled every second).
     pub overlaps: AtomicU64,
     pub longest_overlap_ms: AtomicU64,
@@ -168,24 +154,6 @@ impl Soak {
         self.note(format!("documented race: {what}"));
     }
 
-    /// A known operator defect met again (module docs): counted per `finding` and logged, not
-    /// failed; the first of each is printed.
-    pub fn known_finding(&self, finding: &'static str, what: String) {
-        let first = {
-            let mut known = self.known.lock().unwrap();
-            let n = known.entry(finding).or_default();
-            *n += 1;
-            *n == 1
-        };
-        if first {
-            eprintln!(
-                "opsoak: known finding {:7.1}s [{finding}] {what}",
-                self.secs()
-            );
-        }
-        self.note(format!("known finding [{finding}]: {what}"));
-    }
-
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -228,17 +196,7 @@ impl Soak {
             .get(&unit)
             .is_some_and(|t| t.elapsed() < YIELD);
         self.checked();
-        let lws_under_user = pod.labels().contains_key(LWS_NAME)
-            && self.user_pdbs.lock().unwrap().contains_key(&unit);
-        if lws_under_user {
-            self.known_finding(
-                "lws-does-not-yield",
-                format!(
-                    "eviction of {} answered 500 (under user-{unit})",
-                    pod.name_any()
-                ),
-            );
-        } else if fresh || self.operator_gap() {
+        if fresh || self.operator_gap() {
             self.yield_500.fetch_add(1, Ordering::Relaxed);
             self.note(format!(
                 "{} answered 500 while the operator yields",
@@ -342,18 +300,10 @@ fn report(soak: &Soak, seconds: u64) {
         soak.yield_500.load(Ordering::Relaxed),
         other.join(", ")
     );
-    let known: Vec<String> = soak
-        .known
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect();
     eprintln!(
-        "opsoak: invariant checks: {}; documented all-mode races: {}; known findings met: [{}]",
+        "opsoak: invariant checks: {}; documented all-mode races: {}",
         soak.checks.load(Ordering::Relaxed),
-        soak.races.load(Ordering::Relaxed),
-        known.join(", ")
+        soak.races.load(Ordering::Relaxed)
     );
     eprintln!(
         "opsoak: pods seen under two PDBs: {} (the longest for {:.0} s, sampled every second)",
@@ -436,7 +386,6 @@ async fn drain_soak() {
         violations: Mutex::default(),
         checks: AtomicU64::new(0),
         races: AtomicU64::new(0),
-        known: Mutex::default(),
         overlaps: AtomicU64::new(0),
         longest_overlap_ms: AtomicU64::new(0),
         yield_500: AtomicU64::new(0),
