@@ -683,8 +683,8 @@ fn validate_checks_the_real_count_flags_request_id_branches_and_bounds_each_temp
                    "native_spec": {"spec": {"template": {"spec": {"hostNetwork":
                        "{{ replicas > 4 }}"}}}}}),
             json!({"template_id": "sneaky", "provider_api": "Pod", "image_id": "busybox:1.36",
-                   "native_spec": {"spec": {"serviceAccountName":
-                       "{{ 'ops-admin' if request_id[-1] in '01234567' else 'default' }}"}}}),
+                   "native_spec": {"spec": {"hostname":
+                       "{{ 'canary' if request_id[-1] in '01234567' else 'worker' }}"}}}),
             json!({"template_id": "runaway", "provider_api": "Pod", "image_id": "busybox:1.36",
                    "native_spec": {"spec": {"hostname":
                        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"}}}),
@@ -718,7 +718,7 @@ fn validate_checks_the_real_count_flags_request_id_branches_and_bounds_each_temp
     let err = stderr(&out);
     assert!(
         err.contains(
-            "warning: template \"sneaky\": inline native_spec at spec.serviceAccountName, line 1, \
+            "warning: template \"sneaky\": inline native_spec at spec.hostname, line 1, \
              branches on request_id"
         ),
         "{err}"
