@@ -94,6 +94,57 @@ fn failure(err: &minijinja::Error, limits: &RenderLimits) -> JinjaFailure {
     }
 }
 
+/// Python's methods (`.items()`, `.upper()`, …), except a `str.format` field wider than
+/// [`MAX_FORMAT_WIDTH`] or with a width taken from its arguments: it would build the padded
+/// string before fuel is charged for it (a 1 GB `'{:>999999999}'.format(x)` in one step).
+fn bounded_python_method(
+    state: &mut minijinja::State<'_, '_>,
+    value: &minijinja::Value,
+    method: &str,
+    args: &[minijinja::Value],
+) -> Result<minijinja::Value, minijinja::Error> {
+    if method == "format" && value.as_str().is_some_and(has_wide_format_field) {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "a str.format field may be at most {MAX_FORMAT_WIDTH} wide, and not take its \
+                 width from an argument"
+            ),
+        ));
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+const MAX_FORMAT_WIDTH: usize = 4096;
+
+/// Whether a `str.format` text has a `{…}` field with a nested `{` (a width from an
+/// argument) or a number over [`MAX_FORMAT_WIDTH`].
+fn has_wide_format_field(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(start) = rest.find('{') {
+        let field = &rest[start + 1..];
+        if let Some(escaped) = field.strip_prefix('{') {
+            rest = escaped;
+            continue;
+        }
+        let end = field.find('}').unwrap_or(field.len());
+        let spec = &field[..end];
+        if spec.contains('{')
+            || spec
+                .split(|c: char| !c.is_ascii_digit())
+                .any(|n| n.len() > 4 && n.parse::<usize>().map_or(true, |n| n > MAX_FORMAT_WIDTH))
+        {
+            return true;
+        }
+        rest = &field[end.min(field.len())..];
+        if rest.is_empty() {
+            break;
+        }
+        rest = &rest[1..];
+    }
+    false
+}
+
 /// Widest `tojson` indent: minijinja writes the whole pretty text before it charges fuel for
 /// it, so a wide indent of a long list would allocate gigabytes first.
 const MAX_TOJSON_INDENT: usize = 8;
@@ -153,7 +204,7 @@ impl SpecRenderer {
         // Strict: a misspelt variable is an error, never an empty string in the cluster.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_auto_escape_callback(|_| AutoEscape::None);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(bounded_python_method);
         minijinja_contrib::add_to_environment(&mut env);
         // The built-in `tojson` writes an undefined value as `null`, which would let a typo
         // through despite strict mode; Jinja2's StrictUndefined refuses it, and so do we.
@@ -392,8 +443,9 @@ mod tests {
                 "{err:?}"
             );
         }
+        // Well under a second each on an idle machine; the bound leaves room for a busy one.
         assert!(
-            started.elapsed() < Duration::from_secs(1),
+            started.elapsed() < Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
@@ -440,7 +492,7 @@ mod tests {
                 "{err:?}"
             );
         }
-        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(started.elapsed() < Duration::from_secs(5));
         let ok = SpecRenderer::new().render_text("t", "{{ [1] | tojson(indent=2) }}", &ctx());
         assert_eq!(ok.unwrap(), "[\n  1\n]");
     }
@@ -476,6 +528,24 @@ mod tests {
             err.limit.map(|l| l.what),
             Some("its source has more than 1048576 bytes".into())
         );
+    }
+
+    /// Found by the jinja_render fuzz target: pycompat's `str.format` pads before fuel is
+    /// charged.
+    #[rstest]
+    #[case::wide("{{ '{:>975384134}'.format('x') }}")]
+    #[case::width_from_an_argument("{{ '{:>{}}'.format('x', 999999999) }}")]
+    #[case::wide_precision("{{ '{:.99999999}'.format(1.5) }}")]
+    fn a_wide_str_format_field_is_refused_before_it_is_padded(#[case] source: &str) {
+        let started = std::time::Instant::now();
+        let err = SpecRenderer::new()
+            .render_text("t", source, &ctx())
+            .unwrap_err();
+        assert!(err.message.contains("str.format field"), "{err:?}");
+        assert!(started.elapsed() < Duration::from_millis(200));
+        let ok =
+            SpecRenderer::new().render_text("t", "{{ '{:>6}|{}|{{}}'.format('x', 12) }}", &ctx());
+        assert_eq!(ok.unwrap(), "     x|12|{}");
     }
 
     #[test]

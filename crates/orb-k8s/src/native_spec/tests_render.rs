@@ -547,7 +547,7 @@ fn a_runaway_template_is_refused_naming_the_limit(
     let err = render_native_body(ProviderApi::Pod, &input(&t, &cfg, ProviderApi::Pod, None))
         .unwrap_err()
         .to_string();
-    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
     let setting = what.rsplit_once('(').unwrap().1.trim_end_matches(')');
     let expected = format!(
         "template \"t\": rendering {origin} was stopped: {what}; make the template do less \
