@@ -243,7 +243,47 @@ async fn warned_about(soak: &Soak, pod: &Pod, since: jiff::Timestamp) {
         )),
         None => soak.violate(
             &format!("drain-blocked:{unit}"),
-            format!("{name} not evicted within {DRAIN_WITHIN:?} and no Warning names it or {unit}"),
+            format!(
+                "{name} not evicted within {DRAIN_WITHIN:?} and no Warning names it or {unit}{}",
+                blocked_state(soak, pod).await
+            ),
         ),
     }
+}
+
+/// What held a drain: the PDBs over the pod and the pods of its workload (Ready, node).
+async fn blocked_state(soak: &Soak, pod: &Pod) -> String {
+    let unit = pod.labels().get(UNIT).cloned().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(soak.admin.clone(), &soak.ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(soak.admin.clone(), &soak.ns);
+    let lp = ListParams::default().labels(&format!("{UNIT}={unit}"));
+    let (Ok(p), Ok(b)) = (
+        pods.list(&lp).await,
+        pdbs.list(&ListParams::default()).await,
+    ) else {
+        return String::new();
+    };
+    let states: Vec<String> = p
+        .items
+        .iter()
+        .map(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+            let gone = if p.metadata.deletion_timestamp.is_some() {
+                " terminating"
+            } else {
+                ""
+            };
+            format!(
+                "{} {phase:?} ready={} {node:?}{gone}",
+                p.name_any(),
+                is_ready(p)
+            )
+        })
+        .collect();
+    format!(
+        " [pods: {}] [{}]",
+        states.join(", "),
+        super::invariants::describe_pdbs_over(&b.items, pod)
+    )
 }
