@@ -10,7 +10,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_PER_TARGET="${ORB_FUZZ_SECONDS:-30}"
-TARGETS=(hostfactory_input template_file config_layers native_spec)
+TARGETS=(hostfactory_input template_file config_layers native_spec jinja_render)
 
 # libFuzzer's instrumentation needs unstable rustc flags. The default stable toolchain
 # accepts them with RUSTC_BOOTSTRAP=1, so no nightly toolchain is needed; without a
