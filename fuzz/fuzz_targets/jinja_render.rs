@@ -52,7 +52,9 @@ fuzz_target!(|data: &[u8]| {
     let rendered = run_with_timeout(LIMITS.timeout, move || {
         let renderer = SpecRenderer::with_limits(LIMITS);
         if mode % 2 == 0 {
-            renderer.render_text("fuzz", &source, &context()).map(|t| t.len())
+            renderer
+                .render_text("fuzz", &source, &context())
+                .map(|t| t.len())
         } else {
             renderer.render_leaf(&source, &context()).map(|v| size(&v))
         }
