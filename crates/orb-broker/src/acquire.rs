@@ -36,7 +36,11 @@ impl Broker {
         let provider = self.provider.get()?;
         // The provider's own pre-flight (effective config, namespace, bodies, audit): a
         // template it refuses leaves no failed request behind.
-        provider.check_acquire(&template, count)?;
+        // On the blocking pool: planning renders the template's Jinja (see templates.rs).
+        let check = (provider.clone(), template.clone());
+        tokio::task::spawn_blocking(move || check.0.check_acquire(&check.1, count))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
 
         let now = self.now();
         let mut request = Request::new(

@@ -37,11 +37,25 @@ impl Broker {
     /// are known.
     pub async fn servable_templates(&self) -> Result<TemplateList, BrokerError> {
         let provider = self.provider.get().ok();
+        let catalog = self.catalog.current();
+        // Planning renders each template's Jinja (bounded, but up to its render timeout):
+        // on the blocking pool, so a slow template holds no async worker of orb serve.
+        let reasons = tokio::task::spawn_blocking({
+            let catalog = catalog.clone();
+            move || {
+                catalog
+                    .templates
+                    .iter()
+                    .map(|t| unservable_reason(provider.as_deref(), t))
+                    .collect::<Vec<_>>()
+            }
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         let mut usable = Vec::new();
         let mut unservable = Vec::new();
-        let catalog = self.catalog.current();
-        for template in &catalog.templates {
-            match unservable_reason(provider.as_deref(), template) {
+        for (template, reason) in catalog.templates.iter().zip(reasons) {
+            match reason {
                 None => usable.push(template),
                 Some(reason) => unservable.push((template.template_id.clone(), reason)),
             }

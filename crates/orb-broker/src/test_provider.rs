@@ -43,6 +43,9 @@ pub struct ScriptedProvider {
     pub cancel_gate: Mutex<Option<CancelGate>>,
     /// When set, every pre-flight check (`check_acquire`) refuses with this error.
     pub preflight_error: Mutex<Option<ProviderError>>,
+    /// When set, every pre-flight check first blocks its thread this long (a template whose
+    /// Jinja renders slowly).
+    pub preflight_delay: Mutex<Option<std::time::Duration>>,
     /// When set, status reads of acquires are read ahead (see [`ReadAheadMode`]).
     pub read_ahead: Mutex<Option<ReadAheadMode>>,
 }
@@ -299,6 +302,9 @@ impl Provider for ScriptedProvider {
         _template: &orb_core::template::Template,
         _count: u32,
     ) -> Result<Vec<String>, ProviderError> {
+        if let Some(delay) = *self.preflight_delay.lock().unwrap() {
+            std::thread::sleep(delay);
+        }
         match self.preflight_error.lock().unwrap().clone() {
             Some(error) => Err(error),
             None => Ok(Vec::new()),

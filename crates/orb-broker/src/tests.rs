@@ -720,6 +720,33 @@ async fn a_template_the_provider_refuses_up_front_leaves_no_request_behind() {
     assert!(f.provider.calls().is_empty(), "{:?}", f.provider.calls());
 }
 
+/// A template whose planning is slow (its Jinja renders up to the render timeout) holds no
+/// async worker: on a one-thread runtime, another task still runs while the listing and an
+/// acquire plan it.
+#[tokio::test]
+async fn a_slow_template_check_holds_no_async_worker() {
+    let f = fixture().await;
+    *f.provider.preflight_delay.lock().unwrap() = Some(std::time::Duration::from_millis(600));
+    let started = std::time::Instant::now();
+    let ticks = tokio::spawn(async move {
+        let mut late = std::time::Duration::ZERO;
+        for _ in 0..10 {
+            let before = std::time::Instant::now();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            late = late.max(before.elapsed());
+        }
+        late
+    });
+    f.broker.servable_templates().await.unwrap();
+    f.broker.request_machines("worker", 1).await.unwrap();
+    let late = ticks.await.unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1200));
+    assert!(
+        late < std::time::Duration::from_millis(400),
+        "a 20 ms sleep took {late:?}: the check blocked the runtime"
+    );
+}
+
 /// An unfinished acquire reserves what it asked for until its machines are stored: a second
 /// request cannot slip under maxNumber in between.
 #[tokio::test]
