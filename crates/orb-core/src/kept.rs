@@ -10,9 +10,22 @@ pub trait Weighed {
     fn weight(&self) -> usize;
 }
 
-/// Values by key, up to `LIMIT` in weight. Each is handed out only when its owner proves it
-/// current: by the token it was last proven at ([`KeptCache::get_unchanged`]; the store's
-/// commit token: nothing committed since), or by a check of its own ([`KeptCache::kept_if`]).
+/// At most this many values are kept, however light: each counts as at least
+/// `LIMIT / MAX_ENTRIES` against the limit. A kept value also costs its key, its row and the
+/// copies it shares, whatever its weight; without the floor a daemon polled about many small
+/// requests kept every one it ever read (the disruption soak, issue #51: +0.6 MiB a minute).
+pub const MAX_ENTRIES: usize = 100;
+
+/// What `value` counts against a cache of `limit`: its weight, and at least a
+/// [`MAX_ENTRIES`]th of the limit.
+fn cost(value: &impl Weighed, limit: usize) -> usize {
+    value.weight().max(limit / MAX_ENTRIES)
+}
+
+/// Values by key, up to `LIMIT` in weight (see `cost`). Each is handed out only when its
+/// owner proves it current: by the token it was last proven at ([`KeptCache::get_unchanged`];
+/// the store's commit token: nothing committed since), or by a check of its own
+/// ([`KeptCache::kept_if`]).
 #[derive(Debug)]
 pub struct KeptCache<V, const LIMIT: usize>(Arc<Mutex<Inner<V>>>);
 
@@ -90,7 +103,7 @@ impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
     pub fn forget(&self, key: &str) {
         let mut inner = self.lock();
         if let Some(old) = inner.entries.remove(key) {
-            inner.weight -= old.value.weight();
+            inner.weight -= cost(&old.value, LIMIT);
         }
     }
 
@@ -98,7 +111,7 @@ impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
     /// whole limit is not kept, and the least recently used make room.
     pub fn put(&self, key: String, value: V, token: Option<String>) {
         self.forget(&key);
-        let added = value.weight();
+        let added = cost(&value, LIMIT);
         if added > LIMIT {
             return;
         }
@@ -124,7 +137,7 @@ impl<V: Clone + Weighed, const LIMIT: usize> KeptCache<V, LIMIT> {
                 break;
             };
             if let Some(dropped) = inner.entries.remove(&oldest) {
-                inner.weight -= dropped.value.weight();
+                inner.weight -= cost(&dropped.value, LIMIT);
             }
         }
     }
@@ -141,5 +154,52 @@ impl Weighed for crate::request::Request {
     /// The row and the names it lists.
     fn weight(&self) -> usize {
         1 + self.resource_ids.len() + self.machine_ids.len() + self.unknown_machines.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    struct Names(usize);
+
+    impl Weighed for Names {
+        fn weight(&self) -> usize {
+            self.0
+        }
+    }
+
+    fn kept<const LIMIT: usize>(cache: &KeptCache<Names, LIMIT>) -> (usize, usize) {
+        let inner = cache.lock();
+        (inner.entries.len(), inner.weight)
+    }
+
+    #[test]
+    fn light_values_are_kept_up_to_max_entries_only() {
+        let cache = KeptCache::<Names, 20_000>::default();
+        for i in 0..10 * MAX_ENTRIES {
+            cache.put(format!("r{i}"), Names(2), None);
+        }
+        assert_eq!(kept(&cache), (MAX_ENTRIES, 20_000));
+        // The most recent ones stay.
+        assert!(cache.holds(&format!("r{}", 10 * MAX_ENTRIES - 1)));
+        assert!(!cache.holds("r0"));
+    }
+
+    #[test]
+    fn heavy_values_count_their_weight_and_forget_gives_it_back() {
+        let cache = KeptCache::<Names, 20_000>::default();
+        cache.put("big".into(), Names(15_000), None);
+        cache.put("small".into(), Names(1), None);
+        assert_eq!(kept(&cache), (2, 15_200));
+        cache.put("other".into(), Names(6_000), None);
+        assert!(!cache.holds("big"), "the least recently used makes room");
+        assert_eq!(kept(&cache), (2, 6_200));
+        cache.forget("other");
+        cache.forget("small");
+        assert_eq!(kept(&cache), (0, 0));
+        cache.put("too big".into(), Names(20_001), None);
+        assert_eq!(kept(&cache), (0, 0));
     }
 }

@@ -69,10 +69,13 @@ impl ControllerStatusCache {
         state: ControllerState,
         fetched_at: Instant,
     ) {
-        if self.ttl.is_none() {
+        let Some(ttl) = self.ttl else {
             return;
-        }
+        };
         if let Ok(mut entries) = self.entries.lock() {
+            // Expired entries can never be served again: without this, every controller
+            // ever read stayed (one per acquire in a long-running `orb serve`).
+            entries.retain(|_, e| fetched_at.saturating_duration_since(e.fetched_at) < ttl);
             entries.insert(
                 Self::key(kind, namespace, name),
                 Entry {
@@ -132,6 +135,36 @@ mod tests {
             t0 + Duration::from_secs(after_secs),
         );
         assert_eq!(got, hit.then_some(state));
+    }
+
+    #[test]
+    fn a_put_drops_the_entries_past_their_ttl() {
+        let cache = ControllerStatusCache::new(Some(Duration::from_secs(5)));
+        let t0 = Instant::now();
+        for i in 0..100 {
+            cache.put("Job", "ns", &format!("j{i}"), 1, ready(1), t0);
+        }
+        cache.put(
+            "Job",
+            "ns",
+            "fresh",
+            1,
+            ready(1),
+            t0 + Duration::from_secs(4),
+        );
+        assert_eq!(cache.entries.lock().unwrap().len(), 101);
+        cache.put(
+            "Job",
+            "ns",
+            "later",
+            1,
+            ready(1),
+            t0 + Duration::from_secs(6),
+        );
+        let entries = cache.entries.lock().unwrap();
+        let mut names: Vec<_> = entries.keys().map(|(_, _, name)| name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["fresh", "later"]);
     }
 
     #[test]
