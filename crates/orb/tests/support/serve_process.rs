@@ -103,8 +103,20 @@ pub struct Server {
 impl Server {
     /// `orb serve` on a free port of 127.0.0.1 for the installation at `root`, storing in
     /// `storage_url` when given.
+    /// `ORB_SERVE_WRAPPER` (e.g. `env MALLOC_ARENA_MAX=2`) runs it under that command; a
+    /// wrapper that execs keeps the pid (and so the soak's RSS) orb's.
     pub fn start(root: &Path, storage_url: Option<&str>) -> Server {
-        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("orb"));
+        let orb = assert_cmd::cargo::cargo_bin!("orb");
+        let wrapper = std::env::var("ORB_SERVE_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(program) => {
+                let mut cmd = Command::new(program);
+                cmd.args(words).arg(orb);
+                cmd
+            }
+            None => Command::new(orb),
+        };
         clear_env(&mut cmd);
         if let Some(url) = storage_url {
             cmd.env("ORB_STORAGE_URL", url);
