@@ -480,6 +480,7 @@ fn serve_runs_with_the_allocators_background_purge() {
         environ.contains("_RJEM_MALLOC_CONF=background_thread:true,dirty_decay_ms:1000"),
         "{environ}"
     );
+    assert!(environ.contains("\nMALLOC_ARENA_MAX=1\n"), "{environ}");
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
 }
 
