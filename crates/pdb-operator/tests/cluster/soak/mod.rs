@@ -9,7 +9,7 @@
 //! Invariants: no pod selected by two PDBs for longer than [`YIELD`] (the operator needs a moment
 //! to yield to a PDB that appears over its pods); no eviction answered 500 outside that moment;
 //! an all-mode gang never loses a pod while another of its groups is short; a single-mode group
-//! never goes below minCount through evictions; a drain that cannot finish within 60 s has a
+//! never goes below minCount through evictions; a drain that cannot finish within 150 s has a
 //! Warning naming the pod or its workload; at the end every operator PDB has a live owner.
 //! Sampled every second ([`invariants`]) and at each allowed eviction ([`drains`]).
 //!
