@@ -194,14 +194,15 @@ async fn postgres_restarted_mid_acquire_answers_503_while_down_and_completes_the
     };
     let cluster = TestCluster::connect().await;
     let ns = cluster.namespace("pgrestart").await;
-    // Pod creates are slowed to 500 ms each, so the acquire is still creating pods when the
-    // database goes away.
+    // Pod creates are each slowed by a random time up to 5 s, so the acquire is still creating
+    // pods when the database goes away, even when stopping it takes a loaded machine seconds
+    // (up to 500 ms let all 40 land before the stop in a CI rehearsal at load average 8).
     let proxy = FaultProxy::start(&cluster).await;
     let mut creates = RequestMatch::path("/pods");
     creates.methods = vec![axum::http::Method::POST];
     proxy.set_plan(FaultPlan {
         latency_rate: 1.0,
-        latency: Duration::from_millis(500),
+        latency: Duration::from_secs(5),
         only: creates,
         ..FaultPlan::default()
     });
