@@ -222,15 +222,10 @@ impl SpecRenderer {
         if source.len() <= self.limits.max_bytes {
             return Ok(());
         }
-        Err(JinjaFailure {
-            line: None,
-            message: String::new(),
-            fix: OTHER_FIX,
-            limit: Some(LimitHit {
-                what: format!("its source has more than {} bytes", self.limits.max_bytes),
-                setting: "native_spec_render_max_bytes",
-            }),
-        })
+        Err(self.over_max_bytes(format!(
+            "its source has more than {} bytes",
+            self.limits.max_bytes
+        )))
     }
 
     /// Counts `bytes` more output against `max_bytes`.
@@ -240,18 +235,23 @@ impl SpecRenderer {
         if total <= self.limits.max_bytes {
             return Ok(());
         }
-        Err(JinjaFailure {
+        Err(self.over_max_bytes(format!(
+            "it produced more than {} bytes of text",
+            self.limits.max_bytes
+        )))
+    }
+
+    /// The failure of a source or an output longer than `max_bytes`; `what` says which.
+    fn over_max_bytes(&self, what: String) -> JinjaFailure {
+        JinjaFailure {
             line: None,
             message: String::new(),
             fix: OTHER_FIX,
             limit: Some(LimitHit {
-                what: format!(
-                    "it produced more than {} bytes of text",
-                    self.limits.max_bytes
-                ),
+                what,
                 setting: "native_spec_render_max_bytes",
             }),
-        })
+        }
     }
 
     /// Renders a whole source text (a default template or an operator's file).
