@@ -22,7 +22,7 @@ use crate::fulfilment::{
     AcquireFacts, PodTimeoutPolicy, StatusDecision, decide_acquire, decide_return,
     removed_job_state,
 };
-use crate::handlers::{Victims, deleted_or_gone, handler_for};
+use crate::handlers::{Victims, handler_for};
 use crate::kept::Kept;
 use crate::pod_read::PodRead;
 use crate::provider::K8sProvider;
@@ -429,13 +429,7 @@ impl K8sProvider {
                 controller.as_ref().and_then(|c| c.failure.as_deref()),
             )
         {
-            let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
-                kube::Api::namespaced(client.clone(), &record.namespace);
-            cx.status_cache.invalidate("Job", &record.namespace, job);
-            match deleted_or_gone(
-                jobs.delete(job, &kube::api::DeleteParams::background())
-                    .await,
-            ) {
+            match crate::handlers::delete_job(&cx, &record.namespace, job).await {
                 Ok(()) => {
                     tracing::info!(request_id = %record.request_id, job, "deleted the failed Job ({failure})");
                     notes.push(format!("orb deleted the failed Job {job}"));

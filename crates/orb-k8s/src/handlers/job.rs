@@ -22,6 +22,18 @@ use crate::spec::BuiltWorkload;
 
 pub struct JobHandler;
 
+/// Deletes Job `name` with its pods (background propagation); a Job already gone is fine.
+pub(crate) async fn delete_job(
+    cx: &HandlerCx<'_>,
+    namespace: &str,
+    name: &str,
+) -> Result<(), K8sError> {
+    let api: Api<Job> = Api::namespaced(cx.client.clone(), namespace);
+    cx.status_cache.invalidate("Job", namespace, name);
+    deleted_or_gone(api.delete(name, &DeleteParams::background()).await)
+        .map_err(|e| K8sError::api(format!("deleting Job {name}"), e))
+}
+
 impl WorkloadHandler for JobHandler {
     fn kind(&self) -> ProviderApi {
         ProviderApi::Job
@@ -78,10 +90,7 @@ impl WorkloadHandler for JobHandler {
                     &request_pods::<k8s_openapi::api::core::v1::Pod>(cx.client, record).await?,
                 ),
             };
-            let api: Api<Job> = Api::namespaced(cx.client.clone(), &record.namespace);
-            cx.status_cache.invalidate("Job", &record.namespace, name);
-            deleted_or_gone(api.delete(name, &DeleteParams::background()).await)
-                .map_err(|e| K8sError::api(format!("deleting Job {name}"), e))?;
+            delete_job(cx, &record.namespace, name).await?;
             Ok(ReleaseResult {
                 also_released: others
                     .into_iter()

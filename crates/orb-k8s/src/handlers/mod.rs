@@ -10,6 +10,8 @@ mod statefulset;
 #[cfg(test)]
 mod tests_calls;
 
+pub(crate) use job::delete_job;
+
 use std::fmt::Debug;
 
 use futures::future::BoxFuture;
