@@ -17,6 +17,7 @@ pub mod misbehave;
 mod nodes;
 pub mod pod_sandbox;
 pub mod pod_template;
+pub mod soak;
 
 pub use nodes::{NodeDown, NodeOutage, TEST_NODE_KEY, TestNode};
 

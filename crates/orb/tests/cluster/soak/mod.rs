@@ -21,6 +21,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use kube_fixture::fault_proxy::{FaultPlan, FaultProxy};
 use kube_fixture::misbehave::{Exit, Kubelet};
+pub(crate) use kube_fixture::soak::{Rng, env_number};
 
 use kube_fixture::{TEST_NODE_KEY, TestCluster, TestNamespace};
 use serde_json::{Value, json};
@@ -37,28 +38,6 @@ const CLIENTS_PER_KIND: usize = 2;
 /// After a blackout or a restart, how long orb has to catch up before the invariants on
 /// which objects exist apply again (the resume window).
 const RESUME: Duration = Duration::from_secs(15);
-
-/// A small seeded generator (splitmix64): the whole run follows from the seed.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    fn child(&mut self) -> Rng {
-        Rng(self.next())
-    }
-}
 
 /// A return the clients started: what it named, and when it finished (if it has).
 #[derive(Clone, Debug)]
@@ -227,14 +206,6 @@ fn install(ns: &TestNamespace, kubeconfig: &std::path::Path) -> tempfile::TempDi
     let templates = json!({ "templates": templates }).to_string();
     std::fs::write(config.join("templates.json"), templates).unwrap();
     root
-}
-
-fn env_number(key: &str, default: u64) -> u64 {
-    match std::env::var(key) {
-        Ok(v) if v == "random" => uuid::Uuid::new_v4().as_u64_pair().0 % 1_000_000,
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{key}={v}: a number")),
-        Err(_) => default,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -47,6 +47,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kube_fixture::TestCluster;
+pub(crate) use kube_fixture::soak::{Rng, env_number};
 use pdb_operator::crd::PDBPolicy;
 use serde_json::json;
 
@@ -60,28 +61,6 @@ pub(crate) const POOL_LABEL: &str = "pdboperator.test/soak-pool";
 pub(crate) const YIELD: Duration = Duration::from_secs(10);
 /// A gang group this young is still forming (the operator leaves it out of the budget).
 pub(crate) const FORMING: Duration = Duration::from_secs(15);
-
-/// A small seeded generator (splitmix64): the whole run follows from the seed.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    fn child(&mut self) -> Rng {
-        Rng(self.next())
-    }
-}
 
 /// Seconds into the run, and the RSS in KiB of each replica.
 pub(crate) type RssSample = (u64, Vec<(String, u64)>);
@@ -211,22 +190,6 @@ impl Soak {
                 ),
             );
         }
-    }
-}
-
-fn env_number(key: &str, default: u64) -> u64 {
-    match std::env::var(key) {
-        Ok(v) if v == "random" => {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos();
-            u64::from(nanos) % 1_000_000
-        }
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{key}={v}: a number or random")),
-        Err(_) => default,
     }
 }
 
